@@ -1,0 +1,87 @@
+"""The `tclang` command: check, explain, run, fuzz.
+
+Errors are printed as the user would want them (file name, line, caret, hint) with exit
+code 1 and no traceback; a bad command line gives argparse's usage message and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from pathlib import Path
+
+from tclang.errors import TCError, TCWarning
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "run"):
+        parser.print_help()
+        return 2
+    warnings.simplefilter("always", TCWarning)
+    with warnings.catch_warnings(record=True) as caught:
+        try:
+            code = args.run(args)
+        except TCError as err:
+            print(f"{getattr(args, 'file', 'tclang')}: {err}", file=sys.stderr)
+            code = 1
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            code = 130
+    for w in caught:
+        print(f"{getattr(args, 'file', 'tclang')}: warning: {w.message}", file=sys.stderr)
+    return code
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tclang", description="A polyhedral JIT compiler for tensor comprehensions.")
+    sub = parser.add_subparsers(title="commands")
+    check = sub.add_parser("check", help="check a source file and print each definition's "
+                                         "inferred signature")
+    check.add_argument("file", help="a .tc source file")
+    check.set_defaults(run=_check)
+    return parser
+
+
+def read_source(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError as err:
+        raise TCError(f"cannot read {path}: {err.strerror}") from None
+
+
+def _check(args) -> int:
+    from tclang.frontend import check_source
+    program = check_source(read_source(args.file))
+    for d in program.definitions:
+        print(describe_definition(d))
+    return 0
+
+
+def describe_definition(d) -> str:
+    """A definition as `tclang check` shows it: signature, then each statement's ranges."""
+    lines = [d.signature()]
+    if d.temporaries:
+        temps = ", ".join(f"{t.dtype.value}({', '.join(map(str, t.shape))}) {t.name}"
+                          if t.shape else f"{t.dtype.value} {t.name}" for t in d.temporaries)
+        lines.append(f"  temporaries: {temps}")
+    for s in d.statements:
+        lines.append(f"  line {s.span.line}: {s.text}")
+        free = ", ".join(f"{s.range_of(i).name} in {_range(s.range_of(i))}" for i in s.indices)
+        red = ", ".join(f"{i} in {_range(s.range_of(i))}" for i in s.reduction_indices)
+        parts = [f"for {free}" if free else "once"]
+        if red:
+            parts.append(f"reducing over {red}")
+        lines.append("      " + "; ".join(parts))
+    return "\n".join(lines)
+
+
+def _range(r) -> str:
+    return f"{r.lo}:{r.hi}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

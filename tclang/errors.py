@@ -1,0 +1,128 @@
+"""Every error and warning tclang shows a user.
+
+All classes live here so that every layer raises the same, documented types. Errors that
+come from the source text carry a `Span`; their `str()` shows the source line with a caret
+under the offending text, and a hint on what to do, in the style of Triton's compile errors.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Span(NamedTuple):
+    """A region of the source text; lines and columns are 1-based, end is exclusive.
+
+    A named tuple rather than a dataclass: the parser makes one per token, and tuples are
+    several times cheaper to build.
+    """
+
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+
+    def merge(self, other: "Span") -> "Span":
+        """The smallest span covering both (used for nodes built from several tokens)."""
+        start = min((self.line, self.column), (other.line, other.column))
+        end = max((self.end_line, self.end_column), (other.end_line, other.end_column))
+        return Span(start[0], start[1], end[0], end[1])
+
+
+def render_location(source: str | None, span: Span | None) -> str:
+    """The source line of `span` with a caret row underneath (empty without a source)."""
+    if source is None or span is None:
+        return ""
+    lines = source.split("\n")
+    if not 1 <= span.line <= len(lines):
+        return ""
+    text = lines[span.line - 1].expandtabs(1)
+    start = max(span.column - 1, 0)
+    if span.end_line == span.line:
+        width = max(span.end_column - span.column, 1)
+    else:
+        width = max(len(text) - start, 1)
+    caret = " " * start + "^" * width
+    return f"    {text.rstrip()}\n    {caret}"
+
+
+class TCError(Exception):
+    """Base class of every error tclang raises on purpose."""
+
+
+class _LocatedError(TCError):
+    """An error at a place in the user's source: `.line`, `.column`, `.span`, `.hint`."""
+
+    kind = "error"
+
+    def __init__(self, message: str, span: Span | None = None, source: str | None = None,
+                 hint: str | None = None):
+        self.message = message
+        self.span = span
+        self.source = source
+        self.hint = hint
+        super().__init__(message)
+
+    @property
+    def line(self) -> int | None:
+        return self.span.line if self.span else None
+
+    @property
+    def column(self) -> int | None:
+        return self.span.column if self.span else None
+
+    def with_source(self, source: str) -> "_LocatedError":
+        """Attach the full source text (layers below the parser do not keep it)."""
+        if self.source is None:
+            self.source = source
+        return self
+
+    def __str__(self) -> str:
+        where = f" at line {self.line}, column {self.column}" if self.span else ""
+        parts = [f"{self.kind}{where}: {self.message}"]
+        shown = render_location(self.source, self.span)
+        if shown:
+            parts.append(shown)
+        if self.hint:
+            parts.append(f"hint: {self.hint}")
+        return "\n".join(parts)
+
+
+class TCSyntaxError(_LocatedError):
+    """The source text does not follow the grammar."""
+
+    kind = "syntax error"
+
+
+class TCSemanticError(_LocatedError):
+    """The source parses but breaks a rule of the language (types, names, ranges)."""
+
+    kind = "semantic error"
+
+
+class TCArgumentError(_LocatedError, ValueError):
+    """Call-time arguments do not fit the definition: count, rank, size, dtype, layout.
+
+    May carry a span when the problem is a read of the source that the concrete sizes
+    would put out of bounds.
+    """
+
+    kind = "argument error"
+
+
+class TCIndexError(TCError, IndexError):
+    """A data-dependent index (a gather) fell outside its tensor at run time."""
+
+
+class TCCompileError(TCError):
+    """A backend failed to build a kernel; the message says which stage and why."""
+
+
+class TCScheduleError(_LocatedError, ValueError):
+    """A manual schedule (`tclang.Options`) is invalid or would break a dependence."""
+
+    kind = "schedule error"
+
+
+class TCWarning(UserWarning):
+    """Something legal but probably not what the author meant, or a recovered fault."""

@@ -1,0 +1,324 @@
+"""Source text -> `syntax.Module`, with Lark's LALR(1) parser.
+
+Lark's exceptions never leave this module: they become `TCSyntaxError` with the line,
+column, the source line with a caret, and what the parser expected, in the user's words.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from pathlib import Path
+
+import lark
+from lark import Token, Transformer, v_args
+
+from tclang import syntax as S
+from tclang.errors import Span, TCSyntaxError
+
+
+def token_span(tok: Token) -> Span:
+    return Span(tok.line, tok.column, tok.end_line, tok.end_column)  # type: ignore[call-arg]
+
+
+def _span(*children) -> Span:
+    """The merge of the children's spans (Lark's tree-less LALR mode keeps no rule spans)."""
+    spans = [_node_span(x) for x in children if x is not None]
+    spans = [s for s in spans if s is not None]
+    result = spans[0]
+    for s in spans[1:]:
+        result = result.merge(s)
+    return result
+
+
+def _node_span(x) -> Span | None:
+    if isinstance(x, Token):
+        return token_span(x)
+    return getattr(x, "span", None)
+
+
+_INT_LIMIT = 2**63
+
+
+@v_args(inline=True)
+class _ToSyntax(Transformer):
+    """Builds the frozen syntax tree straight from the LALR parser's reductions."""
+
+    def start(self, *defs):
+        return tuple(defs)
+
+    def definition(self, def_tok, name, *rest):
+        params = tuple(p for p in rest if isinstance(p, S.Param))
+        outputs = tuple(o for o in rest if isinstance(o, S.OutputDecl))
+        stmts = tuple(s for s in rest if isinstance(s, S.Statement))
+        return S.Definition(S.Ident(str(name), token_span(name)), params, outputs, stmts,
+                            _span(def_tok, name))
+
+    def param(self, type_tok, *rest):
+        dims = rest[0] if len(rest) == 2 else None
+        name = rest[-1]
+        return S.Param(str(type_tok), dims, S.Ident(str(name), token_span(name)),
+                       _span(type_tok, name))
+
+    def shape(self, *dims):
+        return tuple(d for d in dims if d is not None)
+
+    def dim(self, tok):
+        value = int(tok) if tok.type == "INT" else str(tok)
+        return S.Dim(value, token_span(tok))
+
+    def inferred_output(self, name):
+        return S.OutputDecl(S.Ident(str(name), token_span(name)), None, None, token_span(name))
+
+    def declared_output(self, type_tok, *rest):
+        dims = rest[0] if len(rest) == 2 else ()
+        name = rest[-1]
+        return S.OutputDecl(S.Ident(str(name), token_span(name)), str(type_tok), dims,
+                            _span(type_tok, name))
+
+    def statement(self, target, *rest):
+        rest = list(rest)
+        indices = rest.pop(0) if isinstance(rest[0], tuple) else None
+        op_tok, rhs = rest[0], rest[1]
+        where = rest[2] if len(rest) > 2 and isinstance(rest[2], tuple) else ()
+        return S.Statement(S.Ident(str(target), token_span(target)), indices, str(op_tok),
+                           token_span(op_tok), rhs, where, _span(target, rhs))
+
+    def lhs_indices(self, *names):
+        return tuple(S.Ident(str(n), token_span(n)) for n in names if n is not None)
+
+    def assign_op(self, tok):
+        return tok
+
+    def where_clause(self, *clauses):
+        return tuple(clauses)
+
+    def range_clause(self, name, lo, _colon, hi):
+        return S.RangeClause(S.Ident(str(name), token_span(name)), lo, hi, _span(name, hi))
+
+    def let_clause(self, name, _eq, value):
+        return S.LetClause(S.Ident(str(name), token_span(name)), value, _span(name, value))
+
+    def exists_clause(self, access):
+        return S.ExistsClause(access, access.span)
+
+    def ternary(self, cond, _q, then, _c, other):
+        return S.TernaryExpr(cond, then, other, _span(cond, other))
+
+    def binexpr(self, *items):
+        """`a op b op c ...` grouped by precedence, each level left-associative."""
+        operands, operators = list(items[0::2]), list(items[1::2])
+        return _climb(operands, operators)
+
+    def unary(self, op, operand):
+        return S.UnaryExpr(str(op), operand, _span(op, operand))
+
+    def int_lit(self, tok):
+        value = int(tok)
+        if value >= _INT_LIMIT:
+            raise TCSyntaxError(f"integer literal {tok} does not fit in 64 bits",
+                                token_span(tok), hint="use a float literal (e.g. 1e20)")
+        return S.IntLit(value, token_span(tok))
+
+    def float_lit(self, tok):
+        return S.FloatLit(float(tok), str(tok), token_span(tok))
+
+    def true_lit(self, tok):
+        return S.BoolLit(True, token_span(tok))
+
+    def false_lit(self, tok):
+        return S.BoolLit(False, token_span(tok))
+
+    def name(self, tok):
+        return S.Name(str(tok), token_span(tok))
+
+    def call(self, name, *rest):
+        args = tuple(a for a in rest if a is not None and not isinstance(a, Token))
+        return S.Apply(str(name), token_span(name), args, _span(name, rest[-1]))
+
+    def cast(self, type_tok, _lpar, operand, rpar):
+        return S.CastExpr(str(type_tok), operand, _span(type_tok, rpar))
+
+    def paren(self, lpar, inner, rpar):
+        return dataclasses.replace(inner, span=_span(lpar, rpar))
+
+
+PRECEDENCE = {"||": 1, "&&": 2, "==": 3, "!=": 3, "<": 3, ">": 3, "<=": 3, ">=": 3,
+              "+": 4, "-": 4, "*": 5, "/": 5, "%": 5}
+
+
+def _climb(operands: list, operators: list):
+    """Shunting-yard over a flat operand/operator list; all binary operators are left-assoc."""
+    out = [operands[0]]
+    ops: list[Token] = []
+
+    def reduce_top():
+        op = ops.pop()
+        rhs, lhs = out.pop(), out.pop()
+        out.append(S.BinaryExpr(str(op), lhs, rhs, token_span(op), lhs.span.merge(rhs.span)))
+
+    for op, operand in zip(operators, operands[1:]):
+        while ops and PRECEDENCE[str(ops[-1])] >= PRECEDENCE[str(op)]:
+            reduce_top()
+        ops.append(op)
+        out.append(operand)
+    while ops:
+        reduce_top()
+    return out[0]
+
+
+@functools.cache
+def _lark_parser() -> lark.Lark:
+    grammar = (Path(__file__).parent / "grammar.lark").read_text()
+    return lark.Lark(grammar, parser="lalr", lexer="contextual", maybe_placeholders=True, transformer=_ToSyntax())
+
+
+def parse(source: str) -> S.Module:
+    """Parse every definition of `source`; raises `TCSyntaxError` on malformed text."""
+    if not isinstance(source, str):
+        raise TCSyntaxError(f"the source must be a str, not {type(source).__name__}")
+    try:
+        definitions = _lark_parser().parse(source)
+    except TCSyntaxError as err:
+        raise err.with_source(source) from None
+    except lark.exceptions.UnexpectedInput as err:
+        raise _syntax_error(err, source) from None
+    except lark.exceptions.VisitError as err:  # a transformer callback failed
+        if isinstance(err.orig_exc, TCSyntaxError):
+            raise err.orig_exc.with_source(source) from None
+        raise
+    module = S.Module(tuple(definitions), source)
+    _check_depth(module)
+    return module
+
+
+MAX_DEPTH = 400
+
+
+def _check_depth(module: S.Module) -> None:
+    """Refuse absurdly deep expressions with a located error (later stages recurse)."""
+    stack = [(e, 1) for d in module.definitions for s in d.statements
+             for e in [s.rhs] + [c for c in s.where]]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise TCSyntaxError(f"expression nested more than {MAX_DEPTH} levels deep",
+                                node.span, module.source,
+                                hint="split it into where-locals or separate statements")
+        for child in _children(node):
+            stack.append((child, depth + 1))
+
+
+def _children(node) -> tuple:
+    match node:
+        case S.Apply(args=args):
+            return args
+        case S.CastExpr(operand=x) | S.UnaryExpr(operand=x) | S.LetClause(value=x):
+            return (x,)
+        case S.BinaryExpr(lhs=a, rhs=b) | S.RangeClause(lo=a, hi=b):
+            return (a, b)
+        case S.TernaryExpr(cond=c, then=t, other=o):
+            return (c, t, o)
+        case S.ExistsClause(access=a):
+            return (a,)
+    return ()
+
+
+# ---- turning Lark's errors into the user's words ----------------------------------------
+
+_TERMINAL_WORDS = {
+    "NAME": "a name", "INT": "an integer", "FLOAT": "a number", "TYPE": "a type",
+    "LPAR": "'('", "RPAR": "')'", "LBRACE": "'{'", "RBRACE": "'}'", "COMMA": "','",
+    "SEMICOLON": "';'", "COLON": "':'", "QMARK": "'?'", "EQ": "'='", "MINUS": "'-'",
+    "DEF": "'def'", "WHERE": "'where'", "IN": "'in'", "EXISTS": "'exists'",
+    "__ANON_0": "'->'", "BINOP": "an operator", "UNARY_OP": "'-' or '!'",
+    "TRUE": "'true'", "FALSE": "'false'", "$END": "the end of the source",
+}
+_ASSIGN_TERMINALS = {"EQ", "PLUS_EQ", "PLUS_EQ_B", "TIMES_EQ", "TIMES_EQ_B", "MIN_EQ",
+                     "MIN_EQ_B", "MAX_EQ", "MAX_EQ_B"}
+_EXPR_START = {"NAME", "INT", "FLOAT", "TYPE", "LPAR", "UNARY_OP", "TRUE", "FALSE"}
+
+
+_OPERATORS = {"BINOP", "QMARK"}
+
+
+def _describe_expected(expected: set[str]) -> str:
+    """A short phrase for what the parser would have accepted, grouped into categories."""
+    names = set(expected)
+    words = []
+    for group, word, least in ((_EXPR_START, "an expression", 3),
+                               (_ASSIGN_TERMINALS, "an assignment operator (=, +=!, +=, ...)", 3),
+                               (_OPERATORS, "an operator", 2)):
+        if len(names & group) >= least:
+            words.append(word)
+            names -= group
+    for name in sorted(names, key=lambda n: (n != "RPAR", n)):
+        word = _TERMINAL_WORDS.get(name) or _literal_of(name)
+        if word not in words:
+            words.append(word)
+    words = words[:5]
+    if len(words) == 1:
+        return words[0]
+    return ", ".join(words[:-1]) + " or " + words[-1]
+
+
+def _literal_of(terminal: str) -> str:
+    try:
+        pattern = _lark_parser().get_terminal(terminal).pattern
+    except (KeyError, AttributeError):
+        return terminal.lower()
+    return f"'{pattern.value}'" if pattern.type == "str" else terminal.lower()
+
+
+def _found(err: lark.exceptions.UnexpectedInput, source: str) -> str:
+    if isinstance(err, lark.exceptions.UnexpectedCharacters):
+        return f"'{source[err.pos_in_stream]}'"
+    token = getattr(err, "token", None)
+    if token is None or token.type == "$END":
+        return "end of the source"
+    return f"'{token}'"
+
+
+def _syntax_error(err: lark.exceptions.UnexpectedInput, source: str) -> TCSyntaxError:
+    found = _found(err, source)
+    if isinstance(err, lark.exceptions.UnexpectedCharacters):
+        expected = set()  # the contextual lexer's guess is imprecise; the character is enough
+    else:  # `accepts` is exact; `expected` includes tokens of merged LALR states
+        expected = set(getattr(err, "accepts", None) or getattr(err, "expected", None) or ())
+    token = getattr(err, "token", None)
+    if token is not None and token.type != "$END":
+        span = token_span(token)
+    else:
+        line, column = _position(err, source)
+        span = Span(line, column, line, column + 1)
+    what = "character" if isinstance(err, lark.exceptions.UnexpectedCharacters) else ""
+    message = f"unexpected {what + ' ' if what else ''}{found}"
+    if expected:
+        message += f"; expected {_describe_expected(expected)}"
+    return TCSyntaxError(message, span, source, hint=_hint(found, expected))
+
+
+def _position(err: lark.exceptions.UnexpectedInput, source: str) -> tuple[int, int]:
+    if isinstance(err, lark.exceptions.UnexpectedCharacters):
+        return err.line, err.column
+    # at the end of the source: point just past its last visible character
+    lines = source.rstrip().split("\n")
+    return len(lines), len(lines[-1]) + 1
+
+
+def _hint(found: str, expected: set[str]) -> str | None:
+    if found == "end of the source":
+        if "RBRACE" in expected:
+            return "a definition is missing its closing '}'"
+        if "RPAR" in expected:
+            return "a '(' is not closed"
+        return "the source ends in the middle of a definition"
+    if expected & _ASSIGN_TERMINALS and found in ("'=='", "'-'", "'+'"):
+        return "a statement is `T(i, j) OP expr` with OP one of =, +=!, +=, *=!, min=!, max=!"
+    if found in ("'['", "']'"):
+        return "tensors are read with parentheses: A(i, j)"
+    if found == "'.'":
+        return "write a number with a digit on each side of '.', e.g. 0.5"
+    if "DEF" in expected and found != "'def'":
+        return "a source holds definitions: def name(float(N) A) -> (B) { ... }"
+    return None

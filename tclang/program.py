@@ -1,0 +1,292 @@
+"""The checked program: names resolved, every expression typed, every index ranged.
+
+This is the front end's output and the only thing the polyhedral layer reads of the
+language. Typing is explicit: the checker inserts a `Cast` wherever the promotion rules
+convert a value, so every `Binary`'s operands have the node's own type and no later stage
+applies promotion rules again. float16 values are computed in float32 and rounded to half
+only where they are stored or cast to `half`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from tclang.affine import Affine, Condition
+from tclang.dtypes import DType
+from tclang.errors import Span
+from tclang.sizes import SizeExpr
+
+
+# ---- typed expressions --------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Const:
+    """A literal. A float literal keeps its exact decimal value; code generators round it
+    to `dtype` (so `0.1` is float32's 0.1 unless promotion made it a float64)."""
+
+    value: int | float | bool
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class IndexValue:
+    """The value of a statement index used in arithmetic (int32)."""
+
+    name: str
+    dtype: DType = DType.INT32
+
+
+@dataclass(frozen=True)
+class SizeValue:
+    """The value of a size name used in arithmetic (int32)."""
+
+    name: str
+    dtype: DType = DType.INT32
+
+
+@dataclass(frozen=True)
+class Read:
+    """A read of tensor element `tensor(subscripts)`.
+
+    `affine[k]` is subscript k's quasi-affine form, or None where it is data-dependent or
+    otherwise not affine (checked at run time). `guard` is the affine condition under which
+    the read is evaluated (from enclosing `?:` branches), None if it always is. `ref` numbers
+    the reads of one statement, in source order.
+    """
+
+    tensor: str
+    subscripts: tuple["Expr", ...]
+    affine: tuple[Affine | None, ...]
+    guard: Condition | None
+    ref: int
+    dtype: DType
+    span: Span = field(compare=False)
+
+    @property
+    def is_gather(self) -> bool:
+        return any(a is None for a in self.affine)
+
+
+@dataclass(frozen=True)
+class Unary:
+    op: str  # "neg", "not"
+    operand: "Expr"
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class Binary:
+    op: str  # "add", "sub", "mul", "div", "mod", "and", "or"
+    lhs: "Expr"
+    rhs: "Expr"
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class Compare:
+    op: str  # "eq", "ne", "lt", "le", "gt", "ge"; operands share one type
+    lhs: "Expr"
+    rhs: "Expr"
+    dtype: DType = DType.BOOL
+
+
+@dataclass(frozen=True)
+class Select:
+    cond: "Expr"
+    then: "Expr"
+    other: "Expr"
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class Call:
+    """A builtin; its arguments are already cast to `dtype` (min/max/abs: the joined type)."""
+
+    name: str
+    args: tuple["Expr", ...]
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class Cast:
+    operand: "Expr"
+    dtype: DType
+
+
+Expr = Const | IndexValue | SizeValue | Read | Unary | Binary | Compare | Select | Call | Cast
+
+
+def walk(e: Expr):
+    """Every node of an expression tree, parents before children."""
+    yield e
+    match e:
+        case Read(subscripts=subs):
+            for s in subs:
+                yield from walk(s)
+        case Unary(operand=x) | Cast(operand=x):
+            yield from walk(x)
+        case Binary(lhs=a, rhs=b) | Compare(lhs=a, rhs=b):
+            yield from walk(a)
+            yield from walk(b)
+        case Select(cond=c, then=t, other=o):
+            yield from walk(c)
+            yield from walk(t)
+            yield from walk(o)
+        case Call(args=args):
+            for a in args:
+                yield from walk(a)
+
+
+def reads_of(e: Expr) -> list[Read]:
+    """The reads of an expression in source order (gathers' inner reads after the outer)."""
+    found, stack = [], [e]
+    while stack:
+        node = stack.pop()
+        t = type(node)
+        if t is Read:
+            found.append(node)
+            stack.extend(reversed(node.subscripts))
+        elif t is Binary or t is Compare:
+            stack.append(node.rhs)
+            stack.append(node.lhs)
+        elif t is Call:
+            stack.extend(reversed(node.args))
+        elif t is Unary or t is Cast:
+            stack.append(node.operand)
+        elif t is Select:
+            stack.extend((node.other, node.then, node.cond))
+    return found
+
+
+@dataclass(frozen=True)
+class Obligation:
+    """`expr >= 0` (or `== 0`) must hold for the concrete sizes; else `message` at `span`."""
+
+    expr: SizeExpr
+    relation: str  # ">=" or "=="
+    message: str
+    span: Span
+
+    def holds(self, sizes) -> bool:
+        value = self.expr.evaluate(sizes)
+        return value >= 0 if self.relation == ">=" else value == 0
+
+
+
+# ---- tensors, statements, definitions ---------------------------------------------------
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    dtype: DType
+    shape: tuple[SizeExpr, ...]
+    role: str  # "input", "output", "temporary"
+    span: Span = field(compare=False)
+    declared: bool = False  # the shape was written in the signature (inputs, typed outputs)
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+
+@dataclass(frozen=True)
+class IndexRange:
+    """An index ranges over [lo, hi) (hi exclusive), symbolic in the sizes."""
+
+    name: str
+    lo: SizeExpr
+    hi: SizeExpr
+
+    @property
+    def extent(self) -> SizeExpr:
+        return self.hi - self.lo
+
+
+@dataclass(frozen=True)
+class Statement:
+    """`target(indices) op rhs`: one comprehension of the body.
+
+    `op` is "=", "+", "*", "min" or "max"; `reset` marks the `!` forms (and is False for
+    "="). `domain` lists every index of the statement, left-side ones first, then the
+    reduction indices, each with its inferred range.
+    """
+
+    position: int
+    target: str
+    indices: tuple[str, ...]
+    op: str
+    reset: bool
+    rhs: Expr
+    reduction_indices: tuple[str, ...]
+    domain: tuple[IndexRange, ...]
+    exists: tuple[Read, ...]
+    span: Span = field(compare=False)
+    text: str = field(compare=False, default="")
+    index_spans: tuple[tuple[str, Span], ...] = field(compare=False, default=())
+
+    @property
+    def all_indices(self) -> tuple[str, ...]:
+        return self.indices + self.reduction_indices
+
+    @property
+    def is_reduction(self) -> bool:
+        return self.op != "="
+
+    def range_of(self, index: str) -> IndexRange:
+        for r in self.domain:
+            if r.name == index:
+                return r
+        raise KeyError(index)
+
+    def reads(self) -> list[Read]:
+        return reads_of(self.rhs)
+
+
+@dataclass(frozen=True)
+class Definition:
+    name: str
+    sizes: tuple[str, ...]
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...]
+    temporaries: tuple[Tensor, ...]
+    statements: tuple[Statement, ...]
+    span: Span = field(compare=False)
+    source: str = field(compare=False, default="")
+    obligations: tuple[Obligation, ...] = ()
+
+    @property
+    def tensors(self) -> dict[str, Tensor]:
+        return {t.name: t for t in self.inputs + self.outputs + self.temporaries}
+
+    def tensor(self, name: str) -> Tensor:
+        return self.tensors[name]
+
+    def signature(self) -> str:
+        """One line, as `tclang check` prints it: inputs -> outputs with inferred shapes."""
+        def show(t: Tensor) -> str:
+            dims = f"({', '.join(str(d) for d in t.shape)})" if t.shape else ""
+            return f"{t.dtype.value}{dims} {t.name}"
+        ins = ", ".join(show(t) for t in self.inputs)
+        outs = ", ".join(show(t) for t in self.outputs)
+        return f"def {self.name}({ins}) -> ({outs})"
+
+
+@dataclass(frozen=True)
+class Program:
+    definitions: tuple[Definition, ...]
+    source: str
+
+    def __getitem__(self, name: str) -> Definition:
+        for d in self.definitions:
+            if d.name == name:
+                return d
+        raise KeyError(name)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(d.name for d in self.definitions)
+
+
+def evaluate_shape(shape: tuple[SizeExpr, ...], sizes: Mapping[str, int]) -> tuple[int, ...]:
+    return tuple(d.evaluate(sizes) for d in shape)
