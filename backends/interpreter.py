@@ -1,0 +1,312 @@
+"""The reference interpreter: runs a loop-IR kernel on NumPy arrays, statement instance by
+statement instance, exactly in the order the generated code would.
+
+It is the oracle for every schedule and both backends. For speed it does not walk the IR
+at run time: it writes the kernel as one Python function (NumPy scalars give each value its
+exact type: float32 rounding, int wraparound) and runs that. GPU launches run each block's
+threads as Python generators that yield at every barrier, so a missing barrier gives wrong
+results here as it would on a GPU.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Callable, Mapping
+
+import numpy as np
+
+from backends import reference_math
+from polyhedral import loop_ir as L
+from tclang import program as P
+from tclang.dtypes import DType
+from tclang.errors import TCIndexError
+
+_CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+_INDEX_BIN = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "div_nonneg": "//",
+              "rem": "%", "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+
+
+def compile_kernel(kernel: L.Kernel, check_bounds: bool = False) -> Callable:
+    """A function `run(arrays, sizes)` executing `kernel` on a dict of NumPy arrays."""
+    source = _Emitter(kernel, check_bounds).emit()
+    namespace = dict(_RUNTIME)
+    exec(compile(source, f"<tclang reference {kernel.name}>", "exec"), namespace)
+    run = namespace["run"]
+    run.source = source
+    return run
+
+
+def run_kernel(kernel: L.Kernel, arrays: Mapping[str, np.ndarray],
+               sizes: Mapping[str, int], check_bounds: bool = False) -> None:
+    """Execute `kernel` in place on `arrays` (inputs, outputs and temporaries by name)."""
+    compile_kernel(kernel, check_bounds)(arrays, sizes)
+
+
+# ---- helpers the generated code calls ---------------------------------------------------
+
+def _idiv(a, b):
+    if b == 0:
+        return type(a)(0)
+    if b == -1:
+        return -a
+    return a // b
+
+
+def _imod(a, b):
+    if b == 0:
+        return type(a)(0)
+    return a % b
+
+
+def _f2i(x, dtype):
+    """float -> int: truncation toward zero, saturating, NaN -> 0 (LLVM's fptosi.sat)."""
+    if np.isnan(x):
+        return dtype.type(0)
+    info = np.iinfo(dtype)
+    value = np.trunc(np.float64(x))
+    if value <= info.min:
+        return dtype.type(info.min)
+    if value >= info.max:
+        return dtype.type(info.max)
+    return dtype.type(int(value))
+
+
+def _i2i(x, dtype):
+    return np.asarray(x).astype(dtype)[()]
+
+
+def _gather_check(value, extent, tensor, dim, where):
+    if not 0 <= value < extent:
+        raise TCIndexError(f"index {int(value)} is out of bounds for dimension {dim} of "
+                           f"{tensor} (extent {extent}) in `{where}`")
+    return value
+
+
+def _lockstep(threads):
+    """Advance every thread to its next barrier, again and again, until all finish."""
+    alive = list(threads)
+    while alive:
+        still = []
+        for t in alive:
+            try:
+                next(t)
+                still.append(t)
+            except StopIteration:
+                pass
+        alive = still
+
+
+_RUNTIME = {"np": np, "_idiv": _idiv, "_imod": _imod, "_f2i": _f2i, "_i2i": _i2i,
+            "_gather_check": _gather_check, "_lockstep": _lockstep, "_math": reference_math,
+            "_product": itertools.product, "TCIndexError": TCIndexError}
+
+
+class _Emitter:
+    def __init__(self, kernel: L.Kernel, check_bounds: bool):
+        self.kernel = kernel
+        self.check_bounds = check_bounds
+        self.lines: list[str] = []
+        self.constants: dict[object, str] = {}
+        self.launches = 0
+        self.shapes = {b.name: b.shape for b in kernel.buffers}
+
+    def emit(self) -> str:
+        body: list[str] = []
+        self.lines = body
+        self.node(self.kernel.body, 1, in_thread=False)
+        head = ["def run(arrays, sizes):", "  with np.errstate(all='ignore'):"]
+        for name in self.kernel.sizes:
+            head.append(f"    z_{name} = int(sizes[{name!r}])")
+        for name, value in self.kernel.size_values:
+            head.append(f"    z_{name} = {value}")
+        for b in self.kernel.buffers:
+            head.append(f"    t_{b.name} = arrays[{b.name!r}]")
+        consts = [f"{name} = {text}" for text, name in self.constants.items()]
+        return "\n".join(consts + head + (["    pass"] if not body else
+                                          ["  " + line for line in body])) + "\n"
+
+    def put(self, indent: int, line: str) -> None:
+        self.lines.append("  " * indent + line)
+
+    # ---- loop nodes ----
+    def node(self, n: L.Node, indent: int, in_thread: bool) -> None:
+        match n:
+            case L.Block(body=items):
+                for item in items:
+                    self.node(item, indent, in_thread)
+                if not items:
+                    self.put(indent, "pass")
+            case L.For(var=v, lo=lo, hi=hi, step=step, body=body):
+                self.put(indent, f"for {v} in range({self.index(lo)}, {self.index(hi)}, {step}):")
+                self.node(body, indent + 1, in_thread)
+            case L.If(cond=c, then=t, other=o):
+                self.put(indent, f"if {self.index(c)}:")
+                self.node(t, indent + 1, in_thread)
+                if o is not None:
+                    self.put(indent, "else:")
+                    self.node(o, indent + 1, in_thread)
+            case L.Run():
+                self.run(n, indent)
+            case L.Copy(buffer=b, tensor=t, direction=d, index=idx, offset=off):
+                glob = ", ".join(self.index(i) for i in idx)
+                local = ", ".join(f"({self.index(i)}) - ({self.index(o)})"
+                                  for i, o in zip(idx, off))
+                g = f"t_{t}[{glob},]" if idx else f"t_{t}[()]"
+                lo = f"t_{b}[{local},]" if idx else f"t_{b}[()]"
+                self.put(indent, f"{lo} = {g}" if d == "in" else f"{g} = {lo}")
+            case L.Barrier():
+                self.put(indent, "yield")
+            case L.Launch():
+                self.launch(n, indent)
+            case _:
+                raise TypeError(f"unknown loop IR node {n!r}")
+
+    def launch(self, n: L.Launch, indent: int) -> None:
+        k = self.launches
+        self.launches += 1
+        ids = ("b0", "b1", "b2")[:len(n.grid)]
+        tids = ("t0", "t1", "t2")[:len(n.block)]
+        shared = [b for b in n.buffers if b.kind == "shared"]
+        private = [b for b in n.buffers if b.kind == "private"]
+        self.put(indent, f"def _thread_{k}({', '.join(ids + tids)}):")
+        for b in private:
+            self.put(indent + 1, f"t_{b.name} = {self.alloc(b)}")
+        self.put(indent + 1, "if False: yield")
+        self.node(n.body, indent + 1, in_thread=True)
+        grid = ", ".join(f"range({self.index(g)})" for g in n.grid)
+        block = ", ".join(f"range({b})" for b in n.block)
+        self.put(indent, f"for _b in _product({grid}):")
+        for b in shared:
+            self.put(indent + 1, f"t_{b.name} = {self.alloc(b)}")
+        self.put(indent + 1, f"_lockstep([_thread_{k}(*_b, *_t) for _t in _product({block})])")
+
+    def alloc(self, b: L.Buffer) -> str:
+        shape = ", ".join(self.index(d) for d in b.shape)
+        return f"np.zeros(({shape}{',' if b.shape else ''}), dtype=np.{b.dtype.value})"
+
+    # ---- statement instances ----
+    def run(self, r: L.Run, indent: int) -> None:
+        s = self.kernel.statement(r.statement)
+        promoted = {p.ref: p for p in r.promoted}
+        self.put(indent, f"# {r.statement}: {s.text}" if s.text else f"# {r.statement}")
+        for name, value in zip(s.indices, r.indices):
+            self.put(indent, f"i_{name} = {self.index(value)}")
+        target = self.element(s.target, [f"i_{i}" for i in s.lhs], promoted.get(-1), s.text,
+                              None)
+        dtype = self.kernel.buffer(s.target).dtype
+        if s.kind in ("init", "assign"):
+            self.put(indent, f"{target} = {self.value(s.value, s, promoted)}")
+            return
+        value = self.value(s.value, s, promoted)
+        current = self.load(target, dtype)
+        self.put(indent, f"{target} = {self.combine(s.op, current, value, dtype)}")
+
+    def combine(self, op: str, acc: str, value: str, dtype: DType) -> str:
+        if op == "+":
+            return f"({acc} + {value})"
+        if op == "*":
+            return f"({acc} * {value})"
+        fn = ("np.fmin" if op == "min" else "np.fmax") if dtype.is_float else \
+            ("np.minimum" if op == "min" else "np.maximum")
+        return f"{fn}({acc}, {value})"
+
+    def element(self, tensor: str, subscripts: list[str], promotion: L.Promotion | None,
+                where: str, checks: list | None) -> str:
+        if promotion is not None:
+            subs = [f"({s}) - ({self.index(o)})" for s, o in zip(subscripts, promotion.offset)]
+            name = promotion.buffer
+        else:
+            subs, name = subscripts, tensor
+        if checks is not None:
+            subs = [f"_gather_check({s}, {self.index(self.shapes[tensor][k])}, {tensor!r}, {k}, "
+                    f"{where!r})" if check else s for k, (s, check) in enumerate(zip(subs, checks))]
+        return f"t_{name}[{', '.join(subs)},]" if subs else f"t_{name}[()]"
+
+    @staticmethod
+    def load(text: str, dtype: DType) -> str:
+        return f"np.float32({text})" if dtype is DType.FLOAT16 else text
+
+    def const(self, value, dtype: DType) -> str:
+        literal = f"float('{value}')" if isinstance(value, float) and not np.isfinite(value) \
+            else repr(value)
+        key = f"np.{dtype.numpy.name}({literal})"
+        if dtype is DType.FLOAT16:
+            key = f"np.float32(np.float16({literal}))"
+        if key not in self.constants:
+            self.constants[key] = f"_k{len(self.constants)}"
+        return self.constants[key]
+
+    def value(self, e: P.Expr, s: L.StatementDef, promoted: dict[int, L.Promotion]) -> str:
+        v = lambda x: self.value(x, s, promoted)  # noqa: E731
+        match e:
+            case P.Const(value=val, dtype=dt):
+                return self.const(val, dt)
+            case P.IndexValue(name=n):
+                return f"np.int32(i_{n})"
+            case P.SizeValue(name=n):
+                return f"np.int32(z_{n})"
+            case P.Read(tensor=t, subscripts=subs, affine=aff, ref=ref):
+                texts = [f"int({v(x)})" for x in subs]
+                checks = [self.check_bounds or a is None for a in aff]
+                elem = self.element(t, texts, promoted.get(ref), s.text, checks)
+                return self.load(elem, self.kernel.buffer(t).dtype)
+            case P.Unary(op="neg", operand=x):
+                return f"(-{v(x)})"
+            case P.Unary(op="not", operand=x):
+                return f"np.bool_(not {v(x)})"
+            case P.Binary(op="and", lhs=a, rhs=b):
+                return f"np.bool_({v(a)} and {v(b)})"
+            case P.Binary(op="or", lhs=a, rhs=b):
+                return f"np.bool_({v(a)} or {v(b)})"
+            case P.Binary(op=op, lhs=a, rhs=b, dtype=dt):
+                return self.arith(op, v(a), v(b), dt)
+            case P.Compare(op=op, lhs=a, rhs=b):
+                return f"np.bool_({v(a)} {_CMP[op]} {v(b)})"
+            case P.Select(cond=c, then=t, other=o):
+                return f"({v(t)} if {v(c)} else {v(o)})"
+            case P.Call(name=n, args=args, dtype=dt):
+                joined = ", ".join(v(a) for a in args)
+                return f"_math.call({n!r}, ({joined},), np.dtype(np.{dt.compute.value}))"
+            case P.Cast(operand=x, dtype=dt):
+                return self.cast(v(x), x.dtype, dt)
+        raise TypeError(f"unknown expression {e!r}")
+
+    @staticmethod
+    def arith(op: str, a: str, b: str, dtype: DType) -> str:
+        if op in ("add", "sub", "mul"):
+            return f"({a} {_INDEX_BIN[op]} {b})"
+        if op == "div":
+            return f"({a} / {b})" if dtype.is_float else f"_idiv({a}, {b})"
+        return f"np.remainder({a}, {b})" if dtype.is_float else f"_imod({a}, {b})"
+
+    @staticmethod
+    def cast(x: str, src: DType, dst: DType) -> str:
+        if dst is DType.BOOL:
+            return f"np.bool_({x} != 0)"
+        if dst is DType.FLOAT16:
+            return f"np.float32(np.float16({x}))"
+        if dst.is_float:
+            return f"np.{dst.value}({x})"
+        if src.is_float:
+            return f"_f2i({x}, np.dtype(np.{dst.value}))"
+        return f"_i2i({x}, np.{dst.value})"
+
+    def index(self, e: L.IExpr) -> str:
+        match e:
+            case L.Var(name=n):
+                return f"z_{n}" if n in self.kernel.sizes else n
+            case L.Int(value=val):
+                return str(val)
+            case L.Op(op="neg", args=(a,)):
+                return f"(-{self.index(a)})"
+            case L.Op(op="not", args=(a,)):
+                return f"(not {self.index(a)})"
+            case L.Op(op="min" | "max" as op, args=(a, b)):
+                return f"{op}({self.index(a)}, {self.index(b)})"
+            case L.Op(op="select", args=(c, a, b)):
+                return f"({self.index(a)} if {self.index(c)} else {self.index(b)})"
+            case L.Op(op="and" | "or" as op, args=(a, b)):
+                return f"({self.index(a)} {op} {self.index(b)})"
+            case L.Op(op=op, args=(a, b)):
+                return f"({self.index(a)} {_INDEX_BIN[op]} {self.index(b)})"
+        raise TypeError(f"unknown index expression {e!r}")

@@ -1,0 +1,143 @@
+"""Questions about schedule-tree bands, answered in the program's own terms.
+
+Which statement index does a band member run over? How many iterations does it have?
+Which member gives stride-1 accesses? The tiling and mapping passes ask these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+
+from polyhedral.scop import Scop
+from tclang.affine import Affine
+
+
+@dataclass(frozen=True)
+class Member:
+    """One band member: for each statement, the index it runs over (None if it is a
+    constant or a mix of indices for that statement), its extent if known, coincidence."""
+
+    position: int
+    index_of: dict[str, str | None]  # statement id -> index name
+    extent: int | None
+    coincident: bool
+
+
+def members(node: isl.ScheduleNode, scop: Scop) -> list[Member]:
+    partial = node.band_get_partial_schedule()
+    domain = node.get_domain()
+    out = []
+    for k in range(node.band_n_member()):
+        upa = partial.get_union_pw_aff(k)
+        out.append(Member(k, _indices(upa, scop), _extent(upa, domain),
+                          bool(node.band_member_get_coincident(k))))
+    return out
+
+
+def _indices(upa: isl.UnionPwAff, scop: Scop) -> dict[str, str | None]:
+    found: dict[str, str | None] = {}
+
+    def visit(pa: isl.PwAff) -> None:
+        sid = pa.get_space().get_tuple_name(isl.dim_type.in_)
+        st = scop.statement(sid)
+        pieces = []
+        pa.foreach_piece(lambda _set, aff: pieces.append(aff))
+        index = None
+        if len(pieces) == 1:
+            aff = pieces[0]
+            used = [st.indices[k] for k in range(aff.dim(isl.dim_type.in_))
+                    if not aff.get_coefficient_val(isl.dim_type.in_, k).is_zero()]
+            if len(used) == 1:
+                index = used[0]
+        found[sid] = index
+
+    upa.foreach_pw_aff(visit)
+    return found
+
+
+def _extent(upa: isl.UnionPwAff, domain: isl.UnionSet) -> int | None:
+    """Number of values the member takes, when the sizes are concrete."""
+    try:
+        restricted = upa.intersect_domain(domain)
+        high, low = restricted.max_val(), restricted.min_val()
+    except isl.Error:
+        return None
+    if not (high.is_int() and low.is_int()):
+        return None
+    return high.to_python() - low.to_python() + 1
+
+
+def stride_scores(node: isl.ScheduleNode, scop: Scop, band: list[Member]) -> list[int]:
+    """How much each member helps contiguous access if innermost.
+
+    An access whose last subscript moves with the member's index (and no other subscript
+    does) scores +1 (the write +2); one whose other subscripts move with it scores -1.
+    """
+    scores = [0] * len(band)
+    active = {st.id for st in scop.statements if _in_domain(node, st.id)}
+    for m in band:
+        for st in scop.statements:
+            index = m.index_of.get(st.id)
+            if st.id not in active or index is None:
+                continue
+            accesses = [(tuple(Affine.index(i) for i in st.source.indices), 2)]
+            if st.kind != "init":
+                accesses += [(r.affine, 1) for r in st.source.reads()]
+            for subscripts, weight in accesses:
+                scores[m.position] += weight * _stride_effect(subscripts, index)
+    return scores
+
+
+def _stride_effect(subscripts, index: str) -> int:
+    if not subscripts:
+        return 0
+    moves = [a is None or index in a.indices() for a in subscripts]
+    if any(moves[:-1]):
+        return -1
+    last = subscripts[-1]
+    if last is not None and moves[-1] and abs(last.coefficient(index)) == 1:
+        return 1
+    return 0
+
+
+def _in_domain(node: isl.ScheduleNode, sid: str) -> bool:
+    names = []
+    node.get_domain().foreach_set(lambda s: names.append(s.get_tuple_name()))
+    return sid in names
+
+
+def reads_reuse(node: isl.ScheduleNode, scop: Scop, band: list[Member]) -> bool:
+    """Whether some read of a tensor with two or more dimensions stays the same along a
+    member: then tiling keeps it in cache."""
+    for st in scop.statements:
+        if st.kind == "init" or not _in_domain(node, st.id):
+            continue
+        for read in st.source.reads():
+            if len(read.affine) < 2:
+                continue
+            used = set().union(*(a.indices() for a in read.affine if a is not None))
+            for m in band:
+                index = m.index_of.get(st.id)
+                if index is not None and index not in used:
+                    return True
+    return False
+
+
+def permute(node: isl.ScheduleNode, order: list[int]) -> isl.ScheduleNode:
+    """The band with its members in `order` (a permutation of positions).
+
+    Only legal for a permutable band; the caller checks legality of the final schedule.
+    """
+    partial = node.band_get_partial_schedule()
+    permutable = node.band_get_permutable()
+    coincident = [node.band_member_get_coincident(k) for k in range(len(order))]
+    permuted = partial
+    for new, old in enumerate(order):
+        permuted = permuted.set_union_pw_aff(new, partial.get_union_pw_aff(old))
+    node = node.delete().insert_partial_schedule(permuted)
+    node = node.band_set_permutable(permutable)
+    for new, old in enumerate(order):
+        node = node.band_member_set_coincident(new, coincident[old])
+    return node

@@ -1,0 +1,65 @@
+"""Exact bounds checks of every affine read, guarded ones included, with isl.
+
+For concrete sizes a read that can leave its tensor is an error before any code runs; the
+message names the read, the element and the statement point. For shape-generic code the
+check yields, per read, the set of sizes for which it would leave its tensor; the runtime
+tests each new shape against them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+
+from polyhedral.scop import Scop, tensor_box
+from tclang.errors import Span, TCArgumentError
+
+
+@dataclass(frozen=True)
+class BoundsCondition:
+    """For shape-generic kernels: the sizes (isl text of a params set) that break a read."""
+
+    bad_sizes: str
+    message: str
+    span: Span
+
+
+def _violations(scop: Scop):
+    for (sid, ref), access in scop.ref_reads.items():
+        st = scop.statement(sid)
+        read = next(r for r in st.source.reads() if r.ref == ref)
+        domain = scop.domain.extract_set(access.get_space().domain())
+        box = tensor_box(scop, read.tensor)
+        outside = isl.Set.universe(box.get_space()).subtract(box)
+        bad = access.intersect_domain(domain).intersect_range(outside)
+        if not bad.is_empty():
+            yield st, read, bad
+
+
+def check_bounds(scop: Scop) -> None:
+    """Raise `TCArgumentError` at the first read outside its tensor (specialized scops)."""
+    for st, read, bad in _violations(scop):
+        point = bad.sample_point()
+        element = [point.get_coordinate_val(isl.dim_type.out, k).to_python()
+                   for k in range(bad.dim(isl.dim_type.out))]
+        where = ", ".join(f"{name} = {point.get_coordinate_val(isl.dim_type.in_, k).to_python()}"
+                          for k, name in enumerate(st.indices))
+        shape = tuple(e.evaluate(scop.sizes) for e in scop.extents[read.tensor])
+        raise TCArgumentError(
+            f"for these sizes, {read.tensor} would be read out of bounds: element "
+            f"{read.tensor}{tuple(element) if len(element) != 1 else f'({element[0]})'} "
+            f"of a tensor of shape {shape}, at {where}",
+            read.span, scop.definition.source,
+            hint="the sizes of the arguments do not fit this read; check the shapes, or "
+                 "guard the read with `cond ? read : 0`")
+
+
+def bounds_conditions(scop: Scop) -> tuple[BoundsCondition, ...]:
+    """For shape-generic scops: each read's out-of-bounds sizes, to test per call."""
+    found = []
+    for st, read, bad in _violations(scop):
+        message = (f"for these sizes, {read.tensor} would be read out of bounds in "
+                   f"`{st.source.text}`")
+        found.append(BoundsCondition(str(bad.params()), message, read.span))
+    return tuple(found)

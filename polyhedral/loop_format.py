@@ -1,0 +1,149 @@
+"""Loop IR as readable pseudo-C, for `CompiledKernel.loops` and `tclang explain`."""
+
+from __future__ import annotations
+
+from polyhedral import loop_ir as L
+from tclang import program as P
+
+_INFIX = {"add": "+", "sub": "-", "mul": "*", "div_nonneg": "/", "rem": "%", "lt": "<",
+          "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
+_VALUE_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "and": "&&",
+                "or": "||", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+def format_index(e: L.IExpr) -> str:
+    match e:
+        case L.Var(name=n):
+            return n
+        case L.Int(value=v):
+            return str(v)
+        case L.Op(op="neg", args=(a,)):
+            return f"-{_wrap(a)}"
+        case L.Op(op="not", args=(a,)):
+            return f"!{_wrap(a)}"
+        case L.Op(op="floordiv", args=(a, b)):
+            return f"floord({format_index(a)}, {format_index(b)})"
+        case L.Op(op="min" | "max" as op, args=(a, b)):
+            return f"{op}({format_index(a)}, {format_index(b)})"
+        case L.Op(op="select", args=(c, a, b)):
+            return f"({format_index(c)} ? {format_index(a)} : {format_index(b)})"
+        case L.Op(op=op, args=(a, b)):
+            return f"{_wrap(a)} {_INFIX[op]} {_wrap(b)}"
+    raise ValueError(f"not an index expression: {e!r}")
+
+
+def _wrap(e: L.IExpr) -> str:
+    text = format_index(e)
+    return f"({text})" if isinstance(e, L.Op) and e.op in _INFIX else text
+
+
+def format_value(e: P.Expr) -> str:
+    """A statement body's typed expression, in the language's own notation."""
+    match e:
+        case P.Const(value=v):
+            return repr(v) if not isinstance(v, bool) else str(v).lower()
+        case P.IndexValue(name=n) | P.SizeValue(name=n):
+            return n
+        case P.Read(tensor=t, subscripts=subs):
+            return f"{t}[{']['.join(format_value(s) for s in subs)}]" if subs else t
+        case P.Unary(op="neg", operand=x):
+            return f"-{_wrap_value(x)}"
+        case P.Unary(op="not", operand=x):
+            return f"!{_wrap_value(x)}"
+        case P.Binary(op=op, lhs=a, rhs=b) | P.Compare(op=op, lhs=a, rhs=b):
+            return f"{_wrap_value(a)} {_VALUE_INFIX[op]} {_wrap_value(b)}"
+        case P.Select(cond=c, then=t, other=o):
+            return f"({format_value(c)} ? {format_value(t)} : {format_value(o)})"
+        case P.Call(name=n, args=args):
+            return f"{n}({', '.join(format_value(a) for a in args)})"
+        case P.Cast(operand=x, dtype=d):
+            return f"{d.value}({format_value(x)})"
+    raise ValueError(f"not a value expression: {e!r}")
+
+
+def _wrap_value(e: P.Expr) -> str:
+    text = format_value(e)
+    return f"({text})" if isinstance(e, (P.Binary, P.Compare)) else text
+
+
+def format_statement(s: L.StatementDef) -> str:
+    target = f"{s.target}[{']['.join(s.lhs)}]" if s.lhs else s.target
+    if s.kind == "init":
+        return f"{target} = {format_value(s.value)}"
+    if s.kind == "assign":
+        return f"{target} = {format_value(s.value)}"
+    if s.op in ("min", "max"):
+        return f"{target} = {s.op}({target}, {format_value(s.value)})"
+    return f"{target} {s.op}= {format_value(s.value)}"
+
+
+def format_node(node: L.Node, kernel: L.Kernel | None = None, indent: int = 0) -> str:
+    return "\n".join(_lines(node, kernel, indent))
+
+
+def _lines(node: L.Node, kernel: L.Kernel | None, indent: int):
+    pad = "  " * indent
+    match node:
+        case L.Block(body=items):
+            for item in items:
+                yield from _lines(item, kernel, indent)
+        case L.For(var=v, lo=lo, hi=hi, step=step, body=body):
+            notes = [name for name, on in (("parallel", node.parallel),
+                                           ("vectorize", node.vectorize),
+                                           ("reduction", node.reduction)) if on]
+            if node.unroll:
+                notes.append(f"unroll {node.unroll}")
+            note = f"  // {', '.join(notes)}" if notes else ""
+            inc = f"{v}++" if step == 1 else f"{v} += {step}"
+            yield (f"{pad}for (int {v} = {format_index(lo)}; {v} < {format_index(hi)}; {inc})"
+                   f" {{{note}")
+            yield from _lines(body, kernel, indent + 1)
+            yield f"{pad}}}"
+        case L.If(cond=c, then=t, other=o):
+            yield f"{pad}if ({format_index(c)}) {{"
+            yield from _lines(t, kernel, indent + 1)
+            if o is not None:
+                yield f"{pad}}} else {{"
+                yield from _lines(o, kernel, indent + 1)
+            yield f"{pad}}}"
+        case L.Run(statement=sid, indices=idx, promoted=promoted):
+            call = f"{sid}({', '.join(format_index(i) for i in idx)})"
+            if kernel is not None:
+                s = kernel.statement(sid)
+                binding = ", ".join(f"{n}={format_index(i)}" for n, i in zip(s.indices, idx))
+                call = f"{format_statement(s)};  // {sid}: {binding}" if binding else \
+                    f"{format_statement(s)};  // {sid}"
+            if promoted:
+                call += "  [" + ", ".join(f"ref {p.ref} -> {p.buffer}" for p in promoted) + "]"
+            yield pad + call
+        case L.Copy(buffer=b, tensor=t, direction=d, index=idx, offset=off):
+            local = ", ".join(format_index(L.sub(i, o)) for i, o in zip(idx, off))
+            glob = ", ".join(format_index(i) for i in idx)
+            if d == "in":
+                yield f"{pad}{b}[{local}] = {t}[{glob}];"
+            else:
+                yield f"{pad}{t}[{glob}] = {b}[{local}];"
+        case L.Barrier():
+            yield f"{pad}__syncthreads();"
+        case L.Launch(name=n, grid=g, block=b, buffers=bufs, body=body):
+            grid = ", ".join(format_index(x) for x in g)
+            yield f"{pad}launch {n}<<<grid({grid}), block({', '.join(map(str, b))})>>> {{"
+            for buf in bufs:
+                dims = "".join(f"[{format_index(d)}]" for d in buf.shape)
+                yield f"{pad}  __{buf.kind}__ {buf.dtype.value} {buf.name}{dims};"
+            yield from _lines(body, kernel, indent + 1)
+            yield f"{pad}}}"
+
+
+def format_kernel(kernel: L.Kernel) -> str:
+    """The whole kernel: its arrays, then its loop nest."""
+    lines = [f"// kernel {kernel.name}"]
+    if kernel.size_values:
+        lines.append("// sizes: " + ", ".join(f"{n}={v}" for n, v in kernel.size_values))
+    elif kernel.sizes:
+        lines.append("// sizes (at run time): " + ", ".join(kernel.sizes))
+    for b in kernel.buffers:
+        dims = "".join(f"[{format_index(d)}]" for d in b.shape)
+        lines.append(f"// {b.kind} {b.dtype.value} {b.name}{dims}")
+    lines.append(format_node(kernel.body, kernel))
+    return "\n".join(lines)

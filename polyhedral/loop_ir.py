@@ -1,0 +1,236 @@
+"""The loop IR: what the polyhedral layer hands to every backend.
+
+Plain frozen dataclasses (no isl object survives past the AST lowering): integer index
+expressions (`Var`, `Int`, `Op`), loop nodes (`For`, `If`, `Block`), statement instances
+(`Run`), GPU launches with their promoted buffers, copies and barriers. A statement's body
+is the checked program's typed expression tree (`tclang.program`), evaluated at the
+statement's index values. `format_node` prints the IR as readable pseudo-C.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tclang.dtypes import DType
+from tclang.program import Expr
+
+# ---- integer index expressions ---------------------------------------------------------
+
+#: operators of `Op`, with their arity. Division and remainder are only ever by a positive
+#: constant or a positive size: "floordiv" rounds down, "div_nonneg" and "rem" are C's `/`
+#: and `%` (isl emits them where the dividend is known non-negative, or for `% == 0` tests).
+OPS = {"add": 2, "sub": 2, "mul": 2, "neg": 1, "floordiv": 2, "div_nonneg": 2, "rem": 2,
+       "min": 2, "max": 2, "select": 3, "lt": 2, "le": 2, "gt": 2, "ge": 2, "eq": 2, "ne": 2,
+       "and": 2, "or": 2, "not": 1}
+
+
+@dataclass(frozen=True)
+class Var:
+    """A loop iterator, a size, or a GPU id (`b0`..`b2` blocks, `t0`..`t2` threads)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Int:
+    value: int
+
+
+@dataclass(frozen=True)
+class Op:
+    op: str
+    args: tuple["IExpr", ...]
+
+
+IExpr = Var | Int | Op
+
+
+def add(a: IExpr, b: IExpr) -> IExpr:
+    if isinstance(b, Int) and b.value == 0:
+        return a
+    if isinstance(a, Int) and isinstance(b, Int):
+        return Int(a.value + b.value)
+    return Op("add", (a, b))
+
+
+def sub(a: IExpr, b: IExpr) -> IExpr:
+    if isinstance(b, Int) and b.value == 0:
+        return a
+    if isinstance(a, Int) and isinstance(b, Int):
+        return Int(a.value - b.value)
+    return Op("sub", (a, b))
+
+
+def variables(e: IExpr) -> set[str]:
+    if isinstance(e, Var):
+        return {e.name}
+    if isinstance(e, Op):
+        return set().union(*(variables(a) for a in e.args))
+    return set()
+
+
+# ---- buffers and statements -------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Buffer:
+    """An array the kernel touches. kind: input, output, temporary (the kernel's own
+    scratch array), shared (GPU shared memory, per block) or private (per GPU thread)."""
+
+    name: str
+    dtype: DType
+    shape: tuple[IExpr, ...]
+    kind: str
+
+
+@dataclass(frozen=True)
+class StatementDef:
+    """What one statement does at each point of its domain.
+
+    kind "init" sets target[lhs] to `value` (a reduction's identity); "assign" stores
+    `value`; "reduce" combines target[lhs] with `value` by `op` (+, *, min, max). `value`
+    refers to the statement's indices by name (`IndexValue`), bound from `Run.indices`.
+    """
+
+    id: str
+    target: str
+    indices: tuple[str, ...]
+    lhs: tuple[str, ...]
+    kind: str
+    op: str
+    value: Expr
+    text: str = field(default="", compare=False)
+    line: int = field(default=0, compare=False)
+
+
+# ---- loop nodes --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class For:
+    """`for (var = lo; var < hi; var += step)`.
+
+    parallel: the iterations are independent (coincident): the CPU backend may run them on
+    several threads. vectorize: innermost and stride-1, worth SIMD. reduction: the loop
+    carries only reduction dependences, so a float reduction in it may be reassociated.
+    unroll: unroll by this factor (0: backend's choice).
+    """
+
+    var: str
+    lo: IExpr
+    hi: IExpr
+    step: int
+    body: "Node"
+    parallel: bool = False
+    vectorize: bool = False
+    reduction: bool = False
+    unroll: int = 0
+
+
+@dataclass(frozen=True)
+class If:
+    cond: IExpr
+    then: "Node"
+    other: "Node | None" = None
+
+
+@dataclass(frozen=True)
+class Block:
+    body: tuple["Node", ...]
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """Accesses of one reference redirected to a promoted buffer.
+
+    ref is the `Read.ref` of the statement's value, or -1 for its target (write and, for a
+    reduction, the accumulated read). The element A[s] becomes buffer[s - offset].
+    """
+
+    ref: int
+    buffer: str
+    offset: tuple[IExpr, ...]
+
+
+@dataclass(frozen=True)
+class Run:
+    """One instance of a statement: its indices' values as expressions of the loops."""
+
+    statement: str
+    indices: tuple[IExpr, ...]
+    promoted: tuple[Promotion, ...] = ()
+
+
+@dataclass(frozen=True)
+class Copy:
+    """Move tensor[index] to (direction "in") or from ("out") buffer[index - offset]."""
+
+    buffer: str
+    tensor: str
+    direction: str
+    index: tuple[IExpr, ...]
+    offset: tuple[IExpr, ...]
+
+
+@dataclass(frozen=True)
+class Barrier:
+    """All threads of a GPU block wait here (`__syncthreads()`)."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A GPU kernel: `grid` blocks of `block` threads run `body`, which reads its block and
+    thread ids as the variables b0, b1, b2 and t0, t1, t2 (x first). `buffers` are the
+    shared and private arrays it declares."""
+
+    name: str
+    grid: tuple[IExpr, ...]
+    block: tuple[int, ...]
+    buffers: tuple[Buffer, ...]
+    body: "Node"
+
+
+Node = For | If | Block | Run | Copy | Barrier | Launch
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One definition, scheduled: the unit each backend compiles.
+
+    sizes are the size names; in a specialized kernel `size_values` gives each one's value
+    and the loops use the numbers directly. `zero_fill` lists outputs not written at every
+    point, which the runtime must allocate zero-filled.
+    """
+
+    name: str
+    sizes: tuple[str, ...]
+    size_values: tuple[tuple[str, int], ...]
+    buffers: tuple[Buffer, ...]
+    statements: tuple[StatementDef, ...]
+    body: Node
+    zero_fill: tuple[str, ...] = ()
+
+    def buffer(self, name: str) -> Buffer:
+        for b in self.buffers:
+            if b.name == name:
+                return b
+        raise KeyError(name)
+
+    def statement(self, sid: str) -> StatementDef:
+        for s in self.statements:
+            if s.id == sid:
+                return s
+        raise KeyError(sid)
+
+
+def walk_nodes(node: Node):
+    """Every node of a loop tree, parents first."""
+    yield node
+    match node:
+        case For(body=b) | Launch(body=b):
+            yield from walk_nodes(b)
+        case If(then=t, other=o):
+            yield from walk_nodes(t)
+            if o is not None:
+                yield from walk_nodes(o)
+        case Block(body=items):
+            for item in items:
+                yield from walk_nodes(item)

@@ -1,0 +1,217 @@
+"""isl AST -> loop IR: the last stage that sees isl.
+
+isl's AST generator turns the schedule tree into loops. While it builds each `for`, a
+callback decides, exactly as PPCG's CPU path does, whether that loop carries a dependence:
+equate the outer schedule dimensions of every dependence and test whether the current one
+stays equal. A loop that carries none is parallel; one that carries only reduction
+self-dependences is a reduction loop. The AST is then walked into `loop_ir` nodes; each
+statement call's arguments are the statement's indices as expressions of the loops.
+"""
+
+from __future__ import annotations
+
+import islpy as isl
+
+from polyhedral import loop_ir as L
+from polyhedral.dependences import Dependences
+from polyhedral.scop import Scop, tensor_box
+from tclang import program as P
+from tclang import sizes as Z
+from tclang.dtypes import identity
+
+_BINARY = {
+    isl.ast_expr_op_type.add: "add", isl.ast_expr_op_type.sub: "sub",
+    isl.ast_expr_op_type.mul: "mul", isl.ast_expr_op_type.div: "div_nonneg",
+    isl.ast_expr_op_type.fdiv_q: "floordiv", isl.ast_expr_op_type.pdiv_q: "div_nonneg",
+    isl.ast_expr_op_type.pdiv_r: "rem", isl.ast_expr_op_type.zdiv_r: "rem",
+    isl.ast_expr_op_type.min: "min", isl.ast_expr_op_type.max: "max",
+    isl.ast_expr_op_type.lt: "lt", isl.ast_expr_op_type.le: "le",
+    isl.ast_expr_op_type.gt: "gt", isl.ast_expr_op_type.ge: "ge",
+    isl.ast_expr_op_type.eq: "eq", isl.ast_expr_op_type.and_: "and",
+    isl.ast_expr_op_type.and_then: "and", isl.ast_expr_op_type.or_: "or",
+    isl.ast_expr_op_type.or_else: "or",
+}
+
+
+class _Lowering:
+    def __init__(self, scop: Scop, deps: Dependences, unroll: int):
+        self.scop = scop
+        self.deps = deps
+        self.unroll = unroll
+        self.derived = {name: size_index(e, None) for name, e in scop.derived.items()}
+
+    # ---- AST generation with parallelism annotations ----
+    def ast(self, schedule: isl.Schedule, extra_context: isl.Set | None = None) -> isl.AstNode:
+        ctx = self.scop.ctx
+        ctx.set_ast_build_detect_min_max(1)
+        context = self.scop.context if extra_context is None else extra_context
+        build = isl.AstBuild.from_context(context)
+        coincidence = self.deps.coincidence
+        validity = self.deps.validity
+
+        def before_for(build: isl.AstBuild) -> isl.Id:
+            schedule_map = build.get_schedule()
+            parallel = _carries_nothing(schedule_map, coincidence)
+            reduction = not parallel and _carries_nothing(schedule_map, validity)
+            return isl.Id(f"loop_p{int(parallel)}_r{int(reduction)}", context=ctx)
+
+        build, self._keep = build.set_before_each_for(before_for)
+        return build.node_from_schedule(schedule)
+
+    # ---- AST -> loop IR ----
+    def node(self, ast: isl.AstNode) -> L.Node:
+        t = ast.get_type()
+        if t == isl.ast_node_type.for_:
+            return self._for(ast)
+        if t == isl.ast_node_type.if_:
+            other = self.node(ast.if_get_else_node()) if ast.if_has_else_node() else None
+            return L.If(self.expr(ast.if_get_cond()), self.node(ast.if_get_then_node()), other)
+        if t == isl.ast_node_type.block:
+            children = ast.block_get_children()
+            return L.Block(tuple(self.node(children.get_at(k))
+                                 for k in range(children.n_ast_node())))
+        if t == isl.ast_node_type.user:
+            call = ast.user_get_expr()
+            sid = call.get_op_arg(0).get_id().get_name()
+            args = tuple(self.expr(call.get_op_arg(k)) for k in range(1, call.get_op_n_arg()))
+            return L.Run(sid, args)
+        if t == isl.ast_node_type.mark:
+            return self.node(ast.mark_get_node())
+        raise ValueError(f"unexpected isl AST node {t}")
+
+    def _for(self, ast: isl.AstNode) -> L.For:
+        var = ast.for_get_iterator().get_id().get_name()
+        lo = self.expr(ast.for_get_init())
+        body = self.node(ast.for_get_body())
+        note = ast.get_annotation().get_name() if ast.get_annotation() else "loop_p0_r0"
+        parallel, reduction = note.endswith("p1_r0"), note.endswith("r1")
+        if ast.for_is_degenerate():
+            return L.For(var, lo, L.add(lo, L.Int(1)), 1, body)
+        hi = self._upper(var, ast.for_get_cond())
+        step = ast.for_get_inc().get_val().to_python()
+        innermost = not any(isinstance(n, L.For) for n in L.walk_nodes(body))
+        return L.For(var, lo, hi, step, body, parallel=parallel,
+                     vectorize=innermost and (parallel or reduction), reduction=reduction,
+                     unroll=self.unroll if innermost else 0)
+
+    def _upper(self, var: str, cond: isl.AstExpr) -> L.IExpr:
+        """isl writes loop conditions as `var <= e` or `var < e`: the exclusive bound."""
+        op = cond.get_op_type()
+        first = cond.get_op_arg(0)
+        if first.get_type() != isl.ast_expr_type.id or first.get_id().get_name() != var:
+            raise ValueError(f"unexpected loop condition {cond.to_C_str()}")
+        bound = self.expr(cond.get_op_arg(1))
+        if op == isl.ast_expr_op_type.le:
+            return L.add(bound, L.Int(1))
+        if op == isl.ast_expr_op_type.lt:
+            return bound
+        raise ValueError(f"unexpected loop condition {cond.to_C_str()}")
+
+    def expr(self, e: isl.AstExpr) -> L.IExpr:
+        t = e.get_type()
+        if t == isl.ast_expr_type.id:
+            name = e.get_id().get_name()
+            return self.derived.get(name, L.Var(name))
+        if t == isl.ast_expr_type.int:
+            return L.Int(e.get_val().to_python())
+        op = e.get_op_type()
+        args = [self.expr(e.get_op_arg(k)) for k in range(e.get_op_n_arg())]
+        if op == isl.ast_expr_op_type.minus:
+            return L.Op("neg", (args[0],))
+        if op in (isl.ast_expr_op_type.select, isl.ast_expr_op_type.cond):
+            return L.Op("select", tuple(args))
+        name = _BINARY[op]
+        result = args[0]
+        for arg in args[1:]:  # min and max are n-ary in isl
+            result = L.Op(name, (result, arg))
+        return result
+
+
+def _carries_nothing(schedule_map: isl.UnionMap, deps: isl.UnionMap) -> bool:
+    """Whether the innermost dimension of `schedule_map` carries none of `deps` (PPCG)."""
+    in_time = deps.apply_domain(schedule_map).apply_range(schedule_map)
+    if in_time.is_empty():
+        return True
+    relation = isl.Map.from_union_map(in_time)
+    last = relation.dim(isl.dim_type.out) - 1
+    for k in range(last):
+        relation = relation.equate(isl.dim_type.in_, k, isl.dim_type.out, k)
+    same = isl.Map.universe(relation.get_space()).equate(isl.dim_type.in_, last,
+                                                         isl.dim_type.out, last)
+    return relation.is_subset(same)
+
+
+def size_index(e: Z.SizeExpr, sizes: dict[str, int] | None) -> L.IExpr:
+    """A size expression as a loop-IR index expression (a number when specialized)."""
+    if sizes is not None:
+        return L.Int(e.evaluate(sizes))
+    match e:
+        case Z.Poly(terms=terms):
+            result: L.IExpr = L.Int(0)
+            for monomial, coef in terms:
+                term: L.IExpr = L.Int(coef)
+                for name in monomial:
+                    term = L.Var(name) if term == L.Int(1) else L.Op("mul", (term, L.Var(name)))
+                result = term if result == L.Int(0) else L.add(result, term)
+            return result
+        case Z.FloorDiv(numerator=n, divisor=d):
+            return L.Op("floordiv", (size_index(n, None), L.Int(d)))
+        case Z.MinMax(kind=k, args=args):
+            result = size_index(args[0], None)
+            for a in args[1:]:
+                result = L.Op(k, (result, size_index(a, None)))
+            return result
+        case Z.Sum(poly=poly, parts=parts):
+            result = size_index(poly, None)
+            for part, coef in parts:
+                result = L.add(result, L.Op("mul", (L.Int(coef), size_index(part, None))))
+            return result
+    raise TypeError(e)
+
+
+def statement_defs(scop: Scop) -> tuple[L.StatementDef, ...]:
+    defs = []
+    for st in scop.statements:
+        s = st.source
+        dtype = scop.definition.tensor(s.target).dtype
+        if st.kind == "init":
+            value: P.Expr = P.Const(identity(s.op, dtype), dtype)
+        else:
+            value = s.rhs
+        defs.append(L.StatementDef(st.id, s.target, st.indices, s.indices, st.kind, s.op,
+                                   value, s.text, s.span.line))
+    return tuple(defs)
+
+
+def buffers(scop: Scop) -> tuple[L.Buffer, ...]:
+    d = scop.definition
+    return tuple(L.Buffer(t.name, t.dtype, tuple(size_index(e, scop.sizes) for e in t.shape),
+                          t.role) for t in d.inputs + d.outputs + d.temporaries)
+
+
+def zero_filled(scop: Scop) -> tuple[str, ...]:
+    """Outputs and temporaries some point of which no statement writes, or whose first
+    writer accumulates (`+=`) into the initial contents: they start as zeros."""
+    d = scop.definition
+    result = []
+    for t in d.outputs + d.temporaries:
+        first = next(s for s in d.statements if s.target == t.name)
+        if first.is_reduction and not first.reset:
+            result.append(t.name)
+            continue
+        box = tensor_box(scop, t.name).intersect_params(scop.context)
+        written = scop.writes.range().extract_set(box.get_space())
+        if not box.is_subset(written):
+            result.append(t.name)
+    return tuple(result)
+
+
+def lower_to_loops(scop: Scop, schedule: isl.Schedule, deps: Dependences, name: str,
+                   unroll: int = 0) -> L.Kernel:
+    lowering = _Lowering(scop, deps, unroll)
+    body = lowering.node(lowering.ast(schedule))
+    sizes = scop.sizes
+    return L.Kernel(name=name, sizes=scop.definition.sizes,
+                    size_values=tuple(sorted(sizes.items())) if sizes is not None else (),
+                    buffers=buffers(scop), statements=statement_defs(scop), body=body,
+                    zero_fill=zero_filled(scop))

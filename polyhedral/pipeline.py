@@ -1,0 +1,98 @@
+"""The polyhedral middle end in one function: checked definition -> scheduled loop IR.
+
+    scop = build_scop(definition, sizes)            # domains, accesses, program order
+    check_bounds(scop)                              # exact, for the concrete sizes
+    deps = compute_dependences(scop)                # flow, false, reduction self-deps
+    result = compute_schedule(scop, deps, fusion)   # isl scheduler, guarded, with fallbacks
+    tree = transform_bands(...) / map_to_gpu(...)   # loop order, tiling, intra-tile order
+    check_legality(tree, deps, scop)                # every dependence still goes forward
+    kernel = lower_to_loops(scop, tree, deps)       # isl AST -> loop IR
+
+Errors from isl never reach the user as isl errors: they become a `TCCompileError` that
+names the stage.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import islpy as isl
+
+from polyhedral import loop_ir as L
+from polyhedral.bounds import BoundsCondition, bounds_conditions, check_bounds
+from polyhedral.dependences import compute_dependences
+from polyhedral.legality import check_legality
+from polyhedral.lowering import lower_to_loops
+from polyhedral.scheduler import compute_schedule, schedule_text
+from polyhedral.scop import build_scop
+from polyhedral.tiling import BandReport, transform_bands
+from tclang import program as P
+from tclang.errors import TCCompileError, TCError
+from tclang.options import Options
+from tclang.target import Target
+
+
+@dataclass(frozen=True)
+class ScheduledKernel:
+    kernel: L.Kernel
+    schedule: str  # the final isl schedule tree, as text
+    strategy: str  # the fusion strategy that produced it
+    fallback: str | None  # why the requested strategy was not used
+    bounds: tuple[BoundsCondition, ...]  # shape-generic kernels: sizes that break a read
+    bands: tuple[BandReport, ...] = ()
+    timings: dict[str, float] = field(default_factory=dict, compare=False)
+
+
+def verify_enabled() -> bool:
+    """Legality of every schedule is re-checked with TCLANG_VERIFY=1 (the tests set it)."""
+    return os.environ.get("TCLANG_VERIFY", "") not in ("", "0")
+
+
+def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
+                        options: Options, target: Target) -> ScheduledKernel:
+    """Schedule one definition for `target`, for concrete `sizes` or (None) for all sizes."""
+    timings: dict[str, float] = {}
+    stage = "scop"
+    try:
+        clock = time.perf_counter()
+        scop = build_scop(defn, sizes)
+        if sizes is not None:
+            check_bounds(scop)
+            bounds = ()
+        else:
+            bounds = bounds_conditions(scop)
+        clock = _tick(timings, "scop", clock)
+        stage = "dependences"
+        deps = compute_dependences(scop)
+        clock = _tick(timings, "dependences", clock)
+        stage = "scheduling"
+        result = compute_schedule(scop, deps, options.fusion or "preserve_parallel")
+        clock = _tick(timings, "schedule", clock)
+        stage = "tiling"
+        reports: list[BandReport] = []
+        tree = transform_bands(result.schedule, scop, options, target, reports)
+        if options.loop_order is not None or verify_enabled():
+            cause = f"loop_order={options.loop_order!r}" if options.loop_order else \
+                "the schedule"
+            check_legality(tree, deps, scop, cause)
+        clock = _tick(timings, "transform", clock)
+        stage = "code generation"
+        kernel = lower_to_loops(scop, tree, deps, defn.name, unroll=options.unroll or 0)
+        _tick(timings, "ast", clock)
+    except TCError:
+        raise
+    except (isl.Error, ValueError, KeyError) as err:
+        raise TCCompileError(f"the polyhedral {stage} stage failed for {defn.name}: "
+                             f"{str(err).splitlines()[0] if str(err) else type(err).__name__}"
+                             ) from err
+    return ScheduledKernel(kernel, schedule_text(tree), result.strategy, result.fallback,
+                           bounds, tuple(reports), timings)
+
+
+def _tick(timings: dict[str, float], name: str, since: float) -> float:
+    now = time.perf_counter()
+    timings[name] = now - since
+    return now

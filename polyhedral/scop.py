@@ -1,0 +1,226 @@
+"""Checked program -> scop: iteration domains and access relations as isl sets and maps.
+
+Every statement becomes an isl statement `S<p>` over all its indices (left side first, then
+reduction indices); a `!` reduction adds an init statement `I<p>` over the left-side
+indices that sets the identity. Reads are restricted by their affine guard; a gather's
+data-dependent subscript becomes a may-access over the tensor's whole extent. The original
+schedule is program order. Sizes are either fixed to the concrete values (specialized) or
+kept as isl parameters (shape-generic), with any non-affine product of sizes standing for
+a parameter of its own.
+
+Strings in isl's notation are generated from the checked program: simpler and less
+error-prone than building isl objects by hand (see the polyhedral notes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import islpy as isl
+
+from tclang import program as P
+from tclang import sizes as Z
+from tclang.affine import Affine, Compare, Condition, Div, Logic, Truth
+
+
+@dataclass(frozen=True)
+class ScopStatement:
+    id: str  # "S3" or "I3" (the init of statement 3)
+    source: P.Statement
+    kind: str  # "init", "assign", "reduce"
+    indices: tuple[str, ...]
+
+
+@dataclass
+class Scop:
+    ctx: isl.Context
+    definition: P.Definition
+    sizes: dict[str, int] | None  # concrete sizes when specialized
+    params: tuple[str, ...]  # isl parameters (shape-generic mode)
+    derived: dict[str, Z.SizeExpr]  # parameters standing for non-affine size products
+    context: isl.Set
+    domain: isl.UnionSet
+    reads: isl.UnionMap
+    writes: isl.UnionMap
+    order: isl.UnionMap
+    statements: tuple[ScopStatement, ...]
+    extents: dict[str, tuple[Z.SizeExpr, ...]]
+    ref_reads: dict[tuple[str, int], isl.Map] = field(default_factory=dict)
+
+    def statement(self, sid: str) -> ScopStatement:
+        for s in self.statements:
+            if s.id == sid:
+                return s
+        raise KeyError(sid)
+
+    @property
+    def specialized(self) -> bool:
+        return self.sizes is not None
+
+
+class _Renderer:
+    """Writes size expressions and quasi-affine forms in isl's syntax."""
+
+    def __init__(self, sizes: Mapping[str, int] | None):
+        self.sizes = sizes
+        self.derived: dict[str, Z.SizeExpr] = {}
+
+    def size(self, e: Z.SizeExpr) -> str:
+        if self.sizes is not None:
+            return str(e.evaluate(self.sizes))
+        match e:
+            case Z.Poly():
+                return self._poly(e)
+            case Z.FloorDiv(numerator=n, divisor=d):
+                return f"floor(({self.size(n)})/{d})"
+            case Z.MinMax(kind=k, args=args):
+                text = self.size(args[0])
+                for a in args[1:]:
+                    text = f"{k}({text}, {self.size(a)})"
+                return text
+            case Z.Sum(poly=poly, parts=parts):
+                pieces = [self._poly(poly)] + [f"{c}*({self.size(p)})" for p, c in parts]
+                return " + ".join(pieces)
+        raise TypeError(e)
+
+    def _poly(self, p: Z.Poly) -> str:
+        if not p.terms:
+            return "0"
+        pieces = []
+        for monomial, coef in p.terms:
+            if not monomial:
+                pieces.append(str(coef))
+                continue
+            if len(monomial) == 1:
+                name = monomial[0]
+            else:  # a product of sizes is not affine: it gets a parameter of its own
+                name = "p__" + "__".join(monomial)
+                self.derived[name] = Z.Poly(((monomial, 1),))
+            pieces.append(f"{coef}*{name}")
+        return " + ".join(pieces)
+
+    def affine(self, a: Affine) -> str:
+        pieces = []
+        for atom, coef in a.terms:
+            text = atom if isinstance(atom, str) else self._div(atom)
+            pieces.append(f"{coef}*{text}")
+        pieces.append(f"({self.size(a.offset)})")
+        return " + ".join(pieces)
+
+    def _div(self, d: Div) -> str:
+        if d.kind == "div":
+            return f"floor(({self.affine(d.inner)})/{d.divisor})"
+        return f"(({self.affine(d.inner)}) mod {d.divisor})"
+
+    def condition(self, c: Condition) -> str:
+        match c:
+            case Truth(value=v):
+                return "true" if v else "false"
+            case Logic(op="not", args=(x,)):
+                return f"not ({self.condition(x)})"
+            case Logic(op=op, args=args):
+                return "(" + f" {op} ".join(f"({self.condition(x)})" for x in args) + ")"
+            case Compare(op=op, lhs=lhs):
+                e = self.affine(lhs)
+                if op == "!=":
+                    return f"({e} < 0 or {e} > 0)"
+                return f"{e} {'=' if op == '==' else op} 0"
+        raise TypeError(c)
+
+
+def build_scop(defn: P.Definition, sizes: Mapping[str, int] | None,
+               ctx: isl.Context | None = None) -> Scop:
+    """The scop of one checked definition, specialized to `sizes` unless it is None."""
+    ctx = ctx or isl.Context()
+    r = _Renderer(dict(sizes) if sizes is not None else None)
+    statements = tuple(_statements(defn))
+    extents = {t.name: t.shape for t in defn.inputs + defn.outputs + defn.temporaries}
+    domains, reads, writes, orders, refs = [], [], [], [], {}
+    depth = max((len(s.indices) for s in statements), default=0)
+    for position, st in enumerate(statements):
+        dom = _domain_text(st, r)
+        domains.append(dom)
+        writes.append(f"{st.id}[{', '.join(st.indices)}] -> {st.source.target}"
+                      f"[{', '.join(st.source.indices)}]")
+        pad = [st.indices[k] if k < len(st.indices) else "0" for k in range(depth)]
+        orders.append(f"{st.id}[{', '.join(st.indices)}] -> [{position}, {', '.join(pad)}]")
+        if st.kind == "init":
+            continue
+        if st.kind == "reduce":
+            reads.append(f"{st.id}[{', '.join(st.indices)}] -> {st.source.target}"
+                         f"[{', '.join(st.source.indices)}]")
+        for read in st.source.reads():
+            text = _read_text(st, read, extents[read.tensor], r)
+            reads.append(text)
+            refs[(st.id, read.ref)] = text
+    facts = _context_facts(defn, r) if sizes is None else []
+    params = sorted(set(defn.sizes) | set(r.derived)) if sizes is None else []
+    prefix = f"[{', '.join(params)}] -> " if params else ""
+
+    def union_map(parts: list[str]) -> isl.UnionMap:
+        return isl.UnionMap(prefix + "{ " + "; ".join(parts) + " }", context=ctx) if parts \
+            else isl.UnionMap.empty(isl.Space.params_alloc(ctx, 0))
+
+    context = isl.Set(prefix + "{ : " + " and ".join(
+        [f"{p} >= 0" for p in params] + facts) + " }", context=ctx) if params \
+        else isl.Set("{ : }", context=ctx)
+    domain = isl.UnionSet(prefix + "{ " + "; ".join(domains) + " }", context=ctx) \
+        .intersect_params(context)
+    read_map = union_map(reads).intersect_domain(domain)
+    ref_reads = {k: isl.Map(prefix + "{ " + v + " }", context=ctx).intersect_params(context)
+                 for k, v in refs.items()}
+    return Scop(ctx=ctx, definition=defn, sizes=dict(sizes) if sizes is not None else None,
+                params=tuple(params), derived=dict(r.derived), context=context, domain=domain,
+                reads=read_map, writes=union_map(writes).intersect_domain(domain),
+                order=union_map(orders).intersect_domain(domain), statements=statements,
+                extents=extents, ref_reads=ref_reads)
+
+
+def _statements(defn: P.Definition):
+    for s in defn.statements:
+        if s.is_reduction and s.reset:
+            yield ScopStatement(f"I{s.position}", s, "init", s.indices)
+        kind = "reduce" if s.is_reduction else "assign"
+        yield ScopStatement(f"S{s.position}", s, kind, s.all_indices)
+
+
+def _domain_text(st: ScopStatement, r: _Renderer) -> str:
+    bounds = [f"{r.size(rng.lo)} <= {rng.name} < {r.size(rng.hi)}"
+              for rng in st.source.domain if rng.name in st.indices]
+    constraint = " and ".join(bounds) if bounds else "true"
+    return f"{st.id}[{', '.join(st.indices)}] : {constraint}"
+
+
+def _read_text(st: ScopStatement, read: P.Read, extent: tuple[Z.SizeExpr, ...],
+               r: _Renderer) -> str:
+    outs = [f"o{k}" for k in range(len(read.affine))]
+    constraints = []
+    for k, (a, e) in enumerate(zip(read.affine, extent)):
+        if a is None:  # data-dependent: may touch any element of this dimension
+            constraints.append(f"0 <= o{k} < {r.size(e)}")
+        else:
+            constraints.append(f"o{k} = {r.affine(a)}")
+    if read.guard is not None:
+        constraints.append(r.condition(read.guard))
+    body = " and ".join(constraints) if constraints else "true"
+    return f"{st.id}[{', '.join(st.indices)}] -> {read.tensor}[{', '.join(outs)}] : {body}"
+
+
+def _context_facts(defn: P.Definition, r: _Renderer) -> list[str]:
+    """Shape-generic code may assume the affine obligations: they are checked per call."""
+    facts = []
+    for ob in defn.obligations:
+        facts.append(f"{r.size(ob.expr)} {'>=' if ob.relation == '>=' else '='} 0")
+    return facts
+
+
+def tensor_box(scop: Scop, tensor: str) -> isl.Set:
+    """All elements of a tensor: { T[o...] : 0 <= o_k < extent_k }."""
+    r = _Renderer(scop.sizes)
+    r.derived = dict(scop.derived)
+    extent = scop.extents[tensor]
+    outs = [f"o{k}" for k in range(len(extent))]
+    body = " and ".join(f"0 <= o{k} < {r.size(e)}" for k, e in enumerate(extent)) or "true"
+    prefix = f"[{', '.join(scop.params)}] -> " if scop.params else ""
+    return isl.Set(f"{prefix}{{ {tensor}[{', '.join(outs)}] : {body} }}", context=scop.ctx)

@@ -1,0 +1,171 @@
+"""CPU schedule-tree passes: manual loop order, tiling, and the intra-tile loop order.
+
+For each outermost band: apply the user's loop order if given; tile it when it is
+permutable and tiling pays (a reduction, or a read reused along some member), with sizes
+from the options or from a heuristic fed by the target's cache and vector sizes; then
+order the point loops so that the member giving stride-1 accesses is innermost (the isl
+scheduler does not optimise intra-tile order, and loop order is what makes CPU code fast:
+polyhedral notes, section 6.2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+
+from polyhedral import bands as B
+from polyhedral.scop import Scop
+from tclang.errors import TCScheduleError
+from tclang.options import Options
+from tclang.target import Target
+
+UNTILED = 1 << 30  # a "tile" larger than any loop: the member stays whole
+
+
+@dataclass
+class BandReport:
+    """What the passes did to one band, for explain output and tests."""
+
+    members: int
+    tile: tuple[int, ...] | None
+    order: tuple[int, ...]
+
+
+def transform_bands(schedule: isl.Schedule, scop: Scop, options: Options, target: Target,
+                    reports: list[BandReport] | None = None) -> isl.Schedule:
+    # tile loops count tiles (not scaled by the tile size) and point loops start at 0:
+    # isl generates the AST about twice as fast this way
+    scop.ctx.set_tile_scale_tile_loops(0)
+    scop.ctx.set_tile_shift_point_loops(1)
+    node = _visit(schedule.get_root(), scop, options, target, reports, in_band=False)
+    return node.get_schedule()
+
+
+def _visit(node, scop, options, target, reports, in_band):
+    if node.get_type() == isl.schedule_node_type.band and not in_band:
+        return _transform_band(node, scop, options, target, reports)
+    is_band = node.get_type() == isl.schedule_node_type.band
+    for k in range(node.n_children()):
+        node = _visit(node.child(k), scop, options, target, reports, in_band or is_band).parent()
+    return node
+
+
+def _transform_band(node, scop: Scop, options: Options, target: Target, reports):
+    band = B.members(node, scop)
+    if options.loop_order is not None:
+        order = _manual_order(options.loop_order, band, scop)
+        node = B.permute(node, order)
+        band = B.members(node, scop)
+    else:
+        order = list(range(len(band)))
+    sizes = _tile_sizes(node, scop, band, options, target)
+    if sizes is not None:
+        node = node.band_tile(_multi_val(node, sizes))
+        if options.loop_order is None:
+            node = _order_point_loops(node.child(0), scop).parent()
+    elif options.loop_order is None and node.band_get_permutable():
+        node = _order_point_loops(node, scop)
+    if reports is not None:
+        reports.append(BandReport(len(band), tuple(sizes) if sizes else None, tuple(order)))
+    return _atomic(node)
+
+
+def _atomic(node):
+    """Ask isl for one loop per member, not one per piece of the domain (PPCG's CPU
+    choice): much less code and much faster AST generation; guards stay inside."""
+    for k in range(node.band_n_member()):
+        node = node.band_member_set_ast_loop_type(k, isl.ast_loop_type.atomic)
+    if node.n_children() == 1 and node.child(0).get_type() == isl.schedule_node_type.band:
+        node = node.child(0)
+        for k in range(node.band_n_member()):
+            node = node.band_member_set_ast_loop_type(k, isl.ast_loop_type.atomic)
+        node = node.parent()
+    return node
+
+
+def _manual_order(order, band: list[B.Member], scop: Scop) -> list[int]:
+    n = len(band)
+    positions = []
+    for item in order:
+        if isinstance(item, int):
+            positions.append(item)
+            continue
+        matches = [m.position for m in band if item in m.index_of.values()]
+        if len(matches) != 1:
+            names = ", ".join("|".join(sorted({i for i in m.index_of.values() if i})) or "-"
+                              for m in band)
+            raise TCScheduleError(f"loop_order names {item!r}, which is not the index of "
+                                  f"exactly one loop of the band ({names})",
+                                  hint="give positions instead, e.g. loop_order=(1, 0)")
+        positions.append(matches[0])
+    if sorted(positions) != list(range(n)):
+        raise TCScheduleError(f"loop_order {tuple(order)!r} is not a permutation of the "
+                              f"band's {n} loops", hint=f"list each of 0..{n - 1} once")
+    return positions
+
+
+def _tile_sizes(node, scop: Scop, band: list[B.Member], options: Options,
+                target: Target) -> list[int] | None:
+    if not node.band_get_permutable():
+        return None
+    manual = options.tile_sizes(len(band))
+    if manual is not None:
+        if not any(manual):
+            return None
+        return [s if s > 0 else UNTILED for s in manual]
+    if not _worth_tiling(node, scop, band):
+        return None
+    return _heuristic_sizes(node, scop, band, target)
+
+
+def _worth_tiling(node, scop: Scop, band: list[B.Member]) -> bool:
+    if len(band) < 2:
+        return False
+    reduces = any(not m.coincident for m in band)
+    return reduces or B.reads_reuse(node, scop, band)
+
+
+def _heuristic_sizes(node, scop: Scop, band: list[B.Member], target: Target) -> list[int] | None:
+    """Tiles of roughly L2 size: a long stride-1 member, shorter parallel members, medium
+    reduction members; members shorter than their tile stay whole; the outermost parallel
+    member keeps enough tiles for every core."""
+    scores = B.stride_scores(node, scop, band)
+    inner = max(range(len(band)), key=lambda k: (scores[k], band[k].coincident, k))
+    lanes = max(1, target.vector_bytes // 4)
+    sizes = []
+    for m in band:
+        if m.position == inner:
+            size = 32 * lanes
+        elif m.coincident:
+            size = 32
+        else:
+            size = 64
+        sizes.append(size)
+    first = band[0]
+    if first.coincident and first.extent is not None and target.cores > 1:
+        while sizes[0] > 8 and -(-first.extent // sizes[0]) < 2 * target.cores:
+            sizes[0] //= 2
+    sizes = [UNTILED if m.extent is not None and m.extent <= s else s
+             for m, s in zip(band, sizes)]
+    return sizes if any(s != UNTILED for s in sizes) else None
+
+
+def _multi_val(node, sizes: list[int]) -> isl.MultiVal:
+    mv = isl.MultiVal.zero(node.band_get_space())
+    for k, s in enumerate(sizes):
+        mv = mv.set_val(k, isl.Val.int_from_si(node.get_ctx(), s))
+    return mv
+
+
+def _order_point_loops(node, scop: Scop):
+    """Move the member with the best stride-1 score innermost (ties: a parallel one)."""
+    band = B.members(node, scop)
+    if len(band) < 2:
+        return node
+    scores = B.stride_scores(node, scop, band)
+    best = max(range(len(band)), key=lambda k: (scores[k], band[k].coincident, k))
+    if best == len(band) - 1 or scores[best] <= scores[-1]:
+        return node
+    order = [k for k in range(len(band)) if k != best] + [best]
+    return B.permute(node, order)

@@ -1,0 +1,119 @@
+"""`tclang.Options`: the knobs of a manual schedule.
+
+Every field left at None stays automatic: the automatic schedule is simply what the
+heuristics pick for the unset knobs. Values are validated here, when the Options are made;
+whether they are legal for a given program (a loop order that breaks a dependence) is
+checked when that program is scheduled, with an error naming the dependence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from tclang.errors import TCScheduleError
+
+FUSIONS = ("max", "min", "preserve_parallel")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Manual scheduling knobs; None means "let tclang decide".
+
+    fusion: "max" (fuse whenever dependences allow, even at the cost of parallelism),
+        "min" (each statement its own loop nest), or "preserve_parallel" (fuse only where
+        no parallel loop is lost; the default).
+    tile: tile sizes for the members of each outermost permutable band, outermost first;
+        an int applies to every member; 0 leaves a member untiled; () turns tiling off.
+    unroll: unroll innermost loops of at most this many iterations (1 disables).
+    specialize: compile for the concrete sizes of each call (True, the default) or once
+        for all sizes (False: shape-generic code).
+    loop_order: a permutation of the members of the outermost band of each loop nest, as
+        positions (2, 0, 1) or as index names ("k", "m", "n").
+    parallel: run the outermost parallel loop on several threads (CPU) or not; None lets
+        a cost model decide.
+    vectorize: mark innermost stride-1 loops for SIMD (CPU).
+    vector_width: SIMD lanes to ask for (CPU); None: the target's natural width.
+    block, grid: GPU threads per block and blocks per grid, (x, y, z) with x innermost.
+    shared_memory, private_memory: promote reused tiles to shared memory / registers (GPU).
+    """
+
+    fusion: str | None = None
+    tile: int | tuple[int, ...] | None = None
+    unroll: int | None = None
+    specialize: bool = True
+    loop_order: tuple[int | str, ...] | None = None
+    parallel: bool | None = None
+    vectorize: bool | None = None
+    vector_width: int | None = None
+    block: tuple[int, ...] | None = None
+    grid: tuple[int, ...] | None = None
+    shared_memory: bool | None = None
+    private_memory: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.fusion is not None and self.fusion not in FUSIONS:
+            raise TCScheduleError(f"fusion must be one of {', '.join(FUSIONS)}, "
+                                  f"not {self.fusion!r}")
+        if isinstance(self.tile, int) and not isinstance(self.tile, bool):
+            object.__setattr__(self, "tile", (self.tile,) if self.tile else ())
+            object.__setattr__(self, "_tile_all", True)
+        if self.tile is not None:
+            _check_sizes("tile", self.tile, allow_zero=True)
+        for name in ("unroll", "vector_width"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise TCScheduleError(f"{name} must be a positive integer, not {value!r}")
+        for name in ("block", "grid"):
+            value = getattr(self, name)
+            if value is not None:
+                _check_sizes(name, value, allow_zero=False)
+                if not 1 <= len(value) <= 3:
+                    raise TCScheduleError(f"{name} takes 1 to 3 sizes (x, y, z), not {value!r}")
+        if self.loop_order is not None:
+            order = tuple(self.loop_order)
+            if len(set(order)) != len(order) or not all(isinstance(x, (int, str)) for x in order):
+                raise TCScheduleError(f"loop_order must list distinct positions or index "
+                                      f"names, not {self.loop_order!r}")
+            object.__setattr__(self, "loop_order", order)
+        if not isinstance(self.specialize, bool):
+            raise TCScheduleError(f"specialize must be True or False, not {self.specialize!r}")
+
+    @property
+    def tile_all(self) -> bool:
+        """Whether `tile` was given as one int for every member."""
+        return getattr(self, "_tile_all", False)
+
+    def tile_sizes(self, members: int) -> tuple[int, ...] | None:
+        """The tile size of each of `members` band members, or None for the heuristic."""
+        if self.tile is None:
+            return None
+        if not self.tile:
+            return (0,) * members
+        if self.tile_all:
+            return (self.tile[0],) * members
+        return tuple(self.tile[:members]) + (0,) * max(0, members - len(self.tile))
+
+    def key(self) -> tuple:
+        """A plain tuple of every knob, for cache keys."""
+        return tuple((f.name, getattr(self, f.name)) for f in fields(self)) + \
+            (("tile_all", self.tile_all),)
+
+    def describe(self) -> str:
+        """The knobs that were set, as `name=value` pairs (for explain output)."""
+        set_ = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)
+                if getattr(self, f.name) is not None and f.name != "specialize"]
+        if not self.specialize:
+            set_.append("specialize=False")
+        return ", ".join(set_) if set_ else "automatic"
+
+
+def _check_sizes(name: str, value, allow_zero: bool) -> None:
+    if not isinstance(value, tuple) or not all(isinstance(v, int) and not isinstance(v, bool)
+                                               for v in value):
+        raise TCScheduleError(f"{name} must be a tuple of integers, not {value!r}")
+    least = 0 if allow_zero else 1
+    if any(v < least for v in value):
+        raise TCScheduleError(f"{name} sizes must be at least {least}, not {value!r}")
+
+
+AUTOMATIC = Options()

@@ -1,0 +1,54 @@
+"""The frozen description of a compilation target.
+
+The polyhedral layer reads only these capabilities (how to map parallelism, vector width,
+cache sizes, GPU limits); it never asks which backend it serves. Each backend builds its
+Target from the machine it runs on.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str  # the backend: "cpu", "cuda", "cuda-emulated", "interpreter"
+    mapping: str  # "threads": parallel loops on CPU threads; "grid": GPU blocks and threads
+    arch: str = ""  # CPU name and features, or the GPU's compute capability
+    cores: int = 1
+    vector_bytes: int = 32  # SIMD register width
+    l1_bytes: int = 32 * 1024
+    l2_bytes: int = 512 * 1024
+    max_threads_per_block: int = 1024
+    max_block: tuple[int, int, int] = (1024, 1024, 64)
+    max_grid: tuple[int, int, int] = (2**31 - 1, 65535, 65535)
+    shared_bytes: int = 48 * 1024
+    warp: int = 32
+
+    @property
+    def is_grid(self) -> bool:
+        return self.mapping == "grid"
+
+    def key(self) -> tuple:
+        return (self.name, self.mapping, self.arch, self.vector_bytes, self.max_threads_per_block,
+                self.shared_bytes)
+
+
+def available_cores() -> int:
+    """CPU cores this process may use (`TCLANG_NUM_THREADS` overrides the affinity mask)."""
+    env = os.environ.get("TCLANG_NUM_THREADS")
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            pass
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def reference_target() -> Target:
+    """The target the reference interpreter uses: a plain sequential CPU."""
+    return Target(name="interpreter", mapping="threads", arch="python", cores=1)
