@@ -234,3 +234,50 @@ def walk_nodes(node: Node):
         case Block(body=items):
             for item in items:
                 yield from walk_nodes(item)
+
+
+def evaluate(e: IExpr, env) -> int:
+    """The value of an index expression, given values for its variables."""
+    if isinstance(e, Int):
+        return e.value
+    if isinstance(e, Var):
+        return env[e.name]
+    a = [evaluate(x, env) for x in e.args]
+    match e.op:
+        case "add":
+            return a[0] + a[1]
+        case "sub":
+            return a[0] - a[1]
+        case "mul":
+            return a[0] * a[1]
+        case "neg":
+            return -a[0]
+        case "floordiv" | "div_nonneg":
+            return a[0] // a[1]
+        case "rem":
+            return a[0] % a[1]
+        case "min":
+            return min(a)
+        case "max":
+            return max(a)
+        case "select":
+            return a[1] if a[0] else a[2]
+        case "lt":
+            return int(a[0] < a[1])
+        case "le":
+            return int(a[0] <= a[1])
+        case "gt":
+            return int(a[0] > a[1])
+        case "ge":
+            return int(a[0] >= a[1])
+        case "eq":
+            return int(a[0] == a[1])
+        case "ne":
+            return int(a[0] != a[1])
+        case "and":
+            return int(bool(a[0]) and bool(a[1]))
+        case "or":
+            return int(bool(a[0]) or bool(a[1]))
+        case "not":
+            return int(not a[0])
+    raise ValueError(f"unknown operator {e.op}")

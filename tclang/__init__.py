@@ -1,0 +1,43 @@
+"""tclang: a polyhedral JIT compiler for tensor comprehensions.
+
+    import tclang as tc
+    mm = tc.define("def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }")
+    C = mm.mm(A, B)   # compiled on the first call for these shapes, cached after
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from tclang.errors import (TCArgumentError, TCCompileError, TCError, TCIndexError,
+                           TCScheduleError, TCSemanticError, TCSyntaxError, TCWarning)
+from tclang.options import Options
+
+__all__ = ["define", "compile", "Options", "TCError", "TCSyntaxError", "TCSemanticError",
+           "TCArgumentError", "TCIndexError", "TCCompileError", "TCScheduleError",
+           "TCWarning", "__version__"]
+
+
+def define(source: str, backend: str = "cpu", options: Options | None = None):
+    """Parse and check every definition of `source` now; compile each on its first call.
+
+    backend: "cpu" (LLVM), "cuda" (PyCUDA), "cuda-emulated" (the generated CUDA run on the
+    host) or "reference" (the NumPy interpreter, slow, for checking). options: None for
+    the automatic schedule, or a `tclang.Options` with manual knobs.
+    """
+    from tclang.compiler import BACKENDS
+    from tclang.frontend import check_source
+    from tclang.runtime import Module
+
+    if backend not in BACKENDS:
+        raise TCError(f"unknown backend {backend!r}; choose one of "
+                      f"{', '.join(repr(b) for b in BACKENDS)}")
+    if options is not None and not isinstance(options, Options):
+        raise TCError(f"options must be a tclang.Options, not {type(options).__name__}")
+    return Module(check_source(source), backend, options or Options())
+
+
+def compile(source: str, entry: str, *args, backend: str = "cpu",
+            options: Options | None = None):
+    """Define `source` and compile `entry` for the shapes of `args`: a CompiledKernel."""
+    return define(source, backend, options)[entry].compile(*args)

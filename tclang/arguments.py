@@ -1,0 +1,191 @@
+"""Call-time argument checks: everything about the arguments is checked before any kernel
+runs, and every problem is a `TCArgumentError` saying what was expected and what was found.
+
+Arrays are taken without copying from anything NumPy understands (`__array_interface__`,
+`__array__`, DLPack); dtypes must match the declaration exactly; sizes named the same must
+agree; the definition's obligations (an output extent that must not be negative, a
+declared output shape) must hold for the bound sizes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from tclang import program as P
+from tclang.dtypes import from_numpy
+from tclang.errors import TCArgumentError
+
+
+@dataclass(frozen=True)
+class Binding:
+    """The checked arguments of one call: arrays in parameter order and the size values."""
+
+    arrays: tuple[np.ndarray, ...]
+    sizes: dict[str, int]
+
+    def shape_key(self) -> tuple:
+        """Shapes, dtypes and strides (in elements): what a specialized kernel depends on."""
+        return tuple((a.shape, a.dtype.str, _element_strides(a)) for a in self.arrays)
+
+
+def _element_strides(a: np.ndarray) -> tuple[int, ...]:
+    return tuple(s // a.itemsize for s in a.strides) if a.itemsize else a.strides
+
+
+def as_array(value, name: str, position: int, scalar_dtype=None) -> np.ndarray:
+    """An argument as a NumPy array, without copying when it already is one."""
+    if isinstance(value, np.ndarray):
+        array = value
+    elif isinstance(value, (bool, int, float)) and scalar_dtype is not None:
+        array = _python_scalar(value, scalar_dtype, name, position)
+    elif hasattr(value, "__cuda_array_interface__") and not hasattr(value, "__array__"):
+        raise TCArgumentError(f"argument {position} ({name}) lives on a GPU; the CPU backend "
+                              "needs host memory", hint="copy it to the host, or define the "
+                                                        "kernel with backend='cuda'")
+    else:
+        try:
+            array = np.from_dlpack(value) if hasattr(value, "__dlpack__") and \
+                not hasattr(value, "__array_interface__") else np.asarray(value)
+        except Exception as err:  # anything NumPy cannot view is the caller's error
+            raise TCArgumentError(f"argument {position} ({name}) is a {type(value).__name__}, "
+                                  f"which is not an array ({err})",
+                                  hint="pass a NumPy array or an object with "
+                                       "__array_interface__ or __dlpack__") from None
+    if array.dtype.kind == "O":
+        raise TCArgumentError(f"argument {position} ({name}) is an array of Python objects",
+                              hint="pass a numeric NumPy array")
+    if any(s % array.itemsize for s in array.strides if array.itemsize):
+        array = np.ascontiguousarray(array)  # strides that are not whole elements
+    return array
+
+
+def _python_scalar(value, dtype: np.dtype, name: str, position: int) -> np.ndarray:
+    """A Python number for a 0-d input: it has no dtype of its own, so it takes the
+    declared one, provided that loses nothing."""
+    if isinstance(value, float) and dtype.kind in "iub":
+        raise TCArgumentError(f"argument {position} ({name}) must be {dtype.name}, but a float "
+                              f"({value!r}) was given")
+    array = np.array(value, dtype=dtype) if dtype.kind == "f" or not isinstance(value, int) \
+        else None
+    if array is None:
+        info = np.iinfo(dtype) if dtype.kind in "iu" else None
+        if info is not None and not info.min <= value <= info.max:
+            raise TCArgumentError(f"argument {position} ({name}) must be {dtype.name}, and "
+                                  f"{value} does not fit")
+        array = np.array(value, dtype=dtype)
+    return array
+
+
+def bind_arguments(defn: P.Definition, args: tuple) -> Binding:
+    """Check `args` against the inputs of `defn` and bind every size name."""
+    inputs = defn.inputs
+    if len(args) != len(inputs):
+        expected = ", ".join(t.name for t in inputs)
+        raise TCArgumentError(f"{defn.name} takes {len(inputs)} argument"
+                              f"{'s' if len(inputs) != 1 else ''} ({expected}), "
+                              f"but {len(args)} {'was' if len(args) == 1 else 'were'} given")
+    sizes: dict[str, int] = {}
+    where: dict[str, str] = {}
+    arrays = []
+    for position, (tensor, value) in enumerate(zip(inputs, args), start=1):
+        array = as_array(value, tensor.name, position,
+                         tensor.dtype.numpy if tensor.rank == 0 else None)
+        _check_dtype(defn, tensor, array, position)
+        _check_rank(defn, tensor, array, position)
+        for dim, (extent, actual) in enumerate(zip(tensor.shape, array.shape)):
+            _bind_dim(defn, tensor, dim, extent, actual, sizes, where, position)
+        arrays.append(array)
+    for ob in defn.obligations:
+        if not ob.holds(sizes):
+            raise TCArgumentError(f"{ob.message} (with {_show_sizes(sizes)})", ob.span,
+                                  defn.source, hint="check the shapes of the arguments")
+    return Binding(tuple(arrays), sizes)
+
+
+def _check_dtype(defn, tensor: P.Tensor, array: np.ndarray, position: int) -> None:
+    found = from_numpy(array.dtype)
+    if found is not tensor.dtype:
+        raise TCArgumentError(
+            f"argument {position} ({tensor.name}) of {defn.name} must be "
+            f"{tensor.dtype.value}, but it is {array.dtype.name}",
+            hint=f"tclang never converts silently: pass {tensor.name}.astype("
+                 f"np.{tensor.dtype.value}) if that is what you mean")
+
+
+def _check_rank(defn, tensor: P.Tensor, array: np.ndarray, position: int) -> None:
+    if array.ndim != tensor.rank:
+        dims = ", ".join(str(d) for d in tensor.shape)
+        raise TCArgumentError(
+            f"argument {position} ({tensor.name}) of {defn.name} must have {tensor.rank} "
+            f"dimension{'s' if tensor.rank != 1 else ''} ({tensor.dtype.value}({dims})), "
+            f"but it has shape {array.shape}")
+
+
+def _bind_dim(defn, tensor: P.Tensor, dim: int, extent, actual: int, sizes: dict,
+              where: dict, position: int) -> None:
+    if extent.constant is not None:
+        if actual != extent.constant:
+            raise TCArgumentError(
+                f"argument {position} ({tensor.name}) of {defn.name} must have extent "
+                f"{extent.constant} in dimension {dim}, but it has {actual}")
+        return
+    name = str(extent)
+    if name not in sizes:
+        sizes[name] = int(actual)
+        where[name] = f"dimension {dim} of {tensor.name}"
+    elif sizes[name] != actual:
+        raise TCArgumentError(
+            f"size {name} of {defn.name} is {sizes[name]} by {where[name]} but {actual} by "
+            f"dimension {dim} of {tensor.name} (argument {position})",
+            hint=f"every dimension named {name} must have the same extent")
+
+
+def _show_sizes(sizes: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sizes.items()) or "no sizes"
+
+
+def output_shapes(defn: P.Definition, sizes: dict[str, int]) -> list[tuple[int, ...]]:
+    return [P.evaluate_shape(t.shape, sizes) for t in defn.outputs]
+
+
+def check_out(defn: P.Definition, out, binding: Binding) -> tuple[np.ndarray, ...]:
+    """The caller's `out=` arrays: one per output (a tuple for several), each of the right
+    shape and dtype, writeable, and sharing no memory with an input."""
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    if len(outs) != len(defn.outputs):
+        raise TCArgumentError(f"{defn.name} has {len(defn.outputs)} output"
+                              f"{'s' if len(defn.outputs) != 1 else ''}, but out= gives "
+                              f"{len(outs)}", hint="pass a tuple with one array per output")
+    shapes = output_shapes(defn, binding.sizes)
+    checked = []
+    for k, (tensor, array, shape) in enumerate(zip(defn.outputs, outs, shapes)):
+        if not isinstance(array, np.ndarray):
+            raise TCArgumentError(f"out[{k}] ({tensor.name}) must be a NumPy array, not "
+                                  f"{type(array).__name__}")
+        if array.shape != shape:
+            raise TCArgumentError(f"out[{k}] ({tensor.name}) must have shape {shape}, but it "
+                                  f"has {array.shape}")
+        if from_numpy(array.dtype) is not tensor.dtype:
+            raise TCArgumentError(f"out[{k}] ({tensor.name}) must be {tensor.dtype.value}, "
+                                  f"but it is {array.dtype.name}")
+        if not array.flags.writeable:
+            raise TCArgumentError(f"out[{k}] ({tensor.name}) is read-only")
+        if any(s % array.itemsize for s in array.strides if array.itemsize):
+            raise TCArgumentError(f"out[{k}] ({tensor.name}) has strides that are not whole "
+                                  "elements")
+        if array.size > 1 and 0 in array.strides:
+            raise TCArgumentError(f"out[{k}] ({tensor.name}) has overlapping elements "
+                                  "(a zero stride)", hint="pass an array that owns its memory")
+        for position, source in enumerate(binding.arrays, start=1):
+            if source.size and array.size and np.may_share_memory(source, array):
+                raise TCArgumentError(f"out[{k}] ({tensor.name}) shares memory with argument "
+                                      f"{position} ({defn.inputs[position - 1].name})",
+                                      hint="inputs are never modified: give out= a separate "
+                                           "array")
+        for j in range(k):
+            if array.size and np.may_share_memory(array, checked[j]):
+                raise TCArgumentError(f"out[{k}] and out[{j}] share memory")
+        checked.append(array)
+    return tuple(checked)

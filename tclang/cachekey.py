@@ -1,0 +1,69 @@
+"""The compile-cache key, built in one place from every input that changes the code.
+
+Canonical source (the definition's tokens, so comments and spacing do not matter), entry
+name, argument shapes/dtypes/strides (or ranks and dtypes when shape-generic), every
+option, the backend and its target description, and the versions of tclang, islpy, LLVM
+and NumPy. Printed isl text is never part of a key: it is not canonical.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+from functools import lru_cache
+
+from tclang.options import Options
+from tclang.program import Definition
+from tclang.target import Target
+
+CACHE_FORMAT = 1  # bump when the layout of cache entries changes
+
+
+def canonical_source(defn: Definition) -> str:
+    """The definition's text as a token sequence: independent of comments and layout."""
+    from tclang.parser import _lark_parser
+
+    lines = defn.source.split("\n")
+    start = defn.span.line - 1
+    text = "\n".join(lines[start:])
+    tokens = []
+    depth = 0
+    for tok in _lark_parser().lex(text):
+        tokens.append(str(tok))
+        if tok == "{":
+            depth += 1
+        elif tok == "}":
+            depth -= 1
+            if depth == 0:
+                break
+    return " ".join(tokens)
+
+
+@lru_cache(maxsize=1)
+def versions() -> tuple:
+    import islpy
+    import llvmlite
+    import numpy
+
+    import tclang
+    try:
+        from llvmlite import binding
+        llvm = ".".join(map(str, binding.llvm_version_info))
+    except Exception:  # llvmlite without its shared library: the key still differs
+        llvm = "unknown"
+    return (("tclang", tclang.__version__), ("islpy", islpy.__version__),
+            ("llvmlite", llvmlite.__version__), ("llvm", llvm), ("numpy", numpy.__version__),
+            ("python", platform.python_version()), ("format", CACHE_FORMAT))
+
+
+def cache_key(canonical: str, entry: str, shapes: tuple, options: Options, backend: str,
+              target: Target) -> tuple:
+    """Every input of one compilation, as a plain tuple."""
+    return (("source", canonical), ("entry", entry), ("shapes", shapes),
+            ("options", options.key()), ("backend", backend), ("target", target.key()),
+            ("versions", versions()))
+
+
+def key_digest(key: tuple) -> str:
+    """A file-name-safe digest of a cache key."""
+    return hashlib.sha256(repr(key).encode()).hexdigest()[:40]

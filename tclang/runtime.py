@@ -1,0 +1,217 @@
+"""The objects users hold: `Module` (a checked source), `Kernel` (one definition, compiled on
+first call per shape), `CompiledKernel` (one compilation: run it, read its code).
+
+A call binds and checks the arguments first (no kernel runs on bad arguments), looks the
+compiled kernel up in an in-memory map keyed by what the code depends on (shapes, dtypes
+and strides when specialized; ranks and dtypes when shape-generic), compiles on a miss
+(once, even when several threads call at the same time), allocates the outputs (zeroed
+only where the kernel does not write every point) and runs.
+"""
+
+from __future__ import annotations
+
+import difflib
+import threading
+from typing import Sequence
+
+import numpy as np
+
+from polyhedral import loop_ir as L
+from polyhedral.loop_format import format_kernel
+from tclang.arguments import Binding, bind_arguments, check_out
+from tclang.cachekey import cache_key, canonical_source
+from tclang.compiler import Compiled, allocate, compile_definition, get_backend
+from tclang.errors import TCArgumentError, TCError
+from tclang.options import Options
+from tclang.program import Definition, Program
+
+
+class CompiledKernel:
+    """One definition compiled for one set of shapes (or for all, if shape-generic)."""
+
+    def __init__(self, compiled: Compiled, backend: str, options: Options,
+                 sizes: dict[str, int] | None, shape_key: tuple | None):
+        self._c = compiled
+        self.definition: Definition = compiled.definition
+        self.backend = backend
+        self.options = options
+        self.sizes = sizes  # None when shape-generic
+        self._shape_key = shape_key
+        self._zero = frozenset(compiled.kernel.zero_fill)
+        self._checked_sizes: set[tuple] = set()
+
+    # ---- what users read ----
+    @property
+    def source(self) -> str:
+        """The generated code: LLVM IR (cpu), CUDA C (cuda), Python (reference)."""
+        return self._c.artifact.source
+
+    @property
+    def loops(self) -> str:
+        """The loop nest as readable pseudo-C, with parallel/vector annotations."""
+        return format_kernel(self._c.kernel)
+
+    @property
+    def loop_ir(self) -> L.Kernel:
+        """The loop IR itself (frozen dataclasses), for tools and tests."""
+        return self._c.kernel
+
+    @property
+    def schedule(self) -> str:
+        """The final isl schedule tree, in isl's YAML notation."""
+        return self._c.schedule
+
+    @property
+    def stages(self) -> dict[str, str]:
+        return dict(self._c.artifact.stages)
+
+    @property
+    def strategy(self) -> str:
+        return self._c.strategy
+
+    @property
+    def fallback(self) -> str | None:
+        """Why the requested fusion strategy was not used, if it was not."""
+        return self._c.fallback
+
+    @property
+    def timings(self) -> dict[str, float]:
+        return dict(self._c.timings)
+
+    @property
+    def cache_hit(self) -> bool:
+        """Whether the backend's code came from the disk cache."""
+        return self._c.artifact.cache_hit
+
+    # ---- running ----
+    def __call__(self, *args, out=None):
+        binding = bind_arguments(self.definition, args)
+        return self.run(binding, out)
+
+    def run(self, binding: Binding, out=None):
+        self._check_applies(binding)
+        sizes = binding.sizes
+        kernel = self._c.kernel
+        outputs = check_out(self.definition, out, binding) if out is not None else None
+        arrays: list = list(binding.arrays)
+        n_in = len(arrays)
+        for k, buf in enumerate(kernel.buffers[n_in:]):
+            if outputs is not None and k < len(outputs):
+                arrays.append(outputs[k])  # points no statement writes keep their values
+                continue
+            shape = tuple(L.evaluate(d, sizes) for d in buf.shape)
+            arrays.append(allocate(buf, shape, buf.name in self._zero))
+        self._c.artifact.run(arrays, [sizes[s] for s in kernel.sizes])
+        results = arrays[n_in:n_in + len(self.definition.outputs)]
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def _check_applies(self, binding: Binding) -> None:
+        if self._shape_key is not None:
+            if binding.shape_key() != self._shape_key:
+                raise TCArgumentError(
+                    f"this CompiledKernel of {self.definition.name} was compiled for the "
+                    f"sizes {self.sizes} and these exact shapes and strides; call the kernel "
+                    "(it compiles for new shapes) or compile again")
+            return
+        key = tuple(sorted(binding.sizes.items()))
+        if key in self._checked_sizes:
+            return
+        from polyhedral.bounds_runtime import check_generic_bounds
+        check_generic_bounds(self._c.bounds, binding.sizes, self.definition.source)
+        self._checked_sizes.add(key)
+
+    def __repr__(self) -> str:
+        shapes = f"sizes {self.sizes}" if self.sizes is not None else "all sizes"
+        return f"<CompiledKernel {self.definition.name} for {shapes} on {self.backend}>"
+
+
+class Kernel:
+    """One definition of a module: call it like a function."""
+
+    def __init__(self, module: "Module", definition: Definition):
+        self.module = module
+        self.definition = definition
+        self.name = definition.name
+        self._compiled: dict[tuple, CompiledKernel] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, *args, out=None):
+        binding = bind_arguments(self.definition, args)
+        return self._for(binding).run(binding, out)
+
+    def compile(self, *args) -> CompiledKernel:
+        """Compile for the shapes and dtypes of `args` (inputs), without running."""
+        return self._for(bind_arguments(self.definition, args))
+
+    def _for(self, binding: Binding) -> CompiledKernel:
+        options = self.module.options
+        fast = binding.shape_key() if options.specialize else \
+            tuple((a.ndim, a.dtype.str) for a in binding.arrays)
+        found = self._compiled.get(fast)
+        if found is not None:
+            return found
+        with self._lock:  # two threads asking for the same shapes compile once
+            found = self._compiled.get(fast)
+            if found is None:
+                found = self._compile(binding, fast)
+                self._compiled[fast] = found
+        return found
+
+    def _compile(self, binding: Binding, fast: tuple) -> CompiledKernel:
+        options, backend = self.module.options, self.module.backend
+        sizes = binding.sizes if options.specialize else None
+        target = get_backend(backend).target(options)
+        key = cache_key(canonical_source(self.definition), self.name, fast, options,
+                        backend, target)
+        compiled = compile_definition(self.definition, dict(sizes) if sizes else sizes,
+                                      options, backend, key)
+        return CompiledKernel(compiled, backend, options, dict(binding.sizes)
+                              if options.specialize else None,
+                              fast if options.specialize else None)
+
+    @property
+    def signature(self) -> str:
+        return self.definition.signature()
+
+    def __repr__(self) -> str:
+        return f"<Kernel {self.signature} on {self.module.backend}>"
+
+
+class Module:
+    """A checked source: each definition is a `Kernel`, as `mod.name` or `mod["name"]`."""
+
+    def __init__(self, program: Program, backend: str, options: Options):
+        self.program = program
+        self.backend = backend
+        self.options = options
+        self._kernels = {d.name: Kernel(self, d) for d in program.definitions}
+
+    def __getitem__(self, name: str) -> Kernel:
+        try:
+            return self._kernels[name]
+        except KeyError:
+            close = difflib.get_close_matches(name, list(self._kernels), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise TCError(f"no definition named {name!r}: this source defines "
+                          f"{', '.join(self._kernels) or 'nothing'}{hint}") from None
+
+    def __getattr__(self, name: str) -> Kernel:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            return self[name]
+        except TCError as err:
+            raise AttributeError(str(err)) from None
+
+    def __iter__(self):
+        return iter(self._kernels.values())
+
+    def __dir__(self) -> Sequence[str]:
+        return list(super().__dir__()) + list(self._kernels)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._kernels)
+
+    def __repr__(self) -> str:
+        return f"<tclang Module {', '.join(self._kernels)} on {self.backend}>"
