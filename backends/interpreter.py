@@ -28,9 +28,13 @@ _INDEX_BIN = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "div_nonneg"
 
 def compile_kernel(kernel: L.Kernel, check_bounds: bool = False) -> Callable:
     """A function `run(arrays, sizes)` executing `kernel` on a dict of NumPy arrays."""
-    source = _Emitter(kernel, check_bounds).emit()
+    return load_source(_Emitter(kernel, check_bounds).emit(), kernel.name)
+
+
+def load_source(source: str, name: str) -> Callable:
+    """The `run` function of generated reference code (also from the compile cache)."""
     namespace = dict(_RUNTIME)
-    exec(compile(source, f"<tclang reference {kernel.name}>", "exec"), namespace)
+    exec(compile(source, f"<tclang reference {name}>", "exec"), namespace)
     run = namespace["run"]
     run.source = source
     return run

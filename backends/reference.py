@@ -17,16 +17,26 @@ class ReferenceBackend:
         from tclang.target import reference_target
         return reference_target()
 
-    def build(self, kernel: L.Kernel, options, key):
-        from tclang.compiler import Artifact
+    def build(self, kernel: L.Kernel, options, layouts):
         run = compile_kernel(kernel)
-        buffer_names = [b.name for b in kernel.buffers]
-        size_names = list(kernel.sizes)
+        return _artifact(run.source, [b.name for b in kernel.buffers], list(kernel.sizes),
+                         run)
 
-        def execute(arrays, sizes):
-            run(dict(zip(buffer_names, arrays)), dict(zip(size_names, sizes)))
+    def restore(self, blobs, info):
+        from backends.interpreter import load_source
+        source = blobs["python"].decode()
+        return _artifact(source, [b.name for b in info.buffers], list(info.sizes),
+                         load_source(source, info.name))
 
-        return Artifact(source=run.source, run=execute, stages={"python": run.source})
+
+def _artifact(source: str, buffer_names, size_names, run):
+    from tclang.compiler import Artifact
+
+    def execute(arrays, sizes):
+        run(dict(zip(buffer_names, arrays)), dict(zip(size_names, sizes)))
+
+    return Artifact(source=source, run=execute, stages={"python": source},
+                    blobs={"python": source.encode()})
 
 
 def backend() -> ReferenceBackend:

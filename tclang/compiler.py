@@ -1,17 +1,20 @@
-"""The compile driver: the only place that sees the front end, the polyhedral layer and a
-backend together.
+"""The compile driver: the only place that sees the front end's output, the polyhedral
+layer and a backend together.
 
-    program = check_source(source)                         # front end
-    scheduled = schedule_definition(defn, sizes, options)  # polyhedral middle end
-    artifact = backend.build(scheduled.kernel, ...)        # code generation + JIT
+    scheduled = schedule_definition(defn, sizes, options, target)  # polyhedral middle end
+    artifact = backend.build(scheduled.kernel, options, layouts)    # code generation + JIT
 
-Backends are looked up by name and imported on first use, so a machine without CUDA
-imports tclang fine and only `backend="cuda"` needs PyCUDA.
+in front of two caches: an in-memory map (same key, same process: nothing is redone) and
+the disk cache (another process compiled it: the object code is loaded, nothing is
+compiled). Backends are imported on first use, so a machine without CUDA imports tclang
+fine and only `backend="cuda"` needs PyCUDA.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
@@ -19,15 +22,18 @@ from typing import Callable, Protocol, Sequence
 import numpy as np
 
 from polyhedral import loop_ir as L
-from tclang.errors import TCCompileError
+from tclang import diskcache
+from tclang.cachekey import key_digest
+from tclang.dtypes import DType
+from tclang.errors import Span, TCCompileError
 from tclang.options import Options
 from tclang.program import Definition
 from tclang.target import Target
 
-#: backend name -> module implementing `backend()`
+#: backend name -> module whose `backend()` returns the Backend
 BACKENDS = {
-    "cpu": "backends.llvm",
-    "cuda": "backends.cuda",
+    "cpu": "backends.llvm.backend",
+    "cuda": "backends.cuda.backend",
     "cuda-emulated": "backends.cuda.emulated",
     "reference": "backends.reference",
 }
@@ -35,18 +41,17 @@ BACKENDS = {
 
 @dataclass
 class Artifact:
-    """What a backend builds from one loop-IR kernel.
+    """What a backend builds from one kernel.
 
-    run(arrays, sizes) executes it: `arrays` are NumPy arrays (or device arrays for CUDA)
-    in the order of `kernel.buffers`, `sizes` the size values in the order of
-    `kernel.sizes`. `source` is the generated code; `stages` maps stage names (llvm, ptx,
-    cuda, ...) to their text for explain output.
+    run(arrays, sizes) executes it on arrays in the order of the kernel's buffers and the
+    size values in the order of its sizes. `source` is the generated code; `stages` maps
+    stage names (llvm, llvm-opt, cuda, ptx, python) to their text.
     """
 
     source: str
     run: Callable[[Sequence, Sequence[int]], None]
     stages: dict[str, str] = field(default_factory=dict)
-    cache_hit: bool = False
+    blobs: dict[str, bytes] = field(default_factory=dict)  # what the disk cache keeps
 
 
 class Backend(Protocol):
@@ -54,7 +59,9 @@ class Backend(Protocol):
 
     def target(self, options: Options) -> Target: ...
 
-    def build(self, kernel: L.Kernel, options: Options, key: tuple) -> Artifact: ...
+    def build(self, kernel: L.Kernel, options: Options, layouts) -> Artifact: ...
+
+    def restore(self, blobs: dict[str, bytes], info: "KernelInfo") -> Artifact: ...
 
 
 _loaded: dict[str, Backend] = {}
@@ -70,33 +77,132 @@ def get_backend(name: str) -> Backend:
     return _loaded[name]
 
 
-@dataclass
-class Compiled:
-    """Everything one compilation produced (the runtime wraps it in a CompiledKernel)."""
+@dataclass(frozen=True)
+class KernelInfo:
+    """What running a compiled kernel needs, and what explain shows: serializable, so a
+    disk-cache hit needs neither the polyhedral layer nor LLVM."""
 
-    definition: Definition
-    kernel: L.Kernel
+    name: str
+    sizes: tuple[str, ...]
+    buffers: tuple[L.Buffer, ...]
+    zero_fill: tuple[str, ...]
+    statements: tuple[tuple[str, str, int], ...]  # id, source text, line
+    loops: str
     schedule: str
     strategy: str
     fallback: str | None
-    bounds: tuple
+    bounds: tuple = ()  # polyhedral.bounds.BoundsCondition, shape-generic kernels only
+
+    def to_json(self) -> bytes:
+        return json.dumps({
+            "name": self.name, "sizes": self.sizes,
+            "buffers": [[b.name, b.dtype.value, [_iexpr_json(d) for d in b.shape], b.kind]
+                        for b in self.buffers],
+            "zero_fill": self.zero_fill, "statements": self.statements, "loops": self.loops,
+            "schedule": self.schedule, "strategy": self.strategy, "fallback": self.fallback,
+            "bounds": [[c.bad_sizes, c.message, list(c.span)] for c in self.bounds],
+        }).encode()
+
+    @staticmethod
+    def from_json(data: bytes) -> "KernelInfo":
+        from polyhedral.bounds import BoundsCondition
+        d = json.loads(data.decode())
+        return KernelInfo(
+            name=d["name"], sizes=tuple(d["sizes"]),
+            buffers=tuple(L.Buffer(n, DType(t), tuple(_iexpr_from(x) for x in shape), k)
+                          for n, t, shape, k in d["buffers"]),
+            zero_fill=tuple(d["zero_fill"]),
+            statements=tuple(tuple(s) for s in d["statements"]), loops=d["loops"],
+            schedule=d["schedule"], strategy=d["strategy"], fallback=d["fallback"],
+            bounds=tuple(BoundsCondition(b, m, Span(*s)) for b, m, s in d["bounds"]))
+
+
+def _iexpr_json(e: L.IExpr):
+    if isinstance(e, L.Int):
+        return e.value
+    if isinstance(e, L.Var):
+        return e.name
+    return [e.op, *(_iexpr_json(a) for a in e.args)]
+
+
+def _iexpr_from(x) -> L.IExpr:
+    if isinstance(x, int):
+        return L.Int(x)
+    if isinstance(x, str):
+        return L.Var(x)
+    return L.Op(x[0], tuple(_iexpr_from(a) for a in x[1:]))
+
+
+@dataclass
+class Compiled:
+    """One compilation's results; `kernel` is None when it came from the disk cache."""
+
+    info: KernelInfo
     artifact: Artifact
+    kernel: L.Kernel | None
     timings: dict[str, float]
+    cache: str  # "compiled", "memory" or "disk"
+
+
+_memory: dict[tuple, Compiled] = {}
+_memory_lock = threading.Lock()
 
 
 def compile_definition(defn: Definition, sizes: dict[str, int] | None, options: Options,
-                       backend_name: str, key: tuple) -> Compiled:
-    from polyhedral.pipeline import schedule_definition  # isl loads on first compile
-
+                       backend_name: str, key: tuple, layouts) -> Compiled:
+    """Compile one definition for `sizes` (None: shape-generic), through both caches."""
+    with _memory_lock:
+        hit = _memory.get(key)
+    if hit is not None:
+        return Compiled(hit.info, hit.artifact, hit.kernel, {}, "memory")
     backend = get_backend(backend_name)
-    target = backend.target(options)
-    scheduled = schedule_definition(defn, sizes, options, target)
+    digest = key_digest(key)
     start = time.perf_counter()
-    artifact = backend.build(scheduled.kernel, options, key)
+    blobs = diskcache.load(digest, key)
+    if blobs is not None:
+        restored = _restore(backend, blobs)
+        if restored is not None:
+            compiled = Compiled(restored[0], restored[1], None,
+                                {"cache load": time.perf_counter() - start}, "disk")
+            with _memory_lock:
+                _memory[key] = compiled
+            return compiled
+    compiled = _compile(defn, sizes, options, backend, layouts)
+    diskcache.store(digest, key, dict(compiled.artifact.blobs, info=compiled.info.to_json()))
+    with _memory_lock:
+        _memory[key] = compiled
+    return compiled
+
+
+def _restore(backend: Backend, blobs: dict[str, bytes]):
+    try:
+        info = KernelInfo.from_json(blobs["info"])
+        return info, backend.restore(blobs, info)
+    except (KeyError, ValueError, TypeError, TCCompileError) as err:
+        import warnings
+        from tclang.errors import TCWarning
+        warnings.warn(TCWarning(f"discarding an unusable compile cache entry ({err}); "
+                                "rebuilding it"), stacklevel=4)
+        return None
+
+
+def _compile(defn: Definition, sizes, options: Options, backend: Backend, layouts) -> Compiled:
+    from polyhedral.loop_format import format_kernel
+    from polyhedral.pipeline import schedule_definition  # isl loads on the first compile
+
+    scheduled = schedule_definition(defn, sizes, options, backend.target(options))
+    kernel = scheduled.kernel
+    start = time.perf_counter()
+    artifact = backend.build(kernel, options, layouts)
     timings = dict(scheduled.timings)
     timings["backend"] = time.perf_counter() - start
-    return Compiled(defn, scheduled.kernel, scheduled.schedule, scheduled.strategy,
-                    scheduled.fallback, scheduled.bounds, artifact, timings)
+    info = KernelInfo(
+        name=kernel.name, sizes=kernel.sizes, buffers=kernel.buffers,
+        zero_fill=kernel.zero_fill,
+        statements=tuple((s.id, s.text, s.line) for s in kernel.statements),
+        loops=format_kernel(kernel), schedule=scheduled.schedule,
+        strategy=scheduled.strategy, fallback=scheduled.fallback, bounds=scheduled.bounds)
+    return Compiled(info, artifact, kernel, timings, "compiled")
 
 
 def allocate(buffer: L.Buffer, shape: tuple[int, ...], zero: bool) -> np.ndarray:

@@ -17,7 +17,6 @@ from typing import Sequence
 import numpy as np
 
 from polyhedral import loop_ir as L
-from polyhedral.loop_format import format_kernel
 from tclang.arguments import Binding, bind_arguments, check_out
 from tclang.cachekey import cache_key, canonical_source
 from tclang.compiler import Compiled, allocate, compile_definition, get_backend
@@ -29,15 +28,19 @@ from tclang.program import Definition, Program
 class CompiledKernel:
     """One definition compiled for one set of shapes (or for all, if shape-generic)."""
 
-    def __init__(self, compiled: Compiled, backend: str, options: Options,
-                 sizes: dict[str, int] | None, shape_key: tuple | None):
+    def __init__(self, compiled: Compiled, definition: Definition, backend: str,
+                 options: Options, sizes: dict[str, int] | None, shape_key: tuple | None):
         self._c = compiled
-        self.definition: Definition = compiled.definition
+        self.definition = definition
         self.backend = backend
         self.options = options
         self.sizes = sizes  # None when shape-generic
         self._shape_key = shape_key
-        self._zero = frozenset(compiled.kernel.zero_fill)
+        info = compiled.info
+        self._zero = frozenset(info.zero_fill)
+        n_in = len(definition.inputs)
+        self._outputs = info.buffers[n_in:n_in + len(definition.outputs)]
+        self._scratch = info.buffers[n_in + len(definition.outputs):]
         self._checked_sizes: set[tuple] = set()
 
     # ---- what users read ----
@@ -49,17 +52,23 @@ class CompiledKernel:
     @property
     def loops(self) -> str:
         """The loop nest as readable pseudo-C, with parallel/vector annotations."""
-        return format_kernel(self._c.kernel)
-
-    @property
-    def loop_ir(self) -> L.Kernel:
-        """The loop IR itself (frozen dataclasses), for tools and tests."""
-        return self._c.kernel
+        return self._c.info.loops
 
     @property
     def schedule(self) -> str:
         """The final isl schedule tree, in isl's YAML notation."""
-        return self._c.schedule
+        return self._c.info.schedule
+
+    @property
+    def loop_ir(self) -> L.Kernel:
+        """The loop IR itself (frozen dataclasses), for tools and tests. After a disk-cache
+        hit it is scheduled again on first use (the object code is not rebuilt)."""
+        if self._c.kernel is None:
+            from polyhedral.pipeline import schedule_definition
+            target = get_backend(self.backend).target(self.options)
+            self._c.kernel = schedule_definition(self.definition, self.sizes, self.options,
+                                                 target).kernel
+        return self._c.kernel
 
     @property
     def stages(self) -> dict[str, str]:
@@ -67,21 +76,21 @@ class CompiledKernel:
 
     @property
     def strategy(self) -> str:
-        return self._c.strategy
+        return self._c.info.strategy
 
     @property
     def fallback(self) -> str | None:
         """Why the requested fusion strategy was not used, if it was not."""
-        return self._c.fallback
+        return self._c.info.fallback
 
     @property
     def timings(self) -> dict[str, float]:
         return dict(self._c.timings)
 
     @property
-    def cache_hit(self) -> bool:
-        """Whether the backend's code came from the disk cache."""
-        return self._c.artifact.cache_hit
+    def cache(self) -> str:
+        """Where this kernel came from: "compiled", "memory" or "disk" (the disk cache)."""
+        return self._c.cache
 
     # ---- running ----
     def __call__(self, *args, out=None):
@@ -91,18 +100,28 @@ class CompiledKernel:
     def run(self, binding: Binding, out=None):
         self._check_applies(binding)
         sizes = binding.sizes
-        kernel = self._c.kernel
-        outputs = check_out(self.definition, out, binding) if out is not None else None
+        given = check_out(self.definition, out, binding) if out is not None else None
         arrays: list = list(binding.arrays)
-        n_in = len(arrays)
-        for k, buf in enumerate(kernel.buffers[n_in:]):
-            if outputs is not None and k < len(outputs):
-                arrays.append(outputs[k])  # points no statement writes keep their values
-                continue
+        results, copy_back = [], []
+        for k, buf in enumerate(self._outputs):
+            target = given[k] if given is not None else None
+            if target is not None and target.flags.c_contiguous:
+                array = target  # points no statement writes keep their values
+            else:
+                shape = tuple(L.evaluate(d, sizes) for d in buf.shape)
+                if target is not None:  # computed contiguous, then copied into out=
+                    array = np.ascontiguousarray(target)
+                    copy_back.append((target, array))
+                else:
+                    array = allocate(buf, shape, buf.name in self._zero)
+            arrays.append(array)
+            results.append(target if target is not None else array)
+        for buf in self._scratch:
             shape = tuple(L.evaluate(d, sizes) for d in buf.shape)
             arrays.append(allocate(buf, shape, buf.name in self._zero))
-        self._c.artifact.run(arrays, [sizes[s] for s in kernel.sizes])
-        results = arrays[n_in:n_in + len(self.definition.outputs)]
+        self._c.artifact.run(arrays, [sizes[s] for s in self._c.info.sizes])
+        for target, array in copy_back:
+            np.copyto(target, array)
         return results[0] if len(results) == 1 else tuple(results)
 
     def _check_applies(self, binding: Binding) -> None:
@@ -116,8 +135,9 @@ class CompiledKernel:
         key = tuple(sorted(binding.sizes.items()))
         if key in self._checked_sizes:
             return
-        from polyhedral.bounds_runtime import check_generic_bounds
-        check_generic_bounds(self._c.bounds, binding.sizes, self.definition.source)
+        if self._c.info.bounds:
+            from polyhedral.bounds_runtime import check_generic_bounds
+            check_generic_bounds(self._c.info.bounds, binding.sizes, self.definition.source)
         self._checked_sizes.add(key)
 
     def __repr__(self) -> str:
@@ -159,14 +179,13 @@ class Kernel:
 
     def _compile(self, binding: Binding, fast: tuple) -> CompiledKernel:
         options, backend = self.module.options, self.module.backend
-        sizes = binding.sizes if options.specialize else None
+        sizes = dict(binding.sizes) if options.specialize else None
+        layouts = tuple(strides for _, _, strides in fast) if options.specialize else None
         target = get_backend(backend).target(options)
         key = cache_key(canonical_source(self.definition), self.name, fast, options,
                         backend, target)
-        compiled = compile_definition(self.definition, dict(sizes) if sizes else sizes,
-                                      options, backend, key)
-        return CompiledKernel(compiled, backend, options, dict(binding.sizes)
-                              if options.specialize else None,
+        compiled = compile_definition(self.definition, sizes, options, backend, key, layouts)
+        return CompiledKernel(compiled, self.definition, backend, options, sizes,
                               fast if options.specialize else None)
 
     @property

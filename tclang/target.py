@@ -25,6 +25,7 @@ class Target:
     max_grid: tuple[int, int, int] = (2**31 - 1, 65535, 65535)
     shared_bytes: int = 48 * 1024
     warp: int = 32
+    bounds_checked: bool = False  # every access checked at run time (TCLANG_CHECK_BOUNDS)
 
     @property
     def is_grid(self) -> bool:
@@ -32,7 +33,7 @@ class Target:
 
     def key(self) -> tuple:
         return (self.name, self.mapping, self.arch, self.vector_bytes, self.max_threads_per_block,
-                self.shared_bytes)
+                self.shared_bytes, self.bounds_checked)
 
 
 def available_cores() -> int:
@@ -49,6 +50,12 @@ def available_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def bounds_checking() -> bool:
+    """Whether TCLANG_CHECK_BOUNDS asks for every array access to be checked."""
+    return os.environ.get("TCLANG_CHECK_BOUNDS", "") not in ("", "0")
+
+
 def reference_target() -> Target:
     """The target the reference interpreter uses: a plain sequential CPU."""
-    return Target(name="interpreter", mapping="threads", arch="python", cores=1)
+    return Target(name="interpreter", mapping="threads", arch="python", cores=1,
+                  bounds_checked=bounds_checking())

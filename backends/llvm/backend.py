@@ -1,0 +1,85 @@
+"""The CPU backend: loop IR -> LLVM IR -> O3 for the host CPU -> object code -> a call.
+
+    module = KernelModule(kernel, layouts, ...).build()   # loop IR -> LLVM IR (llvmlite)
+    optimised, object_code = optimize(str(module))        # O3, vectorizers on, host CPU
+    address = load(object_code, "tclang_main")            # MCJIT; the disk cache keeps it
+
+A kernel call passes the data pointers, the sizes, every array's strides (in elements),
+an error record and the thread pool's `parallel_for`. A gather that fell outside its
+tensor comes back as a `TCIndexError` naming the tensor, the bad value and the statement.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+from backends.llvm import jit, threads
+from backends.llvm.functions import ERR_FIELDS, KernelModule
+from polyhedral import loop_ir as L
+from tclang.errors import TCIndexError
+from tclang.target import Target, available_cores, bounds_checking
+
+
+class LLVMBackend:
+    name = "cpu"
+
+    def target(self, options) -> Target:
+        triple, cpu, features = jit.host()
+        vector_bytes = 64 if "+avx512f" in features else 32 if "+avx" in features else 16
+        return Target(name="cpu", mapping="threads", arch=f"{triple} {cpu} {features}",
+                      cores=available_cores(), vector_bytes=vector_bytes,
+                      bounds_checked=bounds_checking())
+
+    def build(self, kernel: L.Kernel, options, layouts):
+        module = KernelModule(kernel, layouts, bounds_checking(), jit.host()[0],
+                              jit.data_layout()).build()
+        text = str(module)
+        optimised, object_code = jit.optimize(text)
+        names = _names(kernel.buffers, [(s.id, s.text, s.line) for s in kernel.statements])
+        return _artifact(object_code, text, optimised, names)
+
+    def restore(self, blobs, info):
+        names = _names(info.buffers, info.statements)
+        return _artifact(blobs["object"], blobs["llvm"].decode(),
+                         blobs.get("llvm-opt", b"").decode(), names)
+
+
+def _names(buffers, statements):
+    return ([b.name for b in buffers], [tuple(b.shape) for b in buffers], list(statements))
+
+
+def _artifact(object_code: bytes, text: str, optimised: str, names):
+    from tclang.compiler import Artifact
+
+    buffer_names, _, statements = names
+    function = jit.prototype(len(buffer_names))(jit.load(object_code, "tclang_main"))
+    parallel_for = threads.parallel_for_address()
+    c_int64 = ctypes.c_int64
+
+    def run(arrays, sizes):
+        sizes_array = (c_int64 * max(1, len(sizes)))(*sizes)
+        strides = [s // a.itemsize for a in arrays for s in a.strides]
+        strides_array = (c_int64 * max(1, len(strides)))(*strides)
+        err = (c_int64 * ERR_FIELDS)()
+        code = function(*[a.ctypes.data for a in arrays], ctypes.addressof(sizes_array),
+                        ctypes.addressof(strides_array), ctypes.addressof(err), parallel_for)
+        if code:
+            _raise_index_error(err, buffer_names, arrays, statements)
+
+    return Artifact(source=text, run=run, stages={"llvm": text, "llvm-opt": optimised},
+                    blobs={"object": object_code, "llvm": text.encode(),
+                           "llvm-opt": optimised.encode()})
+
+
+def _raise_index_error(err, buffer_names, arrays, statements) -> None:
+    _, tensor, dim, value, statement = list(err)
+    name = buffer_names[tensor]
+    extent = arrays[tensor].shape[dim]
+    sid, text, line = statements[statement]
+    raise TCIndexError(f"index {value} is out of bounds for dimension {dim} of {name} "
+                       f"(extent {extent}) in `{text}` (line {line}); nothing outside the "
+                       "array was read")
+
+
+def backend() -> LLVMBackend:
+    return LLVMBackend()

@@ -1,0 +1,421 @@
+"""Loop IR -> LLVM functions: the kernel entry and one outlined function per parallel loop.
+
+The entry is `i32 @tclang_main(T* noalias buffers..., i64* sizes, i64* strides, i64* err,
+i8* parallel_for)`. An outermost parallel loop is outlined into an internal function over an
+iteration range, plus a `task(ctx, lo, hi)` wrapper; the entry calls `parallel_for(task,
+ctx, lo, hi)` (the runtime's thread pool) when the loop has enough work, else runs the range
+itself: small kernels never pay for threads. Gathers that fall outside their tensor record
+the tensor, dimension and value in `err` and return 1; nothing outside an array is read.
+"""
+
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from backends.llvm import types as T
+from backends.llvm.values import ValueEmitter
+from polyhedral import loop_ir as L
+from tclang import sizes as Z
+from tclang.dtypes import DType
+
+PARALLEL_WORK = 1 << 15  # statement instances below which a loop stays on one thread
+ERR_FIELDS = 5  # code, tensor, dimension, value, statement
+
+
+class KernelModule:
+    """Builds the LLVM module of one kernel."""
+
+    def __init__(self, kernel: L.Kernel, layouts, check_bounds: bool, triple: str,
+                 layout: str):
+        self.kernel = kernel
+        self.module = ir.Module(name=f"tclang_{kernel.name}")
+        self.module.triple = triple
+        self.module.data_layout = layout
+        self.check_bounds = check_bounds
+        self.specialized = dict(kernel.size_values) if kernel.size_values else None
+        self.strides = _strides(kernel, layouts, self.specialized)
+        self.regions = 0
+        self.loop_metadata: dict[tuple, ir.MDValue] = {}
+        self.pfor_type = ir.FunctionType(ir.VoidType(), [
+            ir.FunctionType(ir.VoidType(), [T.I8.as_pointer(), T.I64, T.I64]).as_pointer(),
+            T.I8.as_pointer(), T.I64, T.I64]).as_pointer()
+        self.buffer_types = [T.storage(b.dtype).as_pointer() for b in kernel.buffers]
+
+    def build(self) -> ir.Module:
+        common = [T.I64.as_pointer(), T.I64.as_pointer(), T.I64.as_pointer()]
+        fnty = ir.FunctionType(T.I32, self.buffer_types + common + [T.I8.as_pointer()])
+        main = ir.Function(self.module, fnty, "tclang_main")
+        fb = FunctionBuilder(self, main, {}, pfor=main.args[-1])
+        fb.node(self.kernel.body)
+        fb.finish()
+        return self.module
+
+    def metadata_for(self, loop: L.For) -> ir.MDValue | None:
+        """Loop hints: vectorize (the vectorizer may use SIMD), unroll count."""
+        key = (loop.vectorize, loop.unroll)
+        if key == (False, 0):
+            return None
+        if key not in self.loop_metadata:
+            m = self.module
+            hints = []
+            if loop.vectorize:
+                hints.append(m.add_metadata([ir.MetaDataString(m, "llvm.loop.vectorize.enable"),
+                                             ir.Constant(T.I1, 1)]))
+            if loop.unroll:
+                hints.append(m.add_metadata([ir.MetaDataString(m, "llvm.loop.unroll.count"),
+                                             ir.Constant(T.I32, loop.unroll)]))
+            self.loop_metadata[key] = hints
+        node = self.module.add_metadata([None] + self.loop_metadata[key])
+        node.operands = (node, *self.loop_metadata[key])  # a loop ID refers to itself
+        return node
+
+
+def _strides(kernel: L.Kernel, layouts, sizes) -> list:
+    """Per buffer: constant strides (in elements) when known, else None (read at run time).
+
+    Inputs take the caller's layout (the compile cache key includes it); outputs and
+    temporaries are allocated row-major by the runtime."""
+    out = []
+    n_inputs = sum(1 for b in kernel.buffers if b.kind == "input")
+    for k, b in enumerate(kernel.buffers):
+        if k < n_inputs and layouts is not None:
+            out.append(tuple(layouts[k]))
+        elif k >= n_inputs and sizes is not None:
+            shape = [L.evaluate(d, sizes) for d in b.shape]
+            strides, step = [], 1
+            for extent in reversed(shape):
+                strides.append(step)
+                step *= max(extent, 1)
+            out.append(tuple(reversed(strides)))
+        else:
+            out.append(None)
+    return out
+
+
+class FunctionBuilder:
+    """One function under construction: its values for buffers, sizes, strides, loops."""
+
+    def __init__(self, km: KernelModule, fn: ir.Function, env: dict[str, ir.Value],
+                 pfor: ir.Value | None):
+        self.km = km
+        self.fn = fn
+        self.env = dict(env)  # loop variable -> i64
+        self.pfor = pfor
+        kernel = km.kernel
+        n = len(kernel.buffers)
+        self.buffer_args = list(fn.args[:n])
+        for arg in self.buffer_args:
+            arg.add_attribute("noalias")
+        self.sizes_ptr, self.strides_ptr, self.err_ptr = fn.args[n:n + 3]
+        entry = fn.append_basic_block("entry")
+        self.exit = fn.append_basic_block("exit")
+        self.builder = ir.IRBuilder(entry)
+        self.check_bounds = km.check_bounds
+        self._sizes = self._load_sizes()
+        self._strides = self._load_strides()
+        self.buffers = {b.name: (ptr, b, strides) for b, ptr, strides in
+                        zip(kernel.buffers, self.buffer_args, self._strides)}
+
+    def _load_sizes(self) -> dict[str, ir.Value]:
+        values = {}
+        for k, name in enumerate(self.km.kernel.sizes):
+            if self.km.specialized is not None:
+                values[name] = ir.Constant(T.I64, self.km.specialized[name])
+            else:
+                values[name] = self.builder.load(self.builder.gep(
+                    self.sizes_ptr, [ir.Constant(T.I64, k)]), name=f"size.{name}")
+        return values
+
+    def _load_strides(self) -> list[list[ir.Value]]:
+        result, position = [], 0
+        for b, known in zip(self.km.kernel.buffers, self.km.strides):
+            rank = len(b.shape)
+            if known is not None:
+                result.append([ir.Constant(T.I64, s) for s in known])
+            else:
+                result.append([self.builder.load(self.builder.gep(
+                    self.strides_ptr, [ir.Constant(T.I64, position + d)])) for d in range(rank)])
+            position += rank
+        return result
+
+    def finish(self) -> None:
+        if not self.builder.block.is_terminated:
+            self.builder.branch(self.exit)
+        self.builder.position_at_end(self.exit)
+        code = self.builder.load(self.err_ptr)
+        self.builder.ret(self.builder.trunc(code, T.I32))
+
+    # ---- values the emitters ask for ----
+    def size(self, name: str) -> ir.Value:
+        return self._sizes[name]
+
+    def size_value(self, e: Z.SizeExpr) -> ir.Value:
+        if self.km.specialized is not None:
+            return ir.Constant(T.I64, e.evaluate(self.km.specialized))
+        from polyhedral.lowering import size_index
+        return self.index(size_index(e, None))
+
+    def dtype_of(self, tensor: str) -> DType:
+        return self.buffers[tensor][1].dtype
+
+    def element(self, tensor: str, subscripts: list[ir.Value], promotion) -> ir.Value:
+        if promotion is not None:
+            raise NotImplementedError("the CPU backend has no promoted buffers")
+        base, _, strides = self.buffers[tensor]
+        offset = ir.Constant(T.I64, 0)
+        for sub, stride in zip(subscripts, strides):
+            term = sub if (isinstance(stride, ir.Constant) and stride.constant == 1) else \
+                self.builder.mul(sub, stride)
+            offset = term if (isinstance(offset, ir.Constant) and offset.constant == 0) else \
+                self.builder.add(offset, term)
+        return self.builder.gep(base, [offset], inbounds=True)
+
+    def check_index(self, tensor: str, dim: int, value: ir.Value, statement) -> ir.Value:
+        """Branch to the error exit unless 0 <= value < extent of tensor's `dim`."""
+        b = self.builder
+        _, buf, _ = self.buffers[tensor]
+        extent = self.index(buf.shape[dim])
+        bad = b.or_(b.icmp_signed("<", value, ir.Constant(T.I64, 0)),
+                    b.icmp_signed(">=", value, extent))
+        fail = b.append_basic_block("out_of_bounds")
+        ok = b.append_basic_block("in_bounds")
+        b.cbranch(bad, fail, ok)
+        b.position_at_end(fail)
+        tensor_id = [x.name for x in self.km.kernel.buffers].index(tensor)
+        statement_id = [s.id for s in self.km.kernel.statements].index(statement.id)
+        first = b.cmpxchg(self.err_ptr, ir.Constant(T.I64, 0), ir.Constant(T.I64, 1),
+                          "monotonic", "monotonic")
+        won = b.extract_value(first, 1)
+        record = b.append_basic_block("record")
+        b.cbranch(won, record, self.exit)
+        b.position_at_end(record)
+        for k, v in enumerate((tensor_id, dim, value, statement_id), start=1):
+            v = v if isinstance(v, ir.Value) else ir.Constant(T.I64, v)
+            b.store(v, b.gep(self.err_ptr, [ir.Constant(T.I64, k)]))
+        b.branch(self.exit)
+        b.position_at_end(ok)
+        return value
+
+    def floordiv(self, a: ir.Value, d: ir.Value) -> ir.Value:
+        b = self.builder
+        q, r = b.sdiv(a, d), b.srem(a, d)
+        zero = ir.Constant(a.type, 0)
+        adjust = b.and_(b.icmp_signed("!=", r, zero), b.icmp_signed("<", b.xor(r, d), zero))
+        return b.sub(q, b.zext(adjust, a.type))
+
+    def floormod(self, a: ir.Value, d: ir.Value) -> ir.Value:
+        b = self.builder
+        r = b.srem(a, d)
+        zero = ir.Constant(a.type, 0)
+        fix = b.and_(b.icmp_signed("!=", r, zero), b.icmp_signed("<", b.xor(r, d), zero))
+        return b.select(fix, b.add(r, d), r)
+
+    def index(self, e: L.IExpr) -> ir.Value:
+        b = self.builder
+        match e:
+            case L.Int(value=v):
+                return ir.Constant(T.I64, v)
+            case L.Var(name=n):
+                return self.env[n] if n in self.env else self._sizes[n]
+            case L.Op(op="neg", args=(x,)):
+                return b.neg(self.index(x))
+            case L.Op(op="not", args=(x,)):
+                return b.zext(b.icmp_signed("==", self.index(x), ir.Constant(T.I64, 0)), T.I64)
+            case L.Op(op="select", args=(c, x, y)):
+                return b.select(self._truth(c), self.index(x), self.index(y))
+        x, y = (self.index(a) for a in e.args)
+        match e.op:
+            case "add":
+                return b.add(x, y, flags=("nsw",))
+            case "sub":
+                return b.sub(x, y, flags=("nsw",))
+            case "mul":
+                return b.mul(x, y, flags=("nsw",))
+            case "floordiv":
+                return self.floordiv(x, y)
+            case "div_nonneg":
+                return b.sdiv(x, y)
+            case "rem":
+                return b.srem(x, y)
+            case "min":
+                return b.select(b.icmp_signed("<", x, y), x, y)
+            case "max":
+                return b.select(b.icmp_signed(">", x, y), x, y)
+            case "and" | "or":
+                tx, ty = self._truth(e.args[0]), self._truth(e.args[1])
+                return b.zext(b.and_(tx, ty) if e.op == "and" else b.or_(tx, ty), T.I64)
+            case "lt" | "le" | "gt" | "ge" | "eq" | "ne":
+                op = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}[e.op]
+                return b.zext(b.icmp_signed(op, x, y), T.I64)
+        raise ValueError(f"unknown index operator {e.op}")
+
+    def _truth(self, e: L.IExpr) -> ir.Value:
+        return self.builder.icmp_signed("!=", self.index(e), ir.Constant(T.I64, 0))
+
+    # ---- loop nodes ----
+    def node(self, n: L.Node) -> None:
+        match n:
+            case L.Block(body=items):
+                for item in items:
+                    self.node(item)
+            case L.For() if n.parallel and self.pfor is not None and n.step == 1:
+                self.parallel_loop(n)
+            case L.For():
+                self.loop(n)
+            case L.If(cond=c, then=t, other=o):
+                self.branch(c, t, o)
+            case L.Run():
+                self.run(n)
+            case _:
+                raise NotImplementedError(f"the CPU backend cannot run {type(n).__name__} nodes")
+
+    def branch(self, cond: L.IExpr, then: L.Node, other: L.Node | None) -> None:
+        b = self.builder
+        then_block, join = b.append_basic_block("if.then"), b.append_basic_block("if.end")
+        other_block = b.append_basic_block("if.else") if other is not None else join
+        b.cbranch(self._truth(cond), then_block, other_block)
+        b.position_at_end(then_block)
+        self.node(then)
+        b.branch(join)
+        if other is not None:
+            b.position_at_end(other_block)
+            self.node(other)
+            b.branch(join)
+        b.position_at_end(join)
+
+    def loop(self, n: L.For, lo: ir.Value | None = None, hi: ir.Value | None = None) -> None:
+        b = self.builder
+        lo = self.index(n.lo) if lo is None else lo
+        hi = self.index(n.hi) if hi is None else hi
+        pre = b.block
+        header, body = b.append_basic_block(f"{n.var}.head"), b.append_basic_block(f"{n.var}.body")
+        done = b.append_basic_block(f"{n.var}.done")
+        b.branch(header)
+        b.position_at_end(header)
+        var = b.phi(T.I64, name=n.var)
+        var.add_incoming(lo, pre)
+        b.cbranch(b.icmp_signed("<", var, hi), body, done)
+        b.position_at_end(body)
+        saved = self.env.get(n.var)
+        self.env[n.var] = var
+        self.node(n.body)
+        step = b.add(var, ir.Constant(T.I64, n.step), flags=("nsw",))
+        var.add_incoming(step, b.block)
+        latch = b.branch(header)
+        hints = self.km.metadata_for(n)
+        if hints is not None:
+            latch.set_metadata("llvm.loop", hints)
+        if saved is None:
+            self.env.pop(n.var)
+        else:
+            self.env[n.var] = saved
+        b.position_at_end(done)
+
+    def parallel_loop(self, n: L.For) -> None:
+        """Outline the loop; run it through `parallel_for` when there is enough work."""
+        b = self.builder
+        lo, hi = self.index(n.lo), self.index(n.hi)
+        outer = sorted(self.env)
+        region, task = self._outline(n, outer)
+        args = self.buffer_args + [self.sizes_ptr, self.strides_ptr, self.err_ptr]
+        work = _estimate_work(n.body, frozenset(self.env) | {n.var})
+        trips = b.sub(hi, lo)
+        enough = b.and_(b.icmp_signed(">=", trips, ir.Constant(T.I64, 2)),
+                        b.icmp_signed(">=", b.mul(trips, ir.Constant(T.I64, work)),
+                                      ir.Constant(T.I64, PARALLEL_WORK)))
+        threaded = b.and_(enough, b.icmp_unsigned("!=", b.ptrtoint(self.pfor, T.I64),
+                                                  ir.Constant(T.I64, 0)))
+        par, seq, join = (b.append_basic_block(x) for x in ("par", "seq", "par.done"))
+        b.cbranch(threaded, par, seq)
+        b.position_at_end(par)
+        values = args + [self.env[v] for v in outer]
+        ctx = b.alloca(T.I64, size=len(values))
+        for k, v in enumerate(values):
+            v = b.ptrtoint(v, T.I64) if isinstance(v.type, ir.PointerType) else v
+            b.store(v, b.gep(ctx, [ir.Constant(T.I64, k)]))
+        pfor = b.bitcast(self.pfor, self.km.pfor_type)
+        b.call(pfor, [task, b.bitcast(ctx, T.I8.as_pointer()), lo, hi])
+        b.branch(join)
+        b.position_at_end(seq)
+        b.call(region, args + [lo, hi] + [self.env[v] for v in outer])
+        b.branch(join)
+        b.position_at_end(join)
+        failed = b.icmp_signed("!=", b.load(self.err_ptr), ir.Constant(T.I64, 0))
+        go_on = b.append_basic_block("ok")
+        b.cbranch(failed, self.exit, go_on)
+        b.position_at_end(go_on)
+
+    def _outline(self, n: L.For, outer: list[str]) -> tuple[ir.Function, ir.Function]:
+        km = self.km
+        k = km.regions
+        km.regions += 1
+        common = [T.I64.as_pointer()] * 3
+        region_ty = ir.FunctionType(T.I32, km.buffer_types + common + [T.I64] * (2 + len(outer)))
+        region = ir.Function(km.module, region_ty, f"tclang_region{k}")
+        region.linkage = "internal"
+        rb = FunctionBuilder(km, region, {}, pfor=None)
+        lo, hi = region.args[-(2 + len(outer))], region.args[-(1 + len(outer))]
+        for name, arg in zip(outer, region.args[len(region.args) - len(outer):]):
+            rb.env[name] = arg
+        rb.loop(n, lo, hi)
+        rb.finish()
+        task_ty = ir.FunctionType(ir.VoidType(), [T.I8.as_pointer(), T.I64, T.I64])
+        task = ir.Function(km.module, task_ty, f"tclang_task{k}")
+        tb = ir.IRBuilder(task.append_basic_block("entry"))
+        ctx = tb.bitcast(task.args[0], T.I64.as_pointer())
+        unpacked = []
+        for j, t in enumerate(km.buffer_types + common + [T.I64] * len(outer)):
+            raw = tb.load(tb.gep(ctx, [ir.Constant(T.I64, j)]))
+            unpacked.append(tb.inttoptr(raw, t) if isinstance(t, ir.PointerType) else raw)
+        n_fixed = len(km.buffer_types) + 3
+        tb.call(region, unpacked[:n_fixed] + [task.args[1], task.args[2]] + unpacked[n_fixed:])
+        tb.ret_void()
+        return region, task
+
+    # ---- statement instances ----
+    def run(self, r: L.Run) -> None:
+        s = self.km.kernel.statement(r.statement)
+        indices = {name: self.index(v) for name, v in zip(s.indices, r.indices)}
+        emitter = ValueEmitter(self, s, indices, {})
+        dtype = self.dtype_of(s.target)
+        target = self.element(s.target, [indices[i] for i in s.lhs], None)
+        value = emitter.emit(s.value)
+        if s.kind == "reduce":
+            current = T.load(self.builder, target, dtype)
+            value = self.combine(s.op, current, value, dtype)
+        T.store(self.builder, value, target, dtype)
+
+    def combine(self, op: str, acc: ir.Value, value: ir.Value, dtype: DType) -> ir.Value:
+        """A reduction step. Float + and * may be reassociated (the language says reductions
+        are associative): the only fast-math flag tclang emits, so reduction loops vectorize."""
+        b = self.builder
+        if op == "+":
+            return b.fadd(acc, value, flags=("reassoc",)) if dtype.is_float else b.add(acc, value)
+        if op == "*":
+            return b.fmul(acc, value, flags=("reassoc",)) if dtype.is_float else b.mul(acc, value)
+        if dtype.is_float:
+            name = f"llvm.{'minnum' if op == 'min' else 'maxnum'}.{'f64' if acc.type == T.DOUBLE else 'f32'}"
+            return b.call(T.intrinsic(b.module, name, acc.type, [acc.type, acc.type]), [acc, value])
+        if dtype is DType.BOOL:
+            return b.and_(acc, value) if op == "min" else b.or_(acc, value)
+        pick = (b.icmp_signed if dtype.is_signed else b.icmp_unsigned)(
+            "<" if op == "min" else ">", value, acc)
+        return b.select(pick, value, acc)
+
+
+def _estimate_work(n: L.Node, loops: frozenset[str] = frozenset()) -> int:
+    """Statement instances per iteration of a loop with body `n`. Enclosing loop variables
+    count as 0; a trip count that depends on a run-time size counts as 64."""
+    match n:
+        case L.Block(body=items):
+            return max(1, sum(_estimate_work(i, loops) for i in items))
+        case L.For(var=v, lo=lo, hi=hi, step=step, body=body):
+            env = dict.fromkeys(loops, 0)
+            try:
+                trips = max(1, (L.evaluate(hi, env) - L.evaluate(lo, env)) // step)
+            except KeyError:
+                trips = 64
+            return min(trips * _estimate_work(body, loops | {v}), 1 << 40)
+        case L.If(then=t, other=o):
+            return max(_estimate_work(t, loops), _estimate_work(o, loops) if o else 0)
+    return 1

@@ -1,0 +1,77 @@
+"""LLVM IR text -> optimised object code -> a callable function.
+
+Optimisation is LLVM's O3 pipeline (new pass manager) for the host CPU and its features,
+with loop and SLP vectorisation on. Object code is what the disk cache stores: loading it
+into a fresh MCJIT engine needs no compilation.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+
+import llvmlite.binding as llvm
+
+from tclang.errors import TCCompileError
+
+_lock = threading.Lock()  # LLVM's global state is not thread-safe
+_engines: list = []  # loaded engines stay alive as long as the process
+
+
+@functools.lru_cache(maxsize=1)
+def host() -> tuple[str, str, str]:
+    """(triple, cpu name, features) of the machine the kernels run on."""
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    return llvm.get_process_triple(), llvm.get_host_cpu_name(), \
+        llvm.get_host_cpu_features().flatten()
+
+
+@functools.lru_cache(maxsize=1)
+def target_machine() -> llvm.TargetMachine:
+    triple, cpu, features = host()
+    target = llvm.Target.from_triple(triple)
+    return target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic",
+                                        codemodel="jitdefault")
+
+
+def data_layout() -> str:
+    return str(target_machine().target_data)
+
+
+def optimize(ir_text: str) -> tuple[str, bytes]:
+    """(optimised IR text, object code) for one module of generated IR."""
+    with _lock:
+        try:
+            module = llvm.parse_assembly(ir_text)
+            module.verify()
+        except RuntimeError as err:
+            raise TCCompileError(f"LLVM rejected the generated IR: {str(err)[:500]}") from err
+        tm = target_machine()
+        options = llvm.create_pipeline_tuning_options(speed_level=3)
+        options.loop_vectorization = True
+        options.slp_vectorization = True
+        options.loop_unrolling = True
+        builder = llvm.create_pass_builder(tm, options)
+        builder.getModulePassManager().run(module, builder)
+        return str(module), tm.emit_object(module)
+
+
+def load(object_code: bytes, symbol: str) -> int:
+    """Link object code into the process; the address of `symbol`."""
+    with _lock:
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target_machine())
+        engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
+        engine.finalize_object()
+        address = engine.get_function_address(symbol)
+        if not address:
+            raise TCCompileError(f"the object code has no function {symbol}")
+        _engines.append(engine)
+        return address
+
+
+def prototype(n_buffers: int):
+    """The ctypes signature of `tclang_main`: buffers, sizes, strides, err, parallel_for."""
+    args = [ctypes.c_void_p] * n_buffers + [ctypes.c_void_p] * 4
+    return ctypes.CFUNCTYPE(ctypes.c_int32, *args)

@@ -1,0 +1,51 @@
+"""The thread pool behind the generated code's `parallel_for`.
+
+Generated code calls `parallel_for(task, ctx, lo, hi)` for an outermost parallel loop with
+enough work. The pool splits [lo, hi) into one contiguous chunk per worker and calls the
+task on each through ctypes, which releases the GIL for the native call: the chunks run in
+parallel on all cores. The calling thread runs the first chunk itself. Worker count:
+`TCLANG_NUM_THREADS`, else the CPUs this process may run on (os.sched_getaffinity).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from concurrent.futures import ThreadPoolExecutor
+
+from tclang.target import available_cores
+
+TASK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)
+PARALLEL_FOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+                                ctypes.c_int64)
+
+
+@functools.lru_cache(maxsize=None)
+def _task(address: int):
+    return TASK(address)
+
+
+@functools.lru_cache(maxsize=1)
+def _pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=max(1, available_cores() - 1),
+                              thread_name_prefix="tclang")
+
+
+def _parallel_for(task_address: int, ctx: int, lo: int, hi: int) -> None:
+    task = _task(task_address)
+    workers = min(available_cores(), hi - lo)
+    bounds = [lo + (hi - lo) * k // workers for k in range(workers + 1)]
+    futures = [_pool().submit(task, ctx, bounds[k], bounds[k + 1]) for k in range(1, workers)]
+    task(ctx, bounds[0], bounds[1])
+    for f in futures:
+        f.result()
+
+
+_callback = PARALLEL_FOR(_parallel_for)  # kept alive for the life of the process
+
+
+def parallel_for_address() -> int:
+    """What kernels receive as `parallel_for`; 0 (run serially) with one core."""
+    if available_cores() <= 1:
+        return 0
+    return ctypes.cast(_callback, ctypes.c_void_p).value

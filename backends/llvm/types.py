@@ -1,0 +1,116 @@
+"""tclang types in LLVM: how each is stored in memory and computed in registers.
+
+bool is a byte in memory and an i1 in registers; float16 is a `half` in memory and a
+`float` in registers (rounded back to half only at stores and at casts to half).
+"""
+
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from tclang.dtypes import DType
+
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+HALF, FLOAT, DOUBLE = ir.HalfType(), ir.FloatType(), ir.DoubleType()
+
+
+def storage(dtype: DType) -> ir.Type:
+    if dtype is DType.BOOL:
+        return I8
+    if dtype is DType.FLOAT16:
+        return HALF
+    if dtype is DType.FLOAT32:
+        return FLOAT
+    if dtype is DType.FLOAT64:
+        return DOUBLE
+    return ir.IntType(dtype.bits)
+
+
+def register(dtype: DType) -> ir.Type:
+    if dtype is DType.BOOL:
+        return I1
+    if dtype is DType.FLOAT16:
+        return FLOAT
+    return storage(dtype)
+
+
+def load(builder: ir.IRBuilder, pointer: ir.Value, dtype: DType) -> ir.Value:
+    value = builder.load(pointer)
+    if dtype is DType.BOOL:
+        return builder.icmp_unsigned("!=", value, ir.Constant(I8, 0))
+    if dtype is DType.FLOAT16:
+        return builder.fpext(value, FLOAT)
+    return value
+
+
+def store(builder: ir.IRBuilder, value: ir.Value, pointer: ir.Value, dtype: DType) -> None:
+    if dtype is DType.BOOL:
+        value = builder.zext(value, I8)
+    elif dtype is DType.FLOAT16:
+        value = builder.fptrunc(value, HALF)
+    builder.store(value, pointer)
+
+
+def constant(value, dtype: DType) -> ir.Constant:
+    """A literal rounded to its type (float literals keep their decimal value until here)."""
+    import numpy as np
+
+    if dtype is DType.BOOL:
+        return ir.Constant(I1, int(bool(value)))
+    if dtype.is_float:
+        rounded = float(np.array(value, dtype=np.float64).astype(dtype.numpy))
+        return ir.Constant(register(dtype), rounded)
+    bits = dtype.bits
+    return ir.Constant(register(dtype), int(value) & ((1 << bits) - 1))
+
+
+def convert(builder: ir.IRBuilder, value: ir.Value, src: DType, dst: DType) -> ir.Value:
+    """`dst(value)`: the language's casts (float -> int saturates, NaN -> 0)."""
+    if src is dst:
+        return value
+    if dst is DType.BOOL:
+        if src.is_float:
+            return builder.fcmp_unordered("!=", value, ir.Constant(value.type, 0.0))
+        return builder.icmp_unsigned("!=", value, ir.Constant(value.type, 0))
+    if dst.is_float:
+        out = register(dst)
+        if src is DType.BOOL or (src.is_int and not src.is_signed):
+            value = builder.uitofp(value, out)
+        elif src.is_int:
+            value = builder.sitofp(value, out)
+        elif value.type != out:
+            value = builder.fpext(value, out) if _width(value.type) < _width(out) else \
+                builder.fptrunc(value, out)
+        if dst is DType.FLOAT16:  # round to half precision, keep computing in float
+            value = builder.fpext(builder.fptrunc(value, HALF), FLOAT)
+        return value
+    out = register(dst)
+    if src.is_float:
+        name = f"llvm.fpto{'s' if dst.is_signed else 'u'}i.sat.i{dst.bits}.{_fname(value.type)}"
+        fn = _intrinsic(builder.module, name, out, [value.type])
+        return builder.call(fn, [value])
+    if src is DType.BOOL:
+        return builder.zext(value, out)
+    if src.bits > dst.bits:
+        return builder.trunc(value, out)
+    if src.bits < dst.bits:
+        return builder.sext(value, out) if src.is_signed else builder.zext(value, out)
+    return value  # same width, other signedness: the bits stay
+
+
+def _width(t: ir.Type) -> int:
+    return {HALF: 16, FLOAT: 32, DOUBLE: 64}[t]
+
+
+def _fname(t: ir.Type) -> str:
+    return {HALF: "f16", FLOAT: "f32", DOUBLE: "f64"}[t]
+
+
+def _intrinsic(module: ir.Module, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+    existing = module.globals.get(name)
+    if existing is not None:
+        return existing
+    return ir.Function(module, ir.FunctionType(ret, args), name)
+
+
+intrinsic = _intrinsic
