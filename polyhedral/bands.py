@@ -141,3 +141,21 @@ def permute(node: isl.ScheduleNode, order: list[int]) -> isl.ScheduleNode:
     for new, old in enumerate(order):
         node = node.band_member_set_coincident(new, coincident[old])
     return node
+
+
+def merge_nested(node: isl.ScheduleNode) -> isl.ScheduleNode:
+    """The band merged with the bands nested directly below it (a chain), as one band.
+
+    The merged band is permutable only if the chain was a single permutable band."""
+    while node.n_children() == 1 and node.child(0).get_type() == isl.schedule_node_type.band:
+        outer = node.band_get_partial_schedule()
+        inner = node.child(0).band_get_partial_schedule()
+        coincident = [node.band_member_get_coincident(k) for k in range(node.band_n_member())]
+        inner_node = node.child(0)
+        coincident += [inner_node.band_member_get_coincident(k)
+                       for k in range(inner_node.band_n_member())]
+        node = node.delete().delete().insert_partial_schedule(outer.flat_range_product(inner))
+        node = node.band_set_permutable(0)
+        for k, c in enumerate(coincident):
+            node = node.band_member_set_coincident(k, c)
+    return node

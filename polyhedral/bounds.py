@@ -40,11 +40,12 @@ def _violations(scop: Scop):
 def check_bounds(scop: Scop) -> None:
     """Raise `TCArgumentError` at the first read outside its tensor (specialized scops)."""
     for st, read, bad in _violations(scop):
-        point = bad.sample_point()
-        element = [point.get_coordinate_val(isl.dim_type.out, k).to_python()
-                   for k in range(bad.dim(isl.dim_type.out))]
-        where = ", ".join(f"{name} = {point.get_coordinate_val(isl.dim_type.in_, k).to_python()}"
-                          for k, name in enumerate(st.indices))
+        point = bad.wrap().sample_point()  # [instance -> element] as one point
+        n_in = bad.dim(isl.dim_type.in_)
+        values = [point.get_coordinate_val(isl.dim_type.set, k).to_python()
+                  for k in range(n_in + bad.dim(isl.dim_type.out))]
+        element = values[n_in:]
+        where = ", ".join(f"{name} = {v}" for name, v in zip(st.indices, values))
         shape = tuple(e.evaluate(scop.sizes) for e in scop.extents[read.tensor])
         raise TCArgumentError(
             f"for these sizes, {read.tensor} would be read out of bounds: element "

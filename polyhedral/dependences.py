@@ -9,6 +9,12 @@ an order the language leaves free (reductions are associative and commutative). 
 self-dependences are removed from *validity*, so the loops around the reduction may be
 tiled and permuted, but kept for *coincidence*, so a reduction loop is never reported
 parallel. Dependences between different statements are never relaxed.
+
+Relaxing is only safe with *fences*: isl's flow analysis links a reader to the last update
+in program order only, so once the updates may run in any order, every update of an
+element must still come after that element's earlier writers (the init) and before its
+later readers and writers. The fences add exactly those pairs. With
+`Options(reorder_reductions=False)` nothing is relaxed: reductions run in program order.
 """
 
 from __future__ import annotations
@@ -25,10 +31,11 @@ class Dependences:
     flow: isl.UnionMap  # read after write
     false: isl.UnionMap  # write after read, write after write
     reduction: isl.UnionMap  # the reduction updates' self-dependences (order-free)
+    fences: isl.UnionMap  # every update of an element between its other accesses
 
     @property
     def all(self) -> isl.UnionMap:
-        return self.flow.union(self.false)
+        return self.flow.union(self.false).union(self.fences)
 
     @property
     def validity(self) -> isl.UnionMap:
@@ -41,7 +48,7 @@ class Dependences:
         return self.all.coalesce()
 
 
-def compute_dependences(scop: Scop) -> Dependences:
+def compute_dependences(scop: Scop, reorder_reductions: bool = True) -> Dependences:
     flow = (isl.UnionAccessInfo.from_sink(scop.reads)
             .set_must_source(scop.writes)
             .set_schedule_map(scop.order)
@@ -52,15 +59,28 @@ def compute_dependences(scop: Scop) -> Dependences:
              .set_schedule_map(scop.order)
              .compute_flow().get_may_dependence())
     flow, false = flow.coalesce(), false.coalesce()
-    reduction = isl.UnionMap.empty(flow.get_space())
-    for st in scop.statements:
-        if st.kind != "reduce" or not st.source.reduction_indices:
-            continue
-        own = scop.domain.extract_set(_space_of(scop, st.id))
-        own_u = isl.UnionSet.from_set(own)
-        self_deps = flow.union(false).intersect_domain(own_u).intersect_range(own_u)
-        reduction = reduction.union(self_deps)
-    return Dependences(flow=flow, false=false, reduction=reduction.coalesce())
+    empty = isl.UnionMap.empty(flow.get_space())
+    reduction, fences = empty, empty
+    if reorder_reductions:
+        for st in scop.statements:
+            if st.kind != "reduce" or not st.source.reduction_indices:
+                continue
+            own = isl.UnionSet.from_set(scop.domain.extract_set(_space_of(scop, st.id)))
+            self_deps = flow.union(false).intersect_domain(own).intersect_range(own)
+            reduction = reduction.union(self_deps)
+            fences = fences.union(_fences(scop, own))
+    return Dependences(flow=flow, false=false, reduction=reduction.coalesce(),
+                       fences=fences.coalesce())
+
+
+def _fences(scop: Scop, own: isl.UnionSet) -> isl.UnionMap:
+    """Pairs (earlier access -> update) and (update -> later access) of the same element,
+    for one reduction statement's updates `own`, by program order."""
+    updates = scop.writes.intersect_domain(own)
+    others = scop.reads.union(scop.writes).subtract_domain(own)
+    same = updates.apply_range(others.reverse())  # update -> other access, same element
+    before = scop.order.lex_lt_union_map(scop.order)  # program order: a runs before b
+    return same.intersect(before).union(same.reverse().intersect(before))
 
 
 def _space_of(scop: Scop, sid: str) -> isl.Space:

@@ -43,10 +43,11 @@ def _violation(dep: isl.Map, source: isl.Map, sink: isl.Map, backward: isl.Map,
     src_id = dep.get_tuple_name(isl.dim_type.in_)
     dst_id = dep.get_tuple_name(isl.dim_type.out)
     bad = dep.intersect(source.apply_range(backward).apply_range(sink.reverse()))
-    pair = bad.sample() if not bad.is_empty() else dep.sample()
-    point = pair.sample_point()
-    src_point = _instance(point, isl.dim_type.in_, dep.dim(isl.dim_type.in_))
-    dst_point = _instance(point, isl.dim_type.out, dep.dim(isl.dim_type.out))
+    point = (bad if not bad.is_empty() else dep).wrap().sample_point()
+    n_src = dep.dim(isl.dim_type.in_)
+    values = [point.get_coordinate_val(isl.dim_type.set, k).to_python()
+              for k in range(n_src + dep.dim(isl.dim_type.out))]
+    src_point, dst_point = tuple(values[:n_src]), tuple(values[n_src:])
     kind = "flow (read-after-write)" if not isl.UnionMap.from_map(dep).intersect(
         deps.flow).is_empty() else "write-after-read/write-after-write"
     src, dst = scop.statement(src_id).source, scop.statement(dst_id).source
@@ -59,7 +60,3 @@ def _violation(dep: isl.Map, source: isl.Map, sink: isl.Map, backward: isl.Map,
     return TCScheduleError(message, dst.span, scop.definition.source,
                            hint="choose another loop_order (the band is not permutable in "
                                 "this order), or leave loop_order unset")
-
-
-def _instance(point: isl.Point, dim: isl.dim_type, n: int) -> tuple[int, ...]:
-    return tuple(point.get_coordinate_val(dim, k).to_python() for k in range(n))

@@ -34,10 +34,12 @@ _BINARY = {
 
 
 class _Lowering:
-    def __init__(self, scop: Scop, deps: Dependences, unroll: int):
+    def __init__(self, scop: Scop, deps: Dependences | None, unroll: int = 0,
+                 launches: dict | None = None):
         self.scop = scop
         self.deps = deps
         self.unroll = unroll
+        self.launches = launches or {}
         self.derived = {name: size_index(e, None) for name, e in scop.derived.items()}
 
     # ---- AST generation with parallelism annotations ----
@@ -76,7 +78,12 @@ class _Lowering:
             args = tuple(self.expr(call.get_op_arg(k)) for k in range(1, call.get_op_n_arg()))
             return L.Run(sid, args)
         if t == isl.ast_node_type.mark:
-            return self.node(ast.mark_get_node())
+            name = ast.mark_get_id().get_name()
+            body = self.node(ast.mark_get_node())
+            plan = self.launches.get(name)
+            if plan is None:
+                return body
+            return L.Launch(name, plan.grid, plan.block, (), body)
         raise ValueError(f"unexpected isl AST node {t}")
 
     def _for(self, ast: isl.AstNode) -> L.For:
@@ -206,10 +213,32 @@ def zero_filled(scop: Scop) -> tuple[str, ...]:
     return tuple(result)
 
 
+def pw_aff_index(pa: isl.PwAff, scop: Scop) -> L.IExpr:
+    """A piecewise affine function of the sizes as an index expression."""
+    build = isl.AstBuild.from_context(scop.context)
+    return _Lowering(scop, None).expr(build.expr_from_pw_aff(pa.gist_params(scop.context)))
+
+
+def _serial_launches(node: L.Node, inside: bool = False) -> L.Node:
+    """On a GPU every statement runs in a kernel: wrap those outside any launch."""
+    match node:
+        case L.Launch():
+            return node
+        case L.Run() if not inside:
+            return L.Launch("serial", (L.Int(1),), (1,), (), node)
+        case L.Block(body=items):
+            return L.Block(tuple(_serial_launches(i, inside) for i in items))
+        case L.For() | L.If():
+            raise ValueError("a loop outside every kernel of a GPU schedule")
+    return node
+
+
 def lower_to_loops(scop: Scop, schedule: isl.Schedule, deps: Dependences, name: str,
-                   unroll: int = 0) -> L.Kernel:
-    lowering = _Lowering(scop, deps, unroll)
+                   unroll: int = 0, launches: dict | None = None) -> L.Kernel:
+    lowering = _Lowering(scop, deps, unroll, launches)
     body = lowering.node(lowering.ast(schedule))
+    if launches is not None:
+        body = _serial_launches(body)
     sizes = scop.sizes
     return L.Kernel(name=name, sizes=scop.definition.sizes,
                     size_values=tuple(sorted(sizes.items())) if sizes is not None else (),

@@ -28,7 +28,8 @@ from polyhedral.legality import check_legality
 from polyhedral.lowering import lower_to_loops
 from polyhedral.scheduler import compute_schedule, schedule_text
 from polyhedral.scop import build_scop
-from polyhedral.tiling import BandReport, transform_bands
+from polyhedral.gpu import map_to_gpu
+from polyhedral.tiling import BandReport, apply_loop_order, transform_bands
 from tclang import program as P
 from tclang.errors import TCCompileError, TCError
 from tclang.options import Options
@@ -66,21 +67,30 @@ def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
             bounds = bounds_conditions(scop)
         clock = _tick(timings, "scop", clock)
         stage = "dependences"
-        deps = compute_dependences(scop)
+        deps = compute_dependences(scop, options.reorder_reductions is not False)
         clock = _tick(timings, "dependences", clock)
         stage = "scheduling"
         result = compute_schedule(scop, deps, options.fusion or "preserve_parallel")
         clock = _tick(timings, "schedule", clock)
         stage = "tiling"
         reports: list[BandReport] = []
-        tree = transform_bands(result.schedule, scop, options, target, reports)
-        if options.loop_order is not None or verify_enabled():
-            cause = f"loop_order={options.loop_order!r}" if options.loop_order else \
-                "the schedule"
-            check_legality(tree, deps, scop, cause)
+        tree, plans = result.schedule, None
+        if options.loop_order is not None:
+            tree = apply_loop_order(tree, scop, options.loop_order)
+        check = options.loop_order is not None or verify_enabled()
+        cause = f"loop_order={options.loop_order!r}" if options.loop_order else "the schedule"
+        if target.is_grid:
+            if check:  # mapping only spreads coincident members over blocks and threads
+                check_legality(tree, deps, scop, cause)
+            tree, plans = map_to_gpu(tree, scop, options, target)
+        else:
+            tree = transform_bands(tree, scop, options, target, reports)
+            if check:
+                check_legality(tree, deps, scop, cause)
         clock = _tick(timings, "transform", clock)
         stage = "code generation"
-        kernel = lower_to_loops(scop, tree, deps, defn.name, unroll=options.unroll or 0)
+        kernel = lower_to_loops(scop, tree, deps, defn.name, unroll=options.unroll or 0,
+                                launches=plans)
         _tick(timings, "ast", clock)
     except TCError:
         raise

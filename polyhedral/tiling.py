@@ -1,6 +1,7 @@
 """CPU schedule-tree passes: manual loop order, tiling, and the intra-tile loop order.
 
-For each outermost band: apply the user's loop order if given; tile it when it is
+`apply_loop_order` permutes outermost bands as the user asked (both targets). Then, for the
+CPU, `transform_bands` visits each outermost band: tile it when it is
 permutable and tiling pays (a reduction, or a read reused along some member), with sizes
 from the options or from a heuristic fed by the target's cache and vector sizes; then
 order the point loops so that the member giving stride-1 accesses is innermost (the isl
@@ -51,14 +52,25 @@ def _visit(node, scop, options, target, reports, in_band):
     return node
 
 
+def apply_loop_order(schedule: isl.Schedule, scop: Scop, loop_order) -> isl.Schedule:
+    """Reorder the loops of every outermost loop nest as `loop_order` says (positions or
+    index names). A nest is an outermost band and the bands nested directly in it (isl
+    splits a nest into nested bands where it cannot keep one permutable band); they are
+    merged into one band first. Whether the order keeps every dependence is checked on the
+    final schedule, which refuses an illegal order with the dependence it breaks."""
+    def visit(node):
+        if node.get_type() == isl.schedule_node_type.band:
+            node = B.merge_nested(node)
+            return B.permute(node, _manual_order(loop_order, B.members(node, scop), scop))
+        for k in range(node.n_children()):
+            node = visit(node.child(k)).parent()
+        return node
+    return visit(schedule.get_root()).get_schedule()
+
+
 def _transform_band(node, scop: Scop, options: Options, target: Target, reports):
     band = B.members(node, scop)
-    if options.loop_order is not None:
-        order = _manual_order(options.loop_order, band, scop)
-        node = B.permute(node, order)
-        band = B.members(node, scop)
-    else:
-        order = list(range(len(band)))
+    order = list(range(len(band)))
     sizes = _tile_sizes(node, scop, band, options, target)
     if sizes is not None:
         node = node.band_tile(_multi_val(node, sizes))

@@ -18,6 +18,35 @@ from tclang.dtypes import from_numpy
 from tclang.errors import TCArgumentError
 
 
+class DeviceArray:
+    """A GPU array seen through `__cuda_array_interface__`: shape, dtype, strides and the
+    device pointer, without copying (PyTorch, CuPy, PyCUDA GPUArray, ...)."""
+
+    def __init__(self, obj):
+        interface = obj.__cuda_array_interface__
+        self.obj = obj
+        self.shape = tuple(int(x) for x in interface["shape"])
+        self.dtype = np.dtype(interface["typestr"])
+        self.itemsize = self.dtype.itemsize
+        self.ndim = len(self.shape)
+        self.size = int(np.prod(self.shape, dtype=np.int64))
+        self.nbytes = self.size * self.itemsize
+        self.device_pointer = int(interface["data"][0] or 0)
+        self.readonly = bool(interface["data"][1])
+        strides = interface.get("strides")
+        contiguous = _contiguous_strides(self.shape, self.itemsize)
+        self.strides = tuple(int(x) for x in strides) if strides is not None else contiguous
+        self.c_contiguous = self.strides == contiguous
+
+
+def _contiguous_strides(shape, itemsize: int) -> tuple[int, ...]:
+    strides, step = [], itemsize
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= max(extent, 1)
+    return tuple(reversed(strides))
+
+
 @dataclass(frozen=True)
 class Binding:
     """The checked arguments of one call: arrays in parameter order and the size values."""
@@ -34,14 +63,17 @@ def _element_strides(a: np.ndarray) -> tuple[int, ...]:
     return tuple(s // a.itemsize for s in a.strides) if a.itemsize else a.strides
 
 
-def as_array(value, name: str, position: int, scalar_dtype=None) -> np.ndarray:
-    """An argument as a NumPy array, without copying when it already is one."""
+def as_array(value, name: str, position: int, scalar_dtype=None, device: bool = False):
+    """An argument as a NumPy array (or, for the GPU backend, a DeviceArray), without
+    copying when it already is one."""
     if isinstance(value, np.ndarray):
         array = value
     elif isinstance(value, (bool, int, float)) and scalar_dtype is not None:
         array = _python_scalar(value, scalar_dtype, name, position)
-    elif hasattr(value, "__cuda_array_interface__") and not hasattr(value, "__array__"):
-        raise TCArgumentError(f"argument {position} ({name}) lives on a GPU; the CPU backend "
+    elif hasattr(value, "__cuda_array_interface__"):
+        if device:
+            return DeviceArray(value)
+        raise TCArgumentError(f"argument {position} ({name}) lives on a GPU; this backend "
                               "needs host memory", hint="copy it to the host, or define the "
                                                         "kernel with backend='cuda'")
     else:
@@ -78,8 +110,9 @@ def _python_scalar(value, dtype: np.dtype, name: str, position: int) -> np.ndarr
     return array
 
 
-def bind_arguments(defn: P.Definition, args: tuple) -> Binding:
-    """Check `args` against the inputs of `defn` and bind every size name."""
+def bind_arguments(defn: P.Definition, args: tuple, device: bool = False) -> Binding:
+    """Check `args` against the inputs of `defn` and bind every size name. With
+    `device`, arrays on the GPU are accepted as they are."""
     inputs = defn.inputs
     if len(args) != len(inputs):
         expected = ", ".join(t.name for t in inputs)
@@ -91,7 +124,7 @@ def bind_arguments(defn: P.Definition, args: tuple) -> Binding:
     arrays = []
     for position, (tensor, value) in enumerate(zip(inputs, args), start=1):
         array = as_array(value, tensor.name, position,
-                         tensor.dtype.numpy if tensor.rank == 0 else None)
+                         tensor.dtype.numpy if tensor.rank == 0 else None, device)
         _check_dtype(defn, tensor, array, position)
         _check_rank(defn, tensor, array, position)
         for dim, (extent, actual) in enumerate(zip(tensor.shape, array.shape)):
@@ -161,6 +194,10 @@ def check_out(defn: P.Definition, out, binding: Binding) -> tuple[np.ndarray, ..
     shapes = output_shapes(defn, binding.sizes)
     checked = []
     for k, (tensor, array, shape) in enumerate(zip(defn.outputs, outs, shapes)):
+        if hasattr(array, "__cuda_array_interface__") and \
+                any(isinstance(a, DeviceArray) for a in binding.arrays):
+            checked.append(_check_device_out(k, tensor, DeviceArray(array), shape, binding))
+            continue
         if not isinstance(array, np.ndarray):
             raise TCArgumentError(f"out[{k}] ({tensor.name}) must be a NumPy array, not "
                                   f"{type(array).__name__}")
@@ -189,3 +226,20 @@ def check_out(defn: P.Definition, out, binding: Binding) -> tuple[np.ndarray, ..
                 raise TCArgumentError(f"out[{k}] and out[{j}] share memory")
         checked.append(array)
     return tuple(checked)
+
+
+def _check_device_out(k: int, tensor, array: DeviceArray, shape, binding: Binding):
+    if array.shape != shape:
+        raise TCArgumentError(f"out[{k}] ({tensor.name}) must have shape {shape}, but it "
+                              f"has {array.shape}")
+    if from_numpy(array.dtype) is not tensor.dtype:
+        raise TCArgumentError(f"out[{k}] ({tensor.name}) must be {tensor.dtype.value}, "
+                              f"but it is {array.dtype.name}")
+    if array.readonly:
+        raise TCArgumentError(f"out[{k}] ({tensor.name}) is read-only")
+    for position, source in enumerate(binding.arrays, start=1):
+        if isinstance(source, DeviceArray) and source.size and array.size and \
+                source.device_pointer == array.device_pointer:
+            raise TCArgumentError(f"out[{k}] ({tensor.name}) is argument {position}",
+                                  hint="inputs are never modified: give out= a separate array")
+    return array

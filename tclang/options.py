@@ -35,6 +35,9 @@ class Options:
     vector_width: SIMD lanes to ask for (CPU); None: the target's natural width.
     block, grid: GPU threads per block and blocks per grid, (x, y, z) with x innermost.
     shared_memory, private_memory: promote reused tiles to shared memory / registers (GPU).
+    reorder_reductions: reductions are associative, so by default their iterations may be
+        reordered, tiled, interchanged and (for floats) vectorized, which changes rounding.
+        False runs every reduction in program order: bitwise reproducible, slower.
     """
 
     fusion: str | None = None
@@ -49,6 +52,7 @@ class Options:
     grid: tuple[int, ...] | None = None
     shared_memory: bool | None = None
     private_memory: bool | None = None
+    reorder_reductions: bool | None = None
 
     def __post_init__(self) -> None:
         if self.fusion is not None and self.fusion not in FUSIONS:

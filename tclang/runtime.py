@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from polyhedral import loop_ir as L
-from tclang.arguments import Binding, bind_arguments, check_out
+from tclang.arguments import Binding, DeviceArray, bind_arguments, check_out
 from tclang.cachekey import cache_key, canonical_source
 from tclang.compiler import Compiled, allocate, compile_definition, get_backend
 from tclang.errors import TCArgumentError, TCError
@@ -94,7 +94,7 @@ class CompiledKernel:
 
     # ---- running ----
     def __call__(self, *args, out=None):
-        binding = bind_arguments(self.definition, args)
+        binding = bind_arguments(self.definition, args, self.backend == "cuda")
         return self.run(binding, out)
 
     def run(self, binding: Binding, out=None):
@@ -102,10 +102,11 @@ class CompiledKernel:
         sizes = binding.sizes
         given = check_out(self.definition, out, binding) if out is not None else None
         arrays: list = list(binding.arrays)
+        new = self._allocator(binding)
         results, copy_back = [], []
         for k, buf in enumerate(self._outputs):
             target = given[k] if given is not None else None
-            if target is not None and target.flags.c_contiguous:
+            if target is not None and _contiguous(target):
                 array = target  # points no statement writes keep their values
             else:
                 shape = tuple(L.evaluate(d, sizes) for d in buf.shape)
@@ -113,16 +114,25 @@ class CompiledKernel:
                     array = np.ascontiguousarray(target)
                     copy_back.append((target, array))
                 else:
-                    array = allocate(buf, shape, buf.name in self._zero)
+                    array = new(buf, shape, buf.name in self._zero)
             arrays.append(array)
             results.append(target if target is not None else array)
         for buf in self._scratch:
             shape = tuple(L.evaluate(d, sizes) for d in buf.shape)
-            arrays.append(allocate(buf, shape, buf.name in self._zero))
+            arrays.append(new(buf, shape, buf.name in self._zero))
         self._c.artifact.run(arrays, [sizes[s] for s in self._c.info.sizes])
         for target, array in copy_back:
             np.copyto(target, array)
+        results = [getattr(r, "obj", r) for r in results]  # device arrays: the user's kind
         return results[0] if len(results) == 1 else tuple(results)
+
+    def _allocator(self, binding: Binding):
+        """NumPy arrays, or device arrays like the inputs when they live on the GPU."""
+        like = next((a for a in binding.arrays if isinstance(a, DeviceArray)), None)
+        if like is None:
+            return allocate
+        backend = get_backend(self.backend)
+        return lambda buf, shape, zero: backend.allocate(shape, buf.dtype.numpy, zero, like)
 
     def _check_applies(self, binding: Binding) -> None:
         if self._shape_key is not None:
@@ -145,6 +155,12 @@ class CompiledKernel:
         return f"<CompiledKernel {self.definition.name} for {shapes} on {self.backend}>"
 
 
+def _contiguous(array) -> bool:
+    if isinstance(array, DeviceArray):
+        return array.c_contiguous
+    return array.flags.c_contiguous
+
+
 class Kernel:
     """One definition of a module: call it like a function."""
 
@@ -156,12 +172,12 @@ class Kernel:
         self._lock = threading.Lock()
 
     def __call__(self, *args, out=None):
-        binding = bind_arguments(self.definition, args)
+        binding = bind_arguments(self.definition, args, self.module.on_device)
         return self._for(binding).run(binding, out)
 
     def compile(self, *args) -> CompiledKernel:
         """Compile for the shapes and dtypes of `args` (inputs), without running."""
-        return self._for(bind_arguments(self.definition, args))
+        return self._for(bind_arguments(self.definition, args, self.module.on_device))
 
     def _for(self, binding: Binding) -> CompiledKernel:
         options = self.module.options
@@ -203,6 +219,7 @@ class Module:
         self.program = program
         self.backend = backend
         self.options = options
+        self.on_device = backend == "cuda"  # GPU arrays are taken as they are
         self._kernels = {d.name: Kernel(self, d) for d in program.definitions}
 
     def __getitem__(self, name: str) -> Kernel:

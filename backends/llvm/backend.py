@@ -32,7 +32,8 @@ class LLVMBackend:
 
     def build(self, kernel: L.Kernel, options, layouts):
         module = KernelModule(kernel, layouts, bounds_checking(), jit.host()[0],
-                              jit.data_layout()).build()
+                              jit.data_layout(),
+                              reassociate=options.reorder_reductions is not False).build()
         text = str(module)
         optimised, object_code = jit.optimize(text)
         names = _names(kernel.buffers, [(s.id, s.text, s.line) for s in kernel.statements])

@@ -26,8 +26,9 @@ class KernelModule:
     """Builds the LLVM module of one kernel."""
 
     def __init__(self, kernel: L.Kernel, layouts, check_bounds: bool, triple: str,
-                 layout: str):
+                 layout: str, reassociate: bool = True):
         self.kernel = kernel
+        self.reassociate = reassociate  # float reductions may be reordered (fast-math reassoc)
         self.module = ir.Module(name=f"tclang_{kernel.name}")
         self.module.triple = triple
         self.module.data_layout = layout
@@ -387,12 +388,14 @@ class FunctionBuilder:
 
     def combine(self, op: str, acc: ir.Value, value: ir.Value, dtype: DType) -> ir.Value:
         """A reduction step. Float + and * may be reassociated (the language says reductions
-        are associative): the only fast-math flag tclang emits, so reduction loops vectorize."""
+        are associative): the only fast-math flag tclang emits, so reduction loops vectorize;
+        `Options(reorder_reductions=False)` turns it off."""
         b = self.builder
+        flags = ("reassoc",) if self.km.reassociate else ()
         if op == "+":
-            return b.fadd(acc, value, flags=("reassoc",)) if dtype.is_float else b.add(acc, value)
+            return b.fadd(acc, value, flags=flags) if dtype.is_float else b.add(acc, value)
         if op == "*":
-            return b.fmul(acc, value, flags=("reassoc",)) if dtype.is_float else b.mul(acc, value)
+            return b.fmul(acc, value, flags=flags) if dtype.is_float else b.mul(acc, value)
         if dtype.is_float:
             name = f"llvm.{'minnum' if op == 'min' else 'maxnum'}.{'f64' if acc.type == T.DOUBLE else 'f32'}"
             return b.call(T.intrinsic(b.module, name, acc.type, [acc.type, acc.type]), [acc, value])

@@ -1,0 +1,155 @@
+"""backend="cuda": the generated CUDA C compiled with nvcc through PyCUDA and run on the GPU.
+
+PyCUDA is imported only here, on first use: a machine without it (or without a GPU) imports
+tclang fine and gets a `TCCompileError` saying what to install. Compilation goes through
+PyCUDA's `compiler.compile` (nvcc -> cubin for the device's compute capability); the cubin
+is what the disk cache keeps, and the cache key includes the compute capability and the
+CUDA version. NumPy arguments are copied to the device and results back; arguments that
+already live on the GPU (`__cuda_array_interface__`) are used in place and the outputs come
+back as the same kind of object (PyTorch, CuPy, PyCUDA GPUArray).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from backends.cuda import launches as LT
+from backends.cuda.codegen import generate
+from polyhedral import loop_ir as L
+from tclang.errors import TCCompileError
+from tclang.target import Target, bounds_checking
+
+
+@functools.lru_cache(maxsize=1)
+def _device():
+    """(pycuda.driver, device, context): the primary context of GPU 0."""
+    try:
+        import pycuda.driver as cuda
+    except ImportError as err:
+        raise TCCompileError("backend='cuda' needs PyCUDA: pip install 'tclang[cuda]' (on a "
+                             "machine with the CUDA toolkit), or use backend='cuda-emulated' "
+                             f"to run the generated CUDA on the CPU ({err})") from None
+    try:
+        cuda.init()
+        device = cuda.Device(0)
+        context = device.retain_primary_context()
+        context.push()
+    except Exception as err:  # no driver, no device: say so in tclang's words
+        raise TCCompileError(f"backend='cuda' found no usable NVIDIA GPU ({err}); use "
+                             "backend='cuda-emulated' on machines without one") from None
+    return cuda, device, context
+
+
+class CudaBackend:
+    name = "cuda"
+
+    def target(self, options) -> Target:
+        cuda, device, _ = _device()
+        a = cuda.device_attribute
+        major, minor = device.compute_capability()
+        version = ".".join(map(str, cuda.get_version()))
+        return Target(
+            name="cuda", mapping="grid", arch=f"sm_{major}{minor} cuda {version}",
+            max_threads_per_block=device.get_attribute(a.MAX_THREADS_PER_BLOCK),
+            max_block=(device.get_attribute(a.MAX_BLOCK_DIM_X),
+                       device.get_attribute(a.MAX_BLOCK_DIM_Y),
+                       device.get_attribute(a.MAX_BLOCK_DIM_Z)),
+            max_grid=(device.get_attribute(a.MAX_GRID_DIM_X),
+                      device.get_attribute(a.MAX_GRID_DIM_Y),
+                      device.get_attribute(a.MAX_GRID_DIM_Z)),
+            shared_bytes=device.get_attribute(a.MAX_SHARED_MEMORY_PER_BLOCK),
+            warp=device.get_attribute(a.WARP_SIZE), bounds_checked=bounds_checking())
+
+    def build(self, kernel: L.Kernel, options, layouts):
+        from pycuda.compiler import compile as nvcc
+        cuda, device, _ = _device()
+        source = generate(kernel, bounds_checking())
+        major, minor = device.compute_capability()
+        try:
+            cubin = nvcc(source.text, arch=f"sm_{major}{minor}", no_extern_c=True,
+                         options=["-O3", "-std=c++17"])
+        except Exception as err:
+            raise TCCompileError(f"nvcc could not compile the generated CUDA: {err}") from err
+        return _artifact(cubin, source.text, LT.table(source), kernel.buffers,
+                         [(s.id, s.text, s.line) for s in kernel.statements], kernel.sizes)
+
+    def restore(self, blobs, info):
+        return _artifact(blobs["cubin"], blobs["cuda"].decode(), LT.from_json(blobs["launches"]),
+                         info.buffers, list(info.statements), info.sizes)
+
+    def allocate(self, shape, dtype, zero: bool, like):
+        """Outputs of a call whose inputs live on the GPU: the same kind of array."""
+        return device_empty(shape, dtype, zero, like)
+
+
+def _artifact(cubin: bytes, text: str, entries, buffers, statements, size_names):
+    from tclang.compiler import Artifact
+    cuda, _, _ = _device()
+    module = cuda.module_from_buffer(cubin)
+    functions = [(e, module.get_function(e.function)) for e in entries]
+
+    def run(arrays, sizes):
+        env = dict(zip(size_names, sizes))
+        pointers, keep, copy_back = [], [], []
+        for k, a in enumerate(arrays):
+            pointer = getattr(a, "device_pointer", None)
+            if pointer is None:  # a NumPy array: stage it on the device
+                memory = cuda.mem_alloc(max(a.nbytes, 1))
+                keep.append(memory)
+                if buffers[k].kind == "input" or buffers[k].kind == "output":
+                    cuda.memcpy_htod(memory, np.ascontiguousarray(a))
+                if buffers[k].kind == "output":
+                    copy_back.append((a, memory))
+                pointer = int(memory)
+            pointers.append(np.uintp(pointer))
+        strides = [s for k, a in enumerate(arrays) for s in LT.element_strides(
+            a.shape, None if getattr(a, "device_pointer", None) is None else a.strides,
+            a.itemsize)]
+        err = cuda.mem_alloc(LT.ERR_FIELDS * 8)
+        cuda.memset_d8(err, 0, LT.ERR_FIELDS * 8)
+        args = pointers + [np.int64(v) for v in sizes] + [np.int64(v) for v in strides] + \
+            [np.uintp(int(err))]
+        for entry, fn in functions:
+            grid, block = entry.dims(env)
+            fn(*args, grid=grid, block=block)
+        record = np.zeros(LT.ERR_FIELDS, dtype=np.int64)
+        cuda.memcpy_dtoh(record, err)  # also waits for the kernels
+        if record[0]:
+            LT.raise_index_error(record, buffers, statements, [a.shape for a in arrays])
+        for host, memory in copy_back:
+            staged = np.empty(host.shape, dtype=host.dtype)
+            cuda.memcpy_dtoh(staged, memory)
+            host[...] = staged
+
+    return Artifact(source=text, run=run, stages={"cuda": text},
+                    blobs={"cubin": cubin, "cuda": text.encode(), "launches": LT.to_json(entries)})
+
+
+def device_empty(shape, dtype: np.dtype, zero: bool, like):
+    """A new device array of the library `like` comes from (GPUArray if none is known)."""
+    module = type(getattr(like, "obj", like)).__module__.split(".")[0]
+    make = {"torch": _torch_empty, "cupy": _cupy_empty}.get(module, _gpuarray_empty)
+    from tclang.arguments import DeviceArray
+    return DeviceArray(make(shape, dtype, zero, getattr(like, "obj", like)))
+
+
+def _torch_empty(shape, dtype, zero, like):
+    import torch
+    t = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+    return (torch.zeros if zero else torch.empty)(shape, dtype=t, device=like.device)
+
+
+def _cupy_empty(shape, dtype, zero, like):
+    import cupy
+    return (cupy.zeros if zero else cupy.empty)(shape, dtype=dtype)
+
+
+def _gpuarray_empty(shape, dtype, zero, like):
+    from pycuda import gpuarray
+    return (gpuarray.zeros if zero else gpuarray.empty)(shape, dtype=dtype)
+
+
+def backend() -> CudaBackend:
+    return CudaBackend()

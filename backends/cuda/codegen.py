@@ -1,0 +1,420 @@
+"""GPU-mapped loop IR -> CUDA C: one `__global__` function per launch.
+
+Codegen is printing: one emitter per loop-IR node, one per expression node. Every kernel
+takes the buffers, the sizes, the strides (in elements) and an error record; block and
+thread ids become `b0 = blockIdx.x`... Index arithmetic is 64-bit. The language's integer
+division and remainder (Python's), saturating float -> int casts and half-precision
+storage come from small device helpers at the top of the file. Under TCLANG_EMULATION each
+kernel also gets an `extern "C"` host entry that runs it with the CPU emulation of the
+thread model (backends/cuda/emulation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from polyhedral import loop_ir as L
+from tclang import program as P
+from tclang.dtypes import DType
+
+CTYPES = {DType.BOOL: "bool", DType.UINT8: "unsigned char", DType.UINT16: "unsigned short",
+          DType.UINT32: "unsigned int", DType.UINT64: "unsigned long long",
+          DType.INT8: "signed char", DType.INT16: "short", DType.INT32: "int",
+          DType.INT64: "long long", DType.FLOAT16: "__half", DType.FLOAT32: "float",
+          DType.FLOAT64: "double"}
+
+PRELUDE = r"""
+#ifndef TCLANG_EMULATION
+#include <cuda_fp16.h>
+#endif
+#include <math.h>
+#define TC_DEV __device__ __forceinline__
+template <class T> TC_DEV T tc_min(T a, T b) { return a < b ? a : b; }
+template <class T> TC_DEV T tc_max(T a, T b) { return a > b ? a : b; }
+TC_DEV long long tc_floordiv(long long a, long long b) {
+  long long q = a / b, r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? q - 1 : q; }
+TC_DEV long long tc_floormod(long long a, long long b) {
+  long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+template <class T> TC_DEV T tc_idiv(T a, T b) {            /* Python's //, 0 for b == 0 */
+  if (b == 0) return 0;
+  if ((T)(b + 1) == 0 && (T)-1 < 0) return (T)(0 - a);
+  T q = a / b, r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? (T)(q - 1) : q; }
+template <class T> TC_DEV T tc_imod(T a, T b) {            /* Python's %, 0 for b == 0 */
+  if (b == 0) return 0;
+  if ((T)(b + 1) == 0 && (T)-1 < 0) return 0;
+  T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? (T)(r + b) : r; }
+template <class T> TC_DEV T tc_fmod(T a, T b) {            /* float % with the divisor's sign */
+  T r = fmod(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+template <class I, class F> TC_DEV I tc_f2i(F x, I lo, I hi) {  /* saturating, NaN -> 0 */
+  if (x != x) return 0;
+  if (x <= (F)lo) return lo;
+  if (x >= (F)hi) return hi;
+  return (I)x; }
+TC_DEV float tc_round_half(float x) { return __half2float(__float2half_rn(x)); }
+TC_DEV float tc_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+TC_DEV double tc_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+TC_DEV void tc_fail(long long* err, long long tensor, long long dim, long long value,
+                    long long stmt) {
+  if (atomicCAS((unsigned long long*)err, 0ULL, 1ULL) == 0ULL) {
+    err[1] = tensor; err[2] = dim; err[3] = value; err[4] = stmt; } }
+"""
+
+_MATH_DOUBLE = {"abs": "fabs", "min": "fmin", "max": "fmax", "fdivide": None,
+                "sigmoid": "tc_sigmoid"}
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """The generated file, and for each launch its entry names and extra arguments."""
+
+    text: str
+    launches: tuple[tuple[str, L.Launch], ...]  # (function name, launch)
+
+
+def generate(kernel: L.Kernel, check_bounds: bool = False) -> KernelSource:
+    return _Generator(kernel, check_bounds).run()
+
+
+class _Generator:
+    def __init__(self, kernel: L.Kernel, check_bounds: bool):
+        self.kernel = kernel
+        self.check_bounds = check_bounds
+        self.specialized = dict(kernel.size_values) if kernel.size_values else None
+        self.lines: list[str] = []
+        self.buffers = {b.name: b for b in kernel.buffers}
+        self.local: dict[str, L.Buffer] = {}
+
+    def run(self) -> KernelSource:
+        out = [PRELUDE]
+        launches = []
+        for k, launch in enumerate(_launches(self.kernel.body)):
+            name = f"tclang_{self.kernel.name}_{k}"
+            out.append(self.kernel_function(name, launch))
+            launches.append((name, launch))
+        return KernelSource("\n".join(out), tuple(launches))
+
+    # ---- one __global__ function ----
+    def params(self) -> list[str]:
+        params = []
+        for b in self.kernel.buffers:
+            const = "const " if b.kind == "input" else ""
+            params.append(f"{const}{CTYPES[b.dtype]}* __restrict__ {b.name}_")
+        params += [f"long long z_{s}" for s in self.kernel.sizes]
+        for b in self.kernel.buffers:
+            params += [f"long long st_{b.name}_{d}" for d in range(len(b.shape))]
+        params.append("long long* __restrict__ tc_err")
+        return params
+
+    def kernel_function(self, name: str, launch: L.Launch) -> str:
+        threads = 1
+        for t in launch.block:
+            threads *= t
+        self.lines = []
+        self.local = {b.name: b for b in launch.buffers}
+        axes = "xyz"
+        for k in range(len(launch.grid)):
+            self.put(1, f"const long long b{k} = blockIdx.{axes[k]}; (void)b{k};")
+        for k in range(len(launch.block)):
+            self.put(1, f"const long long t{k} = threadIdx.{axes[k]}; (void)t{k};")
+        for b in launch.buffers:
+            dims = "".join(f"[{self.index(d)}]" for d in b.shape)
+            store = "__shared__ " if b.kind == "shared" else ""
+            self.put(1, f"{store}{CTYPES[b.dtype]} {b.name}{dims or '[1]'};")
+        self.node(launch.body, 1)
+        params = ", ".join(self.params())
+        body = "\n".join(self.lines)
+        args = ", ".join(p.split()[-1] for p in self.params())
+        text = (f'extern "C" __global__ void __launch_bounds__({threads}) {name}({params}) {{\n'
+                f"{body}\n}}\n")
+        text += ("#ifdef TCLANG_EMULATION\n"
+                 f'extern "C" int {name}_emulate(long long gx, long long gy, long long gz, '
+                 f"long long bx, long long by, long long bz, {params}) {{\n"
+                 f"  return tclang_emu::launch(dim3(gx, gy, gz), dim3(bx, by, bz), "
+                 f"[&] {{ {name}({args}); }});\n}}\n#endif\n")
+        return text
+
+    def put(self, indent: int, line: str) -> None:
+        self.lines.append("  " * indent + line)
+
+    # ---- loop nodes ----
+    def node(self, n: L.Node, indent: int) -> None:
+        match n:
+            case L.Block(body=items):
+                for item in items:
+                    self.node(item, indent)
+            case L.For(var=v, lo=lo, hi=hi, step=step, body=body):
+                if n.unroll:
+                    self.put(indent, f"#pragma unroll {n.unroll}")
+                self.put(indent, f"for (long long {v} = {self.index(lo)}; {v} < "
+                                 f"{self.index(hi)}; {v} += {step}) {{")
+                self.node(body, indent + 1)
+                self.put(indent, "}")
+            case L.If(cond=c, then=t, other=o):
+                self.put(indent, f"if ({self.index(c)}) {{")
+                self.node(t, indent + 1)
+                if o is not None:
+                    self.put(indent, "} else {")
+                    self.node(o, indent + 1)
+                self.put(indent, "}")
+            case L.Run():
+                self.run_statement(n, indent)
+            case L.Copy(buffer=b, tensor=t, direction=d, index=idx, offset=off):
+                glob = self.address(t, [self.index(i) for i in idx])
+                local = self.local_address(b, [f"({self.index(i)}) - ({self.index(o)})"
+                                               for i, o in zip(idx, off)])
+                self.put(indent, f"{local} = {glob};" if d == "in" else f"{glob} = {local};")
+            case L.Barrier():
+                self.put(indent, "__syncthreads();")
+            case L.Launch():
+                raise ValueError("a launch inside a launch")
+            case _:
+                raise TypeError(f"unknown loop IR node {n!r}")
+
+    def run_statement(self, r: L.Run, indent: int) -> None:
+        s = self.kernel.statement(r.statement)
+        promoted = {p.ref: p for p in r.promoted}
+        self.put(indent, "{" + (f"  // {s.id}: {s.text}" if s.text else ""))
+        for name, value in zip(s.indices, r.indices):
+            self.put(indent + 1, f"const long long i_{name} = {self.index(value)};")
+        emitter = _Values(self, s, promoted, indent + 1)
+        value = emitter.emit(s.value)
+        dtype = self.buffers[s.target].dtype
+        target = self.element(s.target, [f"i_{i}" for i in s.lhs], promoted.get(-1))
+        if s.kind == "reduce":
+            value = _combine(s.op, _load(target, dtype), value, dtype)
+        self.put(indent + 1, f"{target} = {_store(value, dtype)};")
+        self.put(indent, "}")
+
+    # ---- addresses ----
+    def element(self, tensor: str, subscripts: list[str], promotion) -> str:
+        if promotion is not None:
+            subs = [f"({s}) - ({self.index(o)})" for s, o in zip(subscripts, promotion.offset)]
+            return self.local_address(promotion.buffer, subs)
+        return self.address(tensor, subscripts)
+
+    def address(self, tensor: str, subscripts: list[str]) -> str:
+        if not subscripts:
+            return f"{tensor}_[0]"
+        terms = [f"({s}) * {self.stride(tensor, d)}" for d, s in enumerate(subscripts)]
+        return f"{tensor}_[{' + '.join(terms)}]"
+
+    def local_address(self, buffer: str, subscripts: list[str]) -> str:
+        return f"{buffer}{''.join(f'[{s}]' for s in subscripts)}" if subscripts else f"{buffer}[0]"
+
+    def stride(self, tensor: str, dim: int) -> str:
+        b = self.buffers[tensor]
+        if self.specialized is not None and b.kind != "input":
+            shape = [L.evaluate(d, self.specialized) for d in b.shape]
+            stride = 1
+            for extent in shape[dim + 1:]:
+                stride *= max(extent, 1)
+            return f"{stride}LL"
+        return f"st_{tensor}_{dim}"
+
+    def extent(self, tensor: str, dim: int) -> str:
+        return self.index(self.buffers[tensor].shape[dim])
+
+    def index(self, e: L.IExpr) -> str:
+        match e:
+            case L.Int(value=v):
+                return f"{v}LL"
+            case L.Var(name=n):
+                if n in self.kernel.sizes:
+                    return f"{self.specialized[n]}LL" if self.specialized else f"z_{n}"
+                return n
+            case L.Op(op="neg", args=(a,)):
+                return f"(-{self.index(a)})"
+            case L.Op(op="not", args=(a,)):
+                return f"(!{self.index(a)})"
+            case L.Op(op="select", args=(c, a, b)):
+                return f"({self.index(c)} ? {self.index(a)} : {self.index(b)})"
+            case L.Op(op="floordiv", args=(a, b)):
+                return f"tc_floordiv({self.index(a)}, {self.index(b)})"
+            case L.Op(op="min" | "max" as op, args=(a, b)):
+                return f"tc_{op}({self.index(a)}, {self.index(b)})"
+            case L.Op(op=op, args=(a, b)):
+                sym = {"add": "+", "sub": "-", "mul": "*", "div_nonneg": "/", "rem": "%",
+                       "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=",
+                       "and": "&&", "or": "||"}[op]
+                return f"({self.index(a)} {sym} {self.index(b)})"
+        raise TypeError(f"unknown index expression {e!r}")
+
+
+class _Values:
+    """A statement body as a C expression; checked gathers emit statements first."""
+
+    def __init__(self, gen: _Generator, s: L.StatementDef, promoted, indent: int):
+        self.gen = gen
+        self.s = s
+        self.promoted = promoted
+        self.indent = indent
+        self.temps = 0
+
+    def emit(self, e: P.Expr) -> str:
+        match e:
+            case P.Const(value=v, dtype=dt):
+                return _literal(v, dt)
+            case P.IndexValue(name=n):
+                return f"((int)i_{n})"
+            case P.SizeValue(name=n):
+                return f"((int){self.gen.index(L.Var(n))})"
+            case P.Read(tensor=t, subscripts=subs, affine=aff, ref=ref):
+                return self.read(t, subs, aff, ref)
+            case P.Unary(op="neg", operand=x, dtype=dt):
+                return f"(({CTYPES[dt] if dt is not DType.FLOAT16 else 'float'})(-{self.emit(x)}))"
+            case P.Unary(op="not", operand=x):
+                return f"(!{self.emit(x)})"
+            case P.Binary(op="and", lhs=a, rhs=b):
+                return f"({self.emit(a)} & {self.emit(b)})"
+            case P.Binary(op="or", lhs=a, rhs=b):
+                return f"({self.emit(a)} | {self.emit(b)})"
+            case P.Binary(op=op, lhs=a, rhs=b, dtype=dt):
+                return self.arith(op, self.emit(a), self.emit(b), dt)
+            case P.Compare(op=op, lhs=a, rhs=b):
+                sym = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}[op]
+                return f"({self.emit(a)} {sym} {self.emit(b)})"
+            case P.Select(cond=c, then=t, other=o):
+                return f"({self.emit(c)} ? {self.emit(t)} : {self.emit(o)})"
+            case P.Call(name=n, args=args, dtype=dt):
+                return _call(n, [self.emit(a) for a in args], dt)
+            case P.Cast(operand=x, dtype=dt):
+                return _cast(self.emit(x), x.dtype, dt)
+        raise TypeError(f"cannot emit {e!r}")
+
+    def read(self, tensor: str, subs, affine, ref: int) -> str:
+        texts = []
+        for dim, (sub, a) in enumerate(zip(subs, affine)):
+            text = self.affine(a) if a is not None else f"(long long)({self.emit(sub)})"
+            if a is None or self.gen.check_bounds:
+                text = self.checked(tensor, dim, text)
+            texts.append(text)
+        element = self.gen.element(tensor, texts, self.promoted.get(ref))
+        return _load(element, self.gen.buffers[tensor].dtype)
+
+    def affine(self, a) -> str:
+        """A quasi-affine subscript in 64-bit arithmetic."""
+        from polyhedral.lowering import size_index
+        parts = [self.gen.index(size_index(a.offset, self.gen.specialized))]
+        for atom, coef in a.terms:
+            if isinstance(atom, str):
+                term = f"i_{atom}"
+            else:
+                fn = "tc_floordiv" if atom.kind == "div" else "tc_floormod"
+                term = f"{fn}({self.affine(atom.inner)}, {atom.divisor}LL)"
+            parts.append(term if coef == 1 else f"{coef}LL * {term}")
+        return "(" + " + ".join(parts) + ")"
+
+    def checked(self, tensor: str, dim: int, value: str) -> str:
+        """Bounds-check a subscript before it is used; on failure record it and return."""
+        name = f"g{self.temps}"
+        self.temps += 1
+        tensor_id = [b.name for b in self.gen.kernel.buffers].index(tensor)
+        stmt_id = [s.id for s in self.gen.kernel.statements].index(self.s.id)
+        extent = self.gen.extent(tensor, dim)
+        self.gen.put(self.indent, f"const long long {name} = {value};")
+        self.gen.put(self.indent, f"if ({name} < 0 || {name} >= {extent}) {{ tc_fail(tc_err, "
+                                  f"{tensor_id}, {dim}, {name}, {stmt_id}); return; }}")
+        return name
+
+    @staticmethod
+    def arith(op: str, a: str, b: str, dtype: DType) -> str:
+        if op in ("add", "sub", "mul"):
+            sym = {"add": "+", "sub": "-", "mul": "*"}[op]
+            ctype = "float" if dtype is DType.FLOAT16 else CTYPES[dtype]
+            return f"(({ctype})({a} {sym} {b}))"
+        if dtype.is_float:
+            return f"({a} / {b})" if op == "div" else f"tc_fmod({a}, {b})"
+        ctype = CTYPES[dtype]
+        fn = "tc_idiv" if op == "div" else "tc_imod"
+        return f"{fn}<{ctype}>({a}, {b})"
+
+
+def _launches(node: L.Node) -> list[L.Launch]:
+    match node:
+        case L.Launch():
+            return [node]
+        case L.Block(body=items):
+            return [x for item in items for x in _launches(item)]
+    raise ValueError("a GPU kernel's body must be a sequence of launches")
+
+
+def _literal(value, dtype: DType) -> str:
+    import numpy as np
+    if dtype is DType.BOOL:
+        return "true" if value else "false"
+    if dtype.is_float:
+        v = float(np.array(value, dtype=np.float64).astype(dtype.numpy))
+        if v != v:
+            text = "(0.0/0.0)"
+        elif v in (float("inf"), float("-inf")):
+            text = "(1.0/0.0)" if v > 0 else "(-1.0/0.0)"
+        else:
+            text = repr(v)
+        return f"((double){text})" if dtype is DType.FLOAT64 else f"((float){text})"
+    return f"(({CTYPES[dtype]}){int(value)}{'ULL' if not dtype.is_signed else 'LL'})"
+
+
+def _load(element: str, dtype: DType) -> str:
+    return f"__half2float({element})" if dtype is DType.FLOAT16 else element
+
+
+def _store(value: str, dtype: DType) -> str:
+    return f"__float2half_rn({value})" if dtype is DType.FLOAT16 else value
+
+
+def _combine(op: str, acc: str, value: str, dtype: DType) -> str:
+    if op == "+":
+        return f"({acc} + {value})" if dtype is not DType.BOOL else f"({acc} | {value})"
+    if op == "*":
+        return f"({acc} * {value})" if dtype is not DType.BOOL else f"({acc} & {value})"
+    if dtype.is_float:
+        suffix = "" if dtype is DType.FLOAT64 else "f"
+        return f"f{op}{suffix}({acc}, {value})"
+    if dtype is DType.BOOL:
+        return f"({acc} & {value})" if op == "min" else f"({acc} | {value})"
+    return f"tc_{op}<{CTYPES[dtype]}>({acc}, {value})"
+
+
+def _call(name: str, args: list[str], dtype: DType) -> str:
+    joined = ", ".join(args)
+    if dtype is DType.FLOAT64:
+        mapped = _MATH_DOUBLE.get(name, name)
+        if name == "fdivide":
+            return f"({args[0]} / {args[1]})"
+        return f"{mapped}({joined})"
+    if dtype.is_float:
+        match name:
+            case "sigmoid":
+                return f"tc_sigmoid({joined})"
+            case "abs":
+                return f"fabsf({joined})"
+            case "min" | "max":
+                return f"f{name}f({joined})"
+            case "fdivide":
+                return f"({args[0]} / {args[1]})"
+        return f"{name}f({joined})"
+    ctype = CTYPES[dtype]
+    if name == "abs":
+        return f"(({ctype})({args[0]} < 0 ? -{args[0]} : {args[0]}))" if dtype.is_signed \
+            else args[0]
+    return f"tc_{name}<{ctype}>({joined})"
+
+
+def _cast(x: str, src: DType, dst: DType) -> str:
+    if src is dst:
+        return x
+    if dst is DType.BOOL:
+        return f"({x} != 0)"
+    if dst is DType.FLOAT16:
+        return f"tc_round_half((float)({x}))"
+    if dst.is_float:
+        return f"(({CTYPES[dst]})({x}))"
+    if src.is_float:
+        import numpy as np
+        info = np.iinfo(dst.numpy)
+        suffix = "ULL" if not dst.is_signed else "LL"
+        lo = f"(({CTYPES[dst]}){info.min}{suffix})" if info.min else f"(({CTYPES[dst]})0)"
+        if dst is DType.INT64:
+            lo = "((long long)(-9223372036854775807LL - 1))"
+        return f"tc_f2i<{CTYPES[dst]}>({x}, {lo}, (({CTYPES[dst]}){info.max}{suffix}))"
+    return f"(({CTYPES[dst]})({x}))"

@@ -1,0 +1,66 @@
+"""What both CUDA backends share: the launch table of a generated file, as data.
+
+A kernel's host side is a sequence of launches (the GPU mapping puts every statement in
+one): each has a function name, a grid as index expressions of the sizes, and a block.
+The table round-trips through JSON so a disk-cache hit needs no code generation.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from backends.cuda.codegen import KernelSource
+from polyhedral import loop_ir as L
+from tclang.errors import TCIndexError
+
+ERR_FIELDS = 5  # code, tensor, dimension, value, statement (as in the CPU backend)
+
+
+@dataclass(frozen=True)
+class LaunchEntry:
+    function: str
+    grid: tuple[L.IExpr, ...]
+    block: tuple[int, ...]
+
+    def dims(self, sizes: dict[str, int]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+        grid = [max(1, L.evaluate(g, sizes)) for g in self.grid] + [1, 1, 1]
+        block = list(self.block) + [1, 1, 1]
+        return tuple(grid[:3]), tuple(block[:3])
+
+
+def table(source: KernelSource) -> tuple[LaunchEntry, ...]:
+    return tuple(LaunchEntry(name, launch.grid, launch.block) for name, launch in source.launches)
+
+
+def to_json(entries) -> bytes:
+    from tclang.compiler import _iexpr_json
+    return json.dumps([[e.function, [_iexpr_json(g) for g in e.grid], list(e.block)]
+                       for e in entries]).encode()
+
+
+def from_json(data: bytes) -> tuple[LaunchEntry, ...]:
+    from tclang.compiler import _iexpr_from
+    return tuple(LaunchEntry(f, tuple(_iexpr_from(g) for g in grid), tuple(block))
+                 for f, grid, block in json.loads(data.decode()))
+
+
+def element_strides(shape, strides_bytes, itemsize: int) -> list[int]:
+    if strides_bytes is None:  # C-contiguous
+        out, step = [], 1
+        for extent in reversed(shape):
+            out.append(step)
+            step *= max(extent, 1)
+        return list(reversed(out))
+    return [s // itemsize for s in strides_bytes]
+
+
+def raise_index_error(err: np.ndarray, buffers, statements, shapes) -> None:
+    _, tensor, dim, value, statement = (int(x) for x in err)
+    name = buffers[tensor].name
+    _, text, line = statements[statement]
+    raise TCIndexError(f"index {value} is out of bounds for dimension {dim} of {name} "
+                       f"(extent {shapes[tensor][dim]}) in `{text}` (line {line}); nothing "
+                       "outside the array was read")

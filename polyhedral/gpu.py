@@ -1,0 +1,170 @@
+"""GPU mapping (PPCG's `gpu_create_kernel`, TC's outer-block/inner-thread strategy).
+
+Each outermost band becomes one kernel launch. A permutable band with leading coincident
+members is tiled (tile loops count tiles, point loops start at 0); up to three coincident
+members are mapped to blocks by filters `b_k = tile_k mod grid_k` and to threads by
+`t_k = point_k mod block_k`, with the innermost mapped member on x (threadIdx.x walks the
+stride-1 dimension, so accesses coalesce). The block and thread ids are isl parameters
+bounded by a context node above the filters; sizes that do not divide give guards or
+strided loops, and a grid smaller than the number of tiles makes blocks loop over tiles.
+A band with no coincident member runs as one thread (see `polyhedral.reductions` for
+reductions mapped across a block).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+
+from polyhedral import bands as B
+from polyhedral import loop_ir as L
+from polyhedral.scop import Scop
+from polyhedral.tiling import UNTILED, _multi_val
+from tclang.options import Options
+from tclang.target import Target
+
+THREADS = (32, 8, 4)  # default threads per mapped member, x (innermost member) first
+TILE = 32
+GENERIC_GRID = 4096  # blocks per mapped member when the sizes are not known
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    name: str  # the kernel mark's id
+    grid: tuple[L.IExpr, ...]  # blocks, x first
+    block: tuple[int, ...]  # threads, x first
+    mapped: int  # band members mapped to blocks and threads
+
+
+def map_to_gpu(schedule: isl.Schedule, scop: Scop, options: Options,
+               target: Target) -> tuple[isl.Schedule, dict[str, LaunchPlan]]:
+    scop.ctx.set_tile_scale_tile_loops(0)
+    scop.ctx.set_tile_shift_point_loops(1)
+    plans: dict[str, LaunchPlan] = {}
+    node = _visit(schedule.get_root(), scop, options, target, plans)
+    return node.get_schedule(), plans
+
+
+def _visit(node, scop, options, target, plans):
+    if node.get_type() == isl.schedule_node_type.band:
+        return _map_band(node, scop, options, target, plans)
+    for k in range(node.n_children()):
+        node = _visit(node.child(k), scop, options, target, plans).parent()
+    return node
+
+
+def _map_band(node, scop: Scop, options: Options, target: Target, plans) -> isl.ScheduleNode:
+    name = f"kernel{len(plans)}"
+    band = B.members(node, scop)
+    leading = 0
+    while leading < len(band) and band[leading].coincident:
+        leading += 1
+    if leading == 0 or not node.band_get_permutable():
+        plans[name] = LaunchPlan(name, (L.Int(1),), (1,), 0)
+        return node.insert_mark(_id(scop, name))
+    mapped = min(3, leading)
+    sizes = _tile_sizes(band, mapped, options)
+    tile = node.band_tile(_multi_val(node, sizes))
+    block = _block(band, sizes, mapped, options, target)
+    grid_caps, grid = _grid(tile, scop, mapped, options, target)
+    # members are mapped backwards: the innermost mapped member goes to x
+    members = list(reversed(range(mapped)))
+    blocks = _mod_filter(tile, members, [f"b{k}" for k in range(mapped)], grid_caps, scop)
+    threads = _mod_filter(tile.child(0), members, [f"t{k}" for k in range(mapped)], block,
+                          scop)
+    ids = " and ".join([f"0 <= b{k} < {g}" for k, g in enumerate(grid_caps)] +
+                       [f"0 <= t{k} < {t}" for k, t in enumerate(block)])
+    names = ", ".join([f"b{k}" for k in range(mapped)] + [f"t{k}" for k in range(mapped)])
+    context = isl.Set(f"[{names}] -> {{ [] : {ids} }}", context=scop.ctx)
+    node = tile.insert_filter(blocks.intersect(threads)).insert_context(context)
+    plans[name] = LaunchPlan(name, grid, tuple(block), mapped)
+    return node.insert_mark(_id(scop, name))
+
+
+def _tile_sizes(band: list[B.Member], mapped: int, options: Options) -> list[int]:
+    manual = options.tile_sizes(len(band))
+    if manual is not None and any(manual):
+        return [s if s > 0 else UNTILED for s in manual]
+    sizes = []
+    for m in band:
+        size = TILE
+        if m.extent is not None and m.extent <= size:
+            size = UNTILED if m.position >= mapped else max(m.extent, 1)
+        sizes.append(size)
+    return sizes
+
+
+def _block(band, sizes, mapped: int, options: Options, target: Target) -> list[int]:
+    wanted = list(options.block) if options.block else list(THREADS)
+    block = []
+    for k in range(mapped):
+        member = band[mapped - 1 - k]  # x is the innermost mapped member
+        threads = wanted[k] if k < len(wanted) else 1
+        limit = sizes[member.position]
+        if member.extent is not None:
+            limit = min(limit, member.extent)
+        block.append(max(1, min(threads, limit, target.max_block[k])))
+    while _product(block) > target.max_threads_per_block:
+        block[block.index(max(block))] //= 2
+    return block
+
+
+def _grid(tile, scop: Scop, mapped: int, options: Options, target: Target):
+    """(the moduli of the block filters, the launch grid as index expressions)."""
+    partial = tile.band_get_partial_schedule()
+    domain = tile.get_domain()
+    caps, grid = [], []
+    for k in range(mapped):
+        member = mapped - 1 - k
+        cap = target.max_grid[k]
+        if options.grid and k < len(options.grid):
+            cap = min(cap, options.grid[k])
+        count = _tile_count(partial.get_union_pw_aff(member), domain, scop)
+        if isinstance(count, L.Int):
+            cap = max(1, min(cap, count.value))
+            grid.append(L.Int(cap))
+        else:
+            cap = min(cap, GENERIC_GRID)
+            grid.append(L.Op("max", (L.Int(1), L.Op("min", (L.Int(cap), count)))))
+        caps.append(cap)
+    return caps, tuple(grid)
+
+
+def _tile_count(upa: isl.UnionPwAff, domain: isl.UnionSet, scop: Scop) -> L.IExpr:
+    """1 + the largest tile index of a member, as an index expression in the sizes."""
+    values = isl.UnionMap.from_union_pw_aff(upa).intersect_domain(domain).range()
+    sets: list[isl.Set] = []
+    values.foreach_set(sets.append)
+    if not sets:
+        return L.Int(1)
+    highest = sets[0]
+    for s in sets[1:]:
+        highest = highest.union(s)
+    from polyhedral.lowering import pw_aff_index
+    return L.add(pw_aff_index(highest.dim_max(0), scop), L.Int(1))
+
+
+def _mod_filter(node, members: list[int], names: list[str], sizes: list[int],
+                scop: Scop) -> isl.UnionSet:
+    """{ instances : member_k mod size_k = id_k } (PPCG's set_schedule_modulo)."""
+    ctx = scop.ctx
+    result = node.get_universe_domain()
+    partial = node.band_get_partial_schedule()
+    for member, name, size in zip(members, names, sizes):
+        upa = partial.get_union_pw_aff(member).mod_val(isl.Val.int_from_si(ctx, size))
+        ident = isl.Set(f"[{name}] -> {{ : }}", context=ctx).get_dim_id(isl.dim_type.param, 0)
+        equal = upa.sub(isl.UnionPwAff.param_on_domain_id(result, ident)).zero_union_set()
+        result = result.intersect(equal)
+    return result
+
+
+def _id(scop: Scop, name: str) -> isl.Id:
+    return isl.Id(name, context=scop.ctx)
+
+
+def _product(values) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out
