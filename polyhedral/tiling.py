@@ -73,7 +73,7 @@ def _transform_band(node, scop: Scop, options: Options, target: Target, reports)
     order = list(range(len(band)))
     sizes = _tile_sizes(node, scop, band, options, target)
     if sizes is not None:
-        node = node.band_tile(_multi_val(node, sizes))
+        node = _tile(node, band, sizes)
         if options.loop_order is None:
             node = _order_point_loops(node.child(0), scop).parent()
     elif options.loop_order is None and node.band_get_permutable():
@@ -161,6 +161,25 @@ def _heuristic_sizes(node, scop: Scop, band: list[B.Member], target: Target) -> 
     sizes = [UNTILED if m.extent is not None and m.extent <= s else s
              for m, s in zip(band, sizes)]
     return sizes if any(s != UNTILED for s in sizes) else None
+
+
+def _tile(node, band: list[B.Member], sizes: list[int]):
+    """Tile the band up to its last tiled member; the untiled rest joins the point loops.
+
+    Untiled parallel members before the first tiled one get tiles of 1, so their loops
+    stay outermost (and parallel). Tiling only that prefix keeps isl's AST generation
+    fast: a member "tiled" by a huge size still costs two dimensions."""
+    tiled = [k for k, s in enumerate(sizes) if s != UNTILED]
+    first, last = tiled[0], tiled[-1]
+    prefix = [1 if s == UNTILED and k < first and band[k].coincident else s
+              for k, s in enumerate(sizes[:last + 1])]
+    if last + 1 < len(sizes):
+        node = node.band_split(last + 1)
+    node = node.band_tile(_multi_val(node, prefix))
+    point = node.child(0)
+    if point.n_children() == 1 and point.child(0).get_type() == isl.schedule_node_type.band:
+        point = B.merge_nested(point).band_set_permutable(1)
+    return point.parent()
 
 
 def _multi_val(node, sizes: list[int]) -> isl.MultiVal:

@@ -1,0 +1,159 @@
+"""Automatic schedules, asserted on the loop IR: fusion, tiling, parallel outer loops,
+stride-1 innermost loops; the legality checker; shape-generic code; the scheduler guard."""
+
+import numpy as np
+import pytest
+
+import tclang as tc
+from polyhedral import loop_ir as L
+from polyhedral import scheduler
+from polyhedral.pipeline import schedule_definition
+from tclang.frontend import check_source
+from tclang.target import Target
+
+from .loops import enclosing_loops, nest_of, top_level, uses
+
+CPU = Target("cpu", "threads", cores=4, vector_bytes=32)
+
+PROGRAMS = {
+    "matmul": ("def matmul(float(M,K) A, float(K,N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }",
+               dict(M=256, K=256, N=256), "S0"),
+    "conv2d": ("def conv2d(float(N,C,H,W) I, float(M,C,KH,KW) Wt) -> (O) {"
+               " O(n, m, h, w) +=! I(n, c, h + kh, w + kw) * Wt(m, c, kh, kw) }",
+               dict(N=4, C=16, H=34, W=66, M=64, KH=3, KW=3), "S0"),
+    "batched_matmul": ("def bmm(float(B,N,M) X, float(B,M,K) Y) -> (Z) {"
+                       " Z(b, n, k) +=! X(b, n, m) * Y(b, m, k) }",
+                       dict(B=8, N=128, M=128, K=128), "S0"),
+    "mlp2": ("def mlp2(float(B,I) X, float(H,I) W1, float(H) b1, float(O,H) W2, float(O) b2)"
+             " -> (Y) {\n Hd(n, h) +=! X(n, i) * W1(h, i)\n Hd(n, h) = fmax(Hd(n, h) + b1(h), 0)"
+             "\n Y(n, o) +=! Hd(n, h) * W2(o, h)\n Y(n, o) = fmax(Y(n, o) + b2(o), 0) }",
+             dict(B=128, I=256, H=256, O=128), "S2"),
+}
+
+
+def schedule(name, options=tc.Options(), target=CPU):
+    source, sizes, _ = PROGRAMS[name]
+    return schedule_definition(check_source(source).definitions[0], sizes, options, target)
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_fused_tiled_parallel_and_stride_one(name):
+    kernel = schedule(name).kernel
+    main = PROGRAMS[name][2]
+    statement = kernel.statement(main)
+    (chain, run), = list(enclosing_loops(kernel.body, main))
+    # tiled: more loops around the reduction than it has indices
+    assert len(chain) > len(statement.indices), [f.var for f in chain]
+    # the outermost loop runs in parallel
+    assert chain[0].parallel
+    # the innermost loop moves the last subscript of the written tensor, and only it
+    inner = chain[-1].var
+    lhs = [run.indices[statement.indices.index(i)] for i in statement.lhs]
+    assert uses(lhs[-1], inner) and not any(uses(e, inner) for e in lhs[:-1])
+    assert chain[-1].vectorize
+    # fused: the init (and any epilogue of the same tensor) share the reduction's nest
+    nest = nest_of(kernel, main)
+    for s in kernel.statements:
+        if s.target == statement.target:
+            assert list(enclosing_loops(nest, s.id)), f"{s.id} not fused with {main}"
+
+
+def test_mlp_layers_keep_their_parallelism():
+    """preserve_parallel does not fuse the two layers (that would lose parallel loops)."""
+    kernel = schedule("mlp2").kernel
+    assert nest_of(kernel, "S0") is not nest_of(kernel, "S2")
+    for node in top_level(kernel):
+        assert isinstance(node, L.For) and node.parallel
+
+
+def test_min_fusion_gives_each_statement_its_own_nest():
+    kernel = schedule("matmul", tc.Options(fusion="min")).kernel
+    assert nest_of(kernel, "I0") is not nest_of(kernel, "S0")
+
+
+def test_manual_tile_sizes_are_used():
+    kernel = schedule("matmul", tc.Options(tile=(16, 8, 4))).kernel
+    (chain, _), = list(enclosing_loops(kernel.body, "S0"))
+    trips = [L.evaluate(f.hi, {}) - L.evaluate(f.lo, {}) for f in chain[:3]]
+    assert trips == [256 // 16, 256 // 8, 256 // 4]
+
+
+def test_illegal_loop_order_is_refused_naming_the_dependence():
+    source = "def total(float(N, M) A) -> (s) {\n  s +=! A(i, j)\n}"
+    defn = check_source(source).definitions[0]
+    options = tc.Options(reorder_reductions=False, loop_order=(1, 0))
+    with pytest.raises(tc.TCScheduleError) as info:
+        schedule_definition(defn, dict(N=3, M=4), options, CPU)
+    message = str(info.value)
+    assert "flow (read-after-write) dependence on s" in message
+    assert "loop_order=(1, 0)" in message and info.value.line == 2
+    # the same order is legal when reductions may be reordered
+    schedule_definition(defn, dict(N=3, M=4), tc.Options(loop_order=(1, 0)), CPU)
+
+
+def test_loop_order_by_index_names():
+    kernel = schedule("matmul", tc.Options(loop_order=("k", "m", "n"), tile=())).kernel
+    (chain, run), = list(enclosing_loops(kernel.body, "S0"))
+    assert uses(run.indices[2], chain[0].var)  # k outermost
+
+
+def test_bad_loop_orders_are_explained():
+    with pytest.raises(tc.TCScheduleError, match="not a permutation"):
+        schedule("matmul", tc.Options(loop_order=(0, 1)))
+    with pytest.raises(tc.TCScheduleError, match="not the index"):
+        schedule("matmul", tc.Options(loop_order=("x", "m", "n")))
+
+
+def test_shape_generic_kernel_is_valid_for_all_sizes():
+    mod = tc.define(PROGRAMS["mlp2"][0], backend="reference",
+                    options=tc.Options(specialize=False))
+    rng = np.random.default_rng(1)
+    for B, I, H, O in [(1, 1, 1, 1), (3, 7, 5, 2), (5, 2, 11, 13)]:
+        X, W1, b1 = rng.random((B, I), np.float32), rng.random((H, I), np.float32), \
+            rng.random(H, np.float32)
+        W2, b2 = rng.random((O, H), np.float32), rng.random(O, np.float32)
+        hidden = np.maximum(X @ W1.T + b1, 0)
+        np.testing.assert_allclose(mod.mlp2(X, W1, b1, W2, b2),
+                                   np.maximum(hidden @ W2.T + b2, 0), rtol=1e-5)
+    assert len(mod.mlp2._compiled) == 1  # one compilation served every shape
+
+
+def test_scheduler_time_guard_falls_back(monkeypatch):
+    """A "max" schedule past its time limit falls back to "min", saying why."""
+    defn = check_source(PROGRAMS["matmul"][0]).definitions[0]
+    original = scheduler.compute_schedule
+    monkeypatch.setattr(scheduler, "TIME_LIMIT", 1e-6)
+    monkeypatch.setattr("polyhedral.pipeline.compute_schedule",
+                        lambda scop, deps, fusion: original(scop, deps, fusion, 1e-6))
+    result = schedule_definition(defn, dict(M=8, K=8, N=8), tc.Options(fusion="max"), CPU)
+    assert result.strategy == "min" and "ran past" in result.fallback
+
+
+def test_scheduler_operation_guard_falls_back(monkeypatch):
+    """isl giving up (here: an operation limit of 1) ends at program order, not an error."""
+    monkeypatch.setattr(scheduler, "MAX_OPERATIONS", 1)
+    defn = check_source(PROGRAMS["matmul"][0]).definitions[0]
+    result = schedule_definition(defn, dict(M=8, K=8, N=8), tc.Options(), CPU)
+    assert result.strategy == "original" and "isl gave up" in result.fallback
+    mod = tc.define(PROGRAMS["matmul"][0], backend="reference")
+    A, B = np.ones((3, 2), np.float32), np.ones((2, 4), np.float32)
+    np.testing.assert_array_equal(mod.matmul(A, B), A @ B)
+
+
+def test_gpu_mapping_runs_every_instance_once():
+    """The block and thread filters partition the domain: interpreting the GPU-mapped
+    kernel (every CUDA thread a generator) gives NumPy's results, for block shapes that do
+    and do not divide the sizes."""
+    from backends.interpreter import compile_kernel
+    gpu = Target("cuda", "grid")
+    source = PROGRAMS["batched_matmul"][0]
+    defn = check_source(source).definitions[0]
+    rng = np.random.default_rng(0)
+    X, Y = rng.random((3, 5, 7), np.float32), rng.random((3, 7, 6), np.float32)
+    for options in (tc.Options(), tc.Options(block=(4, 2), tile=3)):
+        kernel = schedule_definition(defn, dict(B=3, N=5, M=7, K=6), options, gpu).kernel
+        launches = [n for n in L.walk_nodes(kernel.body) if isinstance(n, L.Launch)]
+        assert launches and launches[0].block[0] > 1
+        arrays = {"X": X, "Y": Y, "Z": np.zeros((3, 5, 6), np.float32)}
+        compile_kernel(kernel)(arrays, dict(B=3, N=5, M=7, K=6))
+        np.testing.assert_allclose(arrays["Z"], X @ Y, rtol=1e-5)
