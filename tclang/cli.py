@@ -43,6 +43,8 @@ def _parser() -> argparse.ArgumentParser:
                                          "inferred signature")
     check.add_argument("file", help="a .tc source file")
     check.set_defaults(run=_check)
+    from tclang import commands  # the commands that need the whole compiler
+    commands.add_commands(sub)
     return parser
 
 
