@@ -19,6 +19,7 @@ import islpy as isl
 
 from polyhedral import bands as B
 from polyhedral import loop_ir as L
+from polyhedral.promotion import SharedTile, plan_shared
 from polyhedral.scop import Scop
 from polyhedral.tiling import UNTILED, _multi_val
 from tclang.options import Options
@@ -35,6 +36,7 @@ class LaunchPlan:
     grid: tuple[L.IExpr, ...]  # blocks, x first
     block: tuple[int, ...]  # threads, x first
     mapped: int  # band members mapped to blocks and threads
+    shared: tuple[SharedTile, ...] = ()  # tiles copied to shared memory at the promote mark
 
 
 def map_to_gpu(schedule: isl.Schedule, scop: Scop, options: Options,
@@ -77,9 +79,36 @@ def _map_band(node, scop: Scop, options: Options, target: Target, plans) -> isl.
                        [f"0 <= t{k} < {t}" for k, t in enumerate(block)])
     names = ", ".join([f"b{k}" for k in range(mapped)] + [f"t{k}" for k in range(mapped)])
     context = isl.Set(f"[{names}] -> {{ [] : {ids} }}", context=scop.ctx)
-    node = tile.insert_filter(blocks.intersect(threads)).insert_context(context)
-    plans[name] = LaunchPlan(name, grid, tuple(block), mapped)
-    return node.insert_mark(_id(scop, name))
+    shared = plan_shared(tile, scop, options, target)
+    # PPCG's layout: blocks filter above the tile band; the thread filter only above the
+    # point band, so the copies and barriers grafted between them run on every thread
+    tile = tile.child(0).insert_filter(threads).parent()
+    node = tile.insert_filter(blocks).insert_context(context).insert_mark(_id(scop, name))
+    plans[name] = LaunchPlan(name, grid, tuple(block), mapped, tuple(shared))
+    if shared:  # mark -> context -> block filter -> tile band -> thread filter
+        node = _graft_copies(node.child(0).child(0).child(0).child(0), name)
+    return node
+
+
+def _graft_copies(point: isl.ScheduleNode, kernel: str) -> isl.ScheduleNode:
+    """Statements `tc_copy_<kernel>` before and `tc_sync_<kernel>` after the point loops,
+    one instance per tile: isl keeps every thread-dependent guard below them. Returns the
+    kernel's mark."""
+    tiles = point.get_prefix_schedule_union_map().range()
+    sets: list[isl.Set] = []
+    tiles.foreach_set(sets.append)
+    tile_set = sets[0]
+    for s in sets[1:]:
+        tile_set = tile_set.union(s)
+    identity = isl.Map.identity(tile_set.get_space().map_from_set()).intersect_domain(tile_set)
+    before = identity.set_tuple_name(isl.dim_type.out, f"tc_copy_{kernel}")
+    after = identity.set_tuple_name(isl.dim_type.out, f"tc_sync_{kernel}")
+    point = point.graft_before(isl.ScheduleNode.from_extension(isl.UnionMap.from_map(before)))
+    point = point.graft_after(isl.ScheduleNode.from_extension(isl.UnionMap.from_map(after)))
+    while not (point.get_type() == isl.schedule_node_type.mark and
+               point.mark_get_id().get_name() == kernel):  # back up to the kernel's mark
+        point = point.parent()
+    return point
 
 
 def _tile_sizes(band: list[B.Member], mapped: int, options: Options) -> list[int]:

@@ -117,8 +117,8 @@ def _lines(node: L.Node, kernel: L.Kernel | None, indent: int):
                 call += "  [" + ", ".join(f"ref {p.ref} -> {p.buffer}" for p in promoted) + "]"
             yield pad + call
         case L.Copy(buffer=b, tensor=t, direction=d, index=idx, offset=off):
-            local = ", ".join(format_index(L.sub(i, o)) for i, o in zip(idx, off))
-            glob = ", ".join(format_index(i) for i in idx)
+            local = "][".join(format_index(L.sub(i, o)) for i, o in zip(idx, off))
+            glob = "][".join(format_index(i) for i in idx)
             if d == "in":
                 yield f"{pad}{b}[{local}] = {t}[{glob}];"
             else:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import islpy as isl
 
 from polyhedral import loop_ir as L
+from polyhedral.affexpr import pw_aff_expr
 from polyhedral.dependences import Dependences
 from polyhedral.scop import Scop, tensor_box
 from tclang import program as P
@@ -58,6 +59,7 @@ class _Lowering:
             return isl.Id(f"loop_p{int(parallel)}_r{int(reduction)}", context=ctx)
 
         build, self._keep = build.set_before_each_for(before_for)
+        self.promoting: dict[str, tuple] = {}  # kernel -> its shared tiles, while inside it
         return build.node_from_schedule(schedule)
 
     # ---- AST -> loop IR ----
@@ -76,15 +78,70 @@ class _Lowering:
             call = ast.user_get_expr()
             sid = call.get_op_arg(0).get_id().get_name()
             args = tuple(self.expr(call.get_op_arg(k)) for k in range(1, call.get_op_n_arg()))
-            return L.Run(sid, args)
+            if sid.startswith("tc_copy_"):
+                return self._copies(self.launches[sid[len("tc_copy_"):]], args)
+            if sid.startswith("tc_sync_"):
+                return L.Barrier()  # the next tile's copies must not overwrite these
+            return L.Run(sid, args, self._promotions(sid, args))
         if t == isl.ast_node_type.mark:
             name = ast.mark_get_id().get_name()
-            body = self.node(ast.mark_get_node())
             plan = self.launches.get(name)
+            if plan is not None:
+                self.promoting = {t.tensor: t for t in plan.shared}
+            body = self.node(ast.mark_get_node())
+            self.promoting = {}
             if plan is None:
                 return body
-            return L.Launch(name, plan.grid, plan.block, (), body)
+            buffers = tuple(L.Buffer(tile.buffer, self.scop.definition.tensor(tile.tensor).dtype,
+                                     tuple(L.Int(x) for x in tile.sizes), "shared")
+                            for tile in plan.shared)
+            return L.Launch(name, plan.grid, plan.block, buffers, body)
         raise ValueError(f"unexpected isl AST node {t}")
+
+    # ---- shared-memory promotion ----
+    def _copies(self, plan, tile_coords: tuple[L.IExpr, ...]) -> L.Node:
+        """Every thread of the block copies part of each promoted box; then a barrier."""
+        copies = []
+        for tile in plan.shared:
+            offset = tuple(pw_aff_expr(o, tile_coords, self.derived) for o in tile.offsets)
+            copies.append(self._copy_in(tile, offset, plan.block))
+        return L.Block(tuple(copies) + (L.Barrier(),))
+
+    def _copy_in(self, tile, offset: tuple[L.IExpr, ...], block: tuple[int, ...]) -> L.Node:
+        """Consecutive threads copy consecutive elements of the box (coalesced), skipping
+        the part of a boundary tile that lies outside the tensor."""
+        linear, threads = L.Int(0), 1
+        for k, extent in enumerate(block):
+            linear = L.add(linear, L.Op("mul", (L.Var(f"t{k}"), L.Int(threads))))
+            threads *= extent
+        volume = 1
+        for s in tile.box:
+            volume *= s
+        flat = L.Var(f"p_{tile.tensor}")
+        index, cond, rest = [], None, flat
+        for d in reversed(range(len(tile.box))):
+            local = L.Op("rem", (rest, L.Int(tile.box[d]))) if d > 0 else rest
+            rest = L.Op("div_nonneg", (rest, L.Int(tile.box[d])))
+            element = L.add(offset[d], local)
+            index.insert(0, element)
+            extent = size_index(self.scop.extents[tile.tensor][d], self.scop.sizes)
+            inside = L.Op("and", (L.Op("ge", (element, L.Int(0))), L.Op("lt", (element, extent))))
+            cond = inside if cond is None else L.Op("and", (cond, inside))
+        copy = L.Copy(tile.buffer, tile.tensor, "in", tuple(index), offset)
+        return L.For(flat.name, linear, L.Int(volume), threads, L.If(cond, copy))
+
+    def _promotions(self, sid: str, indices: tuple[L.IExpr, ...]) -> tuple[L.Promotion, ...]:
+        if not self.promoting or sid.startswith("I"):
+            return ()
+        st = self.scop.statement(sid)
+        found = []
+        for read in st.source.reads():
+            tile = self.promoting.get(read.tensor)
+            if tile is not None:
+                offset = tuple(pw_aff_expr(o, indices, self.derived)
+                               for o in tile.statement_offsets[sid])
+                found.append(L.Promotion(read.ref, tile.buffer, offset))
+        return tuple(found)
 
     def _for(self, ast: isl.AstNode) -> L.For:
         var = ast.for_get_iterator().get_id().get_name()
