@@ -158,6 +158,12 @@ class _Emitter:
                 g = f"t_{t}[{glob},]" if idx else f"t_{t}[()]"
                 lo = f"t_{b}[{local},]" if idx else f"t_{b}[()]"
                 self.put(indent, f"{lo} = {g}" if d == "in" else f"{g} = {lo}")
+            case L.Combine(op=op, dtype=dt, dst=d, dst_index=di, src=src, src_index=si):
+                dst = self.buffer_element(d, di)
+                value = self.load(self.buffer_element(src, si), dt)
+                if op is not None:
+                    value = self.combine(op, self.load(dst, dt), value, dt)
+                self.put(indent, f"{dst} = {value}")
             case L.Barrier():
                 self.put(indent, "yield")
             case L.Launch():
@@ -183,6 +189,10 @@ class _Emitter:
         for b in shared:
             self.put(indent + 1, f"t_{b.name} = {self.alloc(b)}")
         self.put(indent + 1, f"_lockstep([_thread_{k}(*_b, *_t) for _t in _product({block})])")
+
+    def buffer_element(self, name: str, index) -> str:
+        subs = ", ".join(f"{self.index(i)}" for i in index)
+        return f"t_{name}[{subs},]" if index else f"t_{name}[()]"
 
     def alloc(self, b: L.Buffer) -> str:
         shape = ", ".join(self.index(d) for d in b.shape)
@@ -219,6 +229,8 @@ class _Emitter:
         if promotion is not None:
             subs = [f"({s}) - ({self.index(o)})" for s, o in zip(subscripts, promotion.offset)]
             name = promotion.buffer
+            if not subs:  # a 0-d target accumulated in a one-element buffer
+                return f"t_{name}[0]"
         else:
             subs, name = subscripts, tensor
         if checks is not None:

@@ -20,6 +20,7 @@ import islpy as isl
 from polyhedral import bands as B
 from polyhedral import loop_ir as L
 from polyhedral.promotion import SharedTile, plan_shared
+from polyhedral.reductions import plan_block_reduction
 from polyhedral.scop import Scop
 from polyhedral.tiling import UNTILED, _multi_val
 from tclang.options import Options
@@ -36,7 +37,10 @@ class LaunchPlan:
     grid: tuple[L.IExpr, ...]  # blocks, x first
     block: tuple[int, ...]  # threads, x first
     mapped: int  # band members mapped to blocks and threads
-    shared: tuple[SharedTile, ...] = ()  # tiles copied to shared memory at the promote mark
+    shared: tuple[SharedTile, ...] = ()  # tiles copied to shared memory at each tile
+    body: L.Node | None = None  # a launch built directly (a block reduction)
+    buffers: tuple[L.Buffer, ...] = ()
+    statements: tuple[L.StatementDef, ...] = ()
 
 
 def map_to_gpu(schedule: isl.Schedule, scop: Scop, options: Options,
@@ -62,7 +66,14 @@ def _map_band(node, scop: Scop, options: Options, target: Target, plans) -> isl.
     leading = 0
     while leading < len(band) and band[leading].coincident:
         leading += 1
-    if leading == 0 or not node.band_get_permutable():
+    if not node.band_get_permutable():
+        leading = 0
+    reduction = plan_block_reduction(node, scop, options, target, name, leading)
+    if reduction is not None:
+        body, buffers, statements, grid, block = reduction
+        plans[name] = LaunchPlan(name, grid, block, 0, (), body, buffers, statements)
+        return node.insert_mark(_id(scop, name))
+    if leading == 0:
         plans[name] = LaunchPlan(name, (L.Int(1),), (1,), 0)
         return node.insert_mark(_id(scop, name))
     mapped = min(3, leading)

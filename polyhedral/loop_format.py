@@ -123,6 +123,15 @@ def _lines(node: L.Node, kernel: L.Kernel | None, indent: int):
                 yield f"{pad}{b}[{local}] = {t}[{glob}];"
             else:
                 yield f"{pad}{t}[{glob}] = {b}[{local}];"
+        case L.Combine(op=op, dst=d, dst_index=di, src=src, src_index=si):
+            dst = f"{d}[{']['.join(format_index(i) for i in di)}]" if di else d
+            source = f"{src}[{']['.join(format_index(i) for i in si)}]" if si else src
+            if op is None:
+                yield f"{pad}{dst} = {source};"
+            elif op in ("min", "max"):
+                yield f"{pad}{dst} = {op}({dst}, {source});"
+            else:
+                yield f"{pad}{dst} {op}= {source};"
         case L.Barrier():
             yield f"{pad}__syncthreads();"
         case L.Launch(name=n, grid=g, block=b, buffers=bufs, body=body):

@@ -61,6 +61,10 @@ def sub(a: IExpr, b: IExpr) -> IExpr:
     return Op("sub", (a, b))
 
 
+def uses_var(e: IExpr, name: str) -> bool:
+    return name in variables(e)
+
+
 def variables(e: IExpr) -> set[str]:
     if isinstance(e, Var):
         return {e.name}
@@ -171,6 +175,20 @@ class Copy:
 
 
 @dataclass(frozen=True)
+class Combine:
+    """dst[dst_index] = src[src_index] when op is None, else dst = dst <op> src (op one of
+    +, *, min, max): the steps of a parallel reduction. dst and src name a kernel buffer
+    or one of the launch's own buffers."""
+
+    op: str | None
+    dtype: DType
+    dst: str
+    dst_index: tuple[IExpr, ...]
+    src: str
+    src_index: tuple[IExpr, ...]
+
+
+@dataclass(frozen=True)
 class Barrier:
     """All threads of a GPU block wait here (`__syncthreads()`)."""
 
@@ -188,7 +206,7 @@ class Launch:
     body: "Node"
 
 
-Node = For | If | Block | Run | Copy | Barrier | Launch
+Node = For | If | Block | Run | Copy | Combine | Barrier | Launch
 
 
 @dataclass(frozen=True)

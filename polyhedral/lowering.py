@@ -86,6 +86,8 @@ class _Lowering:
         if t == isl.ast_node_type.mark:
             name = ast.mark_get_id().get_name()
             plan = self.launches.get(name)
+            if plan is not None and plan.body is not None:  # built by the mapping itself
+                return L.Launch(name, plan.grid, plan.block, plan.buffers, plan.body)
             if plan is not None:
                 self.promoting = {t.tensor: t for t in plan.shared}
             body = self.node(ast.mark_get_node())
@@ -297,7 +299,8 @@ def lower_to_loops(scop: Scop, schedule: isl.Schedule, deps: Dependences, name: 
     if launches is not None:
         body = _serial_launches(body)
     sizes = scop.sizes
+    extra = tuple(s for plan in (launches or {}).values() for s in plan.statements)
     return L.Kernel(name=name, sizes=scop.definition.sizes,
                     size_values=tuple(sorted(sizes.items())) if sizes is not None else (),
-                    buffers=buffers(scop), statements=statement_defs(scop), body=body,
+                    buffers=buffers(scop), statements=statement_defs(scop) + extra, body=body,
                     zero_fill=zero_filled(scop))

@@ -142,6 +142,8 @@ class _Generator:
             case L.Block(body=items):
                 for item in items:
                     self.node(item, indent)
+            case L.For() if self.accumulates(n):
+                self.private_accumulator(n, indent)
             case L.For(var=v, lo=lo, hi=hi, step=step, body=body):
                 if n.unroll:
                     self.put(indent, f"#pragma unroll {n.unroll}")
@@ -163,12 +165,55 @@ class _Generator:
                 local = self.local_address(b, [f"({self.index(i)}) - ({self.index(o)})"
                                                for i, o in zip(idx, off)])
                 self.put(indent, f"{local} = {glob};" if d == "in" else f"{glob} = {local};")
+            case L.Combine(op=op, dtype=dt, dst=d, dst_index=di, src=src, src_index=si):
+                dst = self.named_element(d, di)
+                value = _load(self.named_element(src, si), dt)
+                if op is not None:
+                    value = _combine(op, _load(dst, dt), value, dt)
+                self.put(indent, f"{dst} = {_store(value, dt)};")
             case L.Barrier():
                 self.put(indent, "__syncthreads();")
             case L.Launch():
                 raise ValueError("a launch inside a launch")
             case _:
                 raise TypeError(f"unknown loop IR node {n!r}")
+
+    # ---- private (register) promotion of accumulators ----
+    def accumulates(self, loop: L.For) -> bool:
+        """A loop whose only statement reduces into one element for all its iterations."""
+        r = loop.body
+        if not isinstance(r, L.Run) or any(p.ref == -1 for p in r.promoted):
+            return False
+        s = self.kernel.statement(r.statement)
+        if s.kind != "reduce":
+            return False
+        position = {name: k for k, name in enumerate(s.indices)}
+        return not any(L.uses_var(r.indices[position[i]], loop.var) for i in s.lhs)
+
+    def private_accumulator(self, loop: L.For, indent: int) -> None:
+        """acc = target; for (...) acc = acc op value; target = acc: one load and one store
+        instead of one of each per iteration."""
+        r = loop.body
+        s = self.kernel.statement(r.statement)
+        dtype = self.buffers[s.target].dtype
+        ctype = "float" if dtype is DType.FLOAT16 else CTYPES[dtype]
+        position = {name: k for k, name in enumerate(s.indices)}
+        self.put(indent, f"{{  // {s.target} accumulates in a register")
+        for name in s.lhs:
+            self.put(indent + 1, f"const long long o_{name} = {self.index(r.indices[position[name]])};")
+        target = self.address(s.target, [f"o_{i}" for i in s.lhs])
+        self.put(indent + 1, f"{ctype} acc = {_load(target, dtype)};")
+        if loop.unroll:
+            self.put(indent + 1, f"#pragma unroll {loop.unroll}")
+        self.put(indent + 1, f"for (long long {loop.var} = {self.index(loop.lo)}; {loop.var} < "
+                             f"{self.index(loop.hi)}; {loop.var} += {loop.step}) {{")
+        for name, value in zip(s.indices, r.indices):
+            self.put(indent + 2, f"const long long i_{name} = {self.index(value)};")
+        value = _Values(self, s, {p.ref: p for p in r.promoted}, indent + 2).emit(s.value)
+        self.put(indent + 2, f"acc = {_combine(s.op, 'acc', value, dtype)};")
+        self.put(indent + 1, "}")
+        self.put(indent + 1, f"{target} = {_store('acc', dtype)};")
+        self.put(indent, "}")
 
     def run_statement(self, r: L.Run, indent: int) -> None:
         s = self.kernel.statement(r.statement)
@@ -191,6 +236,13 @@ class _Generator:
             subs = [f"({s}) - ({self.index(o)})" for s, o in zip(subscripts, promotion.offset)]
             return self.local_address(promotion.buffer, subs)
         return self.address(tensor, subscripts)
+
+    def named_element(self, name: str, index) -> str:
+        """An element of a kernel buffer (global memory) or of a launch's own buffer."""
+        subs = [self.index(i) for i in index]
+        if name in self.local:
+            return self.local_address(name, subs)
+        return self.address(name, subs)
 
     def address(self, tensor: str, subscripts: list[str]) -> str:
         if not subscripts:
