@@ -2,8 +2,8 @@
 
 Canonical source (the definition's tokens, so comments and spacing do not matter), entry
 name, argument shapes/dtypes/strides (or ranks and dtypes when shape-generic), every
-option, the backend and its target description, and the versions of tclang, islpy, LLVM
-and NumPy. Printed isl text is never part of a key: it is not canonical.
+option, the backend and its target description, the versions of tclang, islpy, LLVM and
+NumPy, and a digest of tclang's own source. Printed isl text is never part of a key: it is not canonical.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import platform
 from functools import lru_cache
+from pathlib import Path
 
 from tclang.options import Options
 from tclang.program import Definition
@@ -40,6 +41,23 @@ def canonical_source(defn: Definition) -> str:
 
 
 @lru_cache(maxsize=1)
+def code_digest() -> str:
+    """A digest of tclang's own code (front end, polyhedral layer, backends): a change to
+    the compiler invalidates what it compiled, even without a version bump."""
+    import polyhedral
+    import backends
+    import tclang
+    digest = hashlib.sha256()
+    for package in (tclang, polyhedral, backends):
+        root = Path(package.__file__).parent
+        for path in sorted(root.rglob("*")):
+            if path.suffix in (".py", ".lark", ".h") and path.is_file():
+                digest.update(str(path.relative_to(root)).encode())
+                digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+@lru_cache(maxsize=1)
 def versions() -> tuple:
     import islpy
     import llvmlite
@@ -53,7 +71,8 @@ def versions() -> tuple:
         llvm = "unknown"
     return (("tclang", tclang.__version__), ("islpy", islpy.__version__),
             ("llvmlite", llvmlite.__version__), ("llvm", llvm), ("numpy", numpy.__version__),
-            ("python", platform.python_version()), ("format", CACHE_FORMAT))
+            ("python", platform.python_version()), ("format", CACHE_FORMAT),
+            ("code", code_digest()))
 
 
 def cache_key(canonical: str, entry: str, shapes: tuple, options: Options, backend: str,
