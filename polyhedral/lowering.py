@@ -278,16 +278,19 @@ def pw_aff_index(pa: isl.PwAff, scop: Scop) -> L.IExpr:
     return _Lowering(scop, None).expr(build.expr_from_pw_aff(pa.gist_params(scop.context)))
 
 
-def _serial_launches(node: L.Node, inside: bool = False) -> L.Node:
-    """On a GPU every statement runs in a kernel: wrap those outside any launch."""
+def _serial_launches(node: L.Node) -> L.Node:
+    """On a GPU every statement runs in a kernel: wrap those outside any launch in a
+    one-thread launch. Host code keeps only sequences and conditions on the sizes."""
     match node:
         case L.Launch():
             return node
-        case L.Run() if not inside:
+        case L.Run():
             return L.Launch("serial", (L.Int(1),), (1,), (), node)
         case L.Block(body=items):
-            return L.Block(tuple(_serial_launches(i, inside) for i in items))
-        case L.For() | L.If():
+            return L.Block(tuple(_serial_launches(i) for i in items))
+        case L.If(cond=c, then=t, other=o):
+            return L.If(c, _serial_launches(t), _serial_launches(o) if o is not None else None)
+        case L.For():
             raise ValueError("a loop outside every kernel of a GPU schedule")
     return node
 

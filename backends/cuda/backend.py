@@ -112,6 +112,8 @@ def _artifact(cubin: bytes, text: str, entries, buffers, statements, size_names)
         args = pointers + [np.int64(v) for v in sizes] + [np.int64(v) for v in strides] + \
             [np.uintp(int(err))]
         for entry, fn in functions:
+            if not entry.runs(env):
+                continue
             grid, block = entry.dims(env)
             fn(*args, grid=grid, block=block)
         record = np.zeros(LT.ERR_FIELDS, dtype=np.int64)

@@ -53,10 +53,12 @@ template <class I, class F> TC_DEV I tc_f2i(F x, I lo, I hi) {  /* saturating, N
 TC_DEV float tc_round_half(float x) { return __half2float(__float2half_rn(x)); }
 TC_DEV float tc_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 TC_DEV double tc_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
-TC_DEV void tc_fail(long long* err, long long tensor, long long dim, long long value,
-                    long long stmt) {
+TC_DEV bool tc_inside(long long value, long long extent, long long* err, long long tensor,
+                     long long dim, long long stmt) {   /* a checked gather subscript */
+  if (value >= 0 && value < extent) return true;
   if (atomicCAS((unsigned long long*)err, 0ULL, 1ULL) == 0ULL) {
-    err[1] = tensor; err[2] = dim; err[3] = value; err[4] = stmt; } }
+    err[1] = tensor; err[2] = dim; err[3] = value; err[4] = stmt; }
+  return false; }
 """
 
 _MATH_DOUBLE = {"abs": "fabs", "min": "fmin", "max": "fmax", "fdivide": None,
@@ -65,10 +67,11 @@ _MATH_DOUBLE = {"abs": "fabs", "min": "fmin", "max": "fmax", "fdivide": None,
 
 @dataclass(frozen=True)
 class KernelSource:
-    """The generated file, and for each launch its entry names and extra arguments."""
+    """The generated file, and the launches in order: each its function name, the launch,
+    and the host-side condition on the sizes under which it runs (None: always)."""
 
     text: str
-    launches: tuple[tuple[str, L.Launch], ...]  # (function name, launch)
+    launches: tuple[tuple[str, L.Launch, L.IExpr | None], ...]
 
 
 def generate(kernel: L.Kernel, check_bounds: bool = False) -> KernelSource:
@@ -87,10 +90,10 @@ class _Generator:
     def run(self) -> KernelSource:
         out = [PRELUDE]
         launches = []
-        for k, launch in enumerate(_launches(self.kernel.body)):
+        for k, (launch, condition) in enumerate(_launches(self.kernel.body, None)):
             name = f"tclang_{self.kernel.name}_{k}"
             out.append(self.kernel_function(name, launch))
-            launches.append((name, launch))
+            launches.append((name, launch, condition))
         return KernelSource("\n".join(out), tuple(launches))
 
     # ---- one __global__ function ----
@@ -334,14 +337,20 @@ class _Values:
         raise TypeError(f"cannot emit {e!r}")
 
     def read(self, tensor: str, subs, affine, ref: int) -> str:
-        texts = []
+        texts, checks = [], []
         for dim, (sub, a) in enumerate(zip(subs, affine)):
             text = self.affine(a) if a is not None else f"(long long)({self.emit(sub)})"
             if a is None or self.gen.check_bounds:
-                text = self.checked(tensor, dim, text)
+                checks.append(self.check(tensor, dim, text))
             texts.append(text)
-        element = self.gen.element(tensor, texts, self.promoted.get(ref))
-        return _load(element, self.gen.buffers[tensor].dtype)
+        dtype = self.gen.buffers[tensor].dtype
+        value = _load(self.gen.element(tensor, texts, self.promoted.get(ref)), dtype)
+        if not checks:
+            return value
+        # checked where the read is evaluated (inside a `?:` branch too), and no load at all
+        # when a subscript is out of bounds: the error is recorded, the value is unused
+        zero = "false" if dtype is DType.BOOL else "0"
+        return f"(({' && '.join(checks)}) ? {value} : {zero})"
 
     def affine(self, a) -> str:
         """A quasi-affine subscript in 64-bit arithmetic."""
@@ -356,17 +365,12 @@ class _Values:
             parts.append(term if coef == 1 else f"{coef}LL * {term}")
         return "(" + " + ".join(parts) + ")"
 
-    def checked(self, tensor: str, dim: int, value: str) -> str:
-        """Bounds-check a subscript before it is used; on failure record it and return."""
-        name = f"g{self.temps}"
-        self.temps += 1
+    def check(self, tensor: str, dim: int, value: str) -> str:
+        """An expression: whether `value` is inside `tensor`'s `dim` (else it records)."""
         tensor_id = [b.name for b in self.gen.kernel.buffers].index(tensor)
         stmt_id = [s.id for s in self.gen.kernel.statements].index(self.s.id)
         extent = self.gen.extent(tensor, dim)
-        self.gen.put(self.indent, f"const long long {name} = {value};")
-        self.gen.put(self.indent, f"if ({name} < 0 || {name} >= {extent}) {{ tc_fail(tc_err, "
-                                  f"{tensor_id}, {dim}, {name}, {stmt_id}); return; }}")
-        return name
+        return f"tc_inside({value}, {extent}, tc_err, {tensor_id}, {dim}, {stmt_id})"
 
     @staticmethod
     def arith(op: str, a: str, b: str, dtype: DType) -> str:
@@ -381,13 +385,23 @@ class _Values:
         return f"{fn}<{ctype}>({a}, {b})"
 
 
-def _launches(node: L.Node) -> list[L.Launch]:
+def _launches(node: L.Node, condition: L.IExpr | None) -> list:
+    """(launch, host condition) pairs in order: the host runs launches in sequence, each
+    under the conditions on the sizes around it."""
+    def both(c: L.IExpr) -> L.IExpr:
+        return c if condition is None else L.Op("and", (condition, c))
+
     match node:
         case L.Launch():
-            return [node]
+            return [(node, condition)]
         case L.Block(body=items):
-            return [x for item in items for x in _launches(item)]
-    raise ValueError("a GPU kernel's body must be a sequence of launches")
+            return [x for item in items for x in _launches(item, condition)]
+        case L.If(cond=c, then=t, other=o):
+            found = _launches(t, both(c))
+            if o is not None:
+                found += _launches(o, both(L.Op("not", (c,))))
+            return found
+    raise ValueError("a GPU kernel's host code must be launches under conditions on sizes")
 
 
 def _literal(value, dtype: DType) -> str:

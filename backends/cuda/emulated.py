@@ -64,6 +64,8 @@ def _artifact(text: str, entries, buffers, statements, size_names):
             [ctypes.c_longlong(v) for v in sizes] + [ctypes.c_longlong(v) for v in strides] + \
             [ctypes.c_void_p(err.ctypes.data)]
         for entry, fn in functions:
+            if not entry.runs(env):
+                continue
             grid, block = entry.dims(env)
             dims = [ctypes.c_longlong(v) for v in grid + block]
             code = fn(*dims, *args)

@@ -24,6 +24,10 @@ class LaunchEntry:
     function: str
     grid: tuple[L.IExpr, ...]
     block: tuple[int, ...]
+    condition: L.IExpr | None = None  # on the sizes; the launch is skipped when false
+
+    def runs(self, sizes: dict[str, int]) -> bool:
+        return self.condition is None or bool(L.evaluate(self.condition, sizes))
 
     def dims(self, sizes: dict[str, int]) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
         grid = [max(1, L.evaluate(g, sizes)) for g in self.grid] + [1, 1, 1]
@@ -32,19 +36,22 @@ class LaunchEntry:
 
 
 def table(source: KernelSource) -> tuple[LaunchEntry, ...]:
-    return tuple(LaunchEntry(name, launch.grid, launch.block) for name, launch in source.launches)
+    return tuple(LaunchEntry(name, launch.grid, launch.block, condition)
+                 for name, launch, condition in source.launches)
 
 
 def to_json(entries) -> bytes:
     from tclang.compiler import _iexpr_json
-    return json.dumps([[e.function, [_iexpr_json(g) for g in e.grid], list(e.block)]
+    return json.dumps([[e.function, [_iexpr_json(g) for g in e.grid], list(e.block),
+                        _iexpr_json(e.condition) if e.condition is not None else None]
                        for e in entries]).encode()
 
 
 def from_json(data: bytes) -> tuple[LaunchEntry, ...]:
     from tclang.compiler import _iexpr_from
-    return tuple(LaunchEntry(f, tuple(_iexpr_from(g) for g in grid), tuple(block))
-                 for f, grid, block in json.loads(data.decode()))
+    return tuple(LaunchEntry(f, tuple(_iexpr_from(g) for g in grid), tuple(block),
+                             _iexpr_from(c) if c is not None else None)
+                 for f, grid, block, c in json.loads(data.decode()))
 
 
 def element_strides(shape, strides_bytes, itemsize: int) -> list[int]:

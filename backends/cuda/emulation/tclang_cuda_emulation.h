@@ -13,8 +13,9 @@
 //     another.
 //   * The CUDA threads of a block are cooperative fibers (own stack, 64 KiB by default:
 //     TCLANG_EMU_STACK_SIZE at compile time, TCLANG_EMULATION_STACK_SIZE=<bytes> at run time;
-//     a PROT_NONE guard page under each stack turns an overflow into a crash, not silent
-//     corruption). A per-block scheduler resumes the runnable fibers in thread order
+//     a PROT_NONE guard page under each block's stacks, and with -DTCLANG_EMU_GUARD_EVERY_STACK
+//     under each stack, turns an overflow into a crash, not silent corruption; per-stack
+//     guards cost two memory mappings per thread, so they are opt-in). A per-block scheduler resumes the runnable fibers in thread order
 //     (linear id x + y*bx + z*bx*by: 0, 1, 2, ...); each runs until it reaches a barrier or
 //     returns. When every live fiber waits at __syncthreads() (a fiber that returned counts as
 //     arrived, as exited threads do on the GPU), all of them continue, again in thread order.
@@ -348,7 +349,9 @@ struct StackRegion {
   char* base;
   size_t stride, count;
 };
-enum { kPoolRegions = 64 };
+// Few regions: every mapping counts against the process's limit (vm.max_map_count), and a
+// test process loads hundreds of kernels.
+enum { kPoolRegions = 4 };
 struct StackPool {
   pthread_mutex_t mutex;
   int size;
@@ -373,7 +376,13 @@ inline StackRegion get_stacks(size_t count, size_t stride) {
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
   if (m == MAP_FAILED) return StackRegion{nullptr, 0, 0};
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
+#ifdef TCLANG_EMU_GUARD_EVERY_STACK
+  // a guard page under each stack: an overflow crashes at once, but costs two mappings
+  // per CUDA thread
   for (size_t i = 0; i < count; ++i) mprotect((char*)m + i * stride, page, PROT_NONE);
+#else
+  mprotect(m, page, PROT_NONE);  // one guard page under the whole region
+#endif
   return StackRegion{(char*)m, stride, count};
 }
 
