@@ -69,35 +69,56 @@ def _extent(upa: isl.UnionPwAff, domain: isl.UnionSet) -> int | None:
     return high.to_python() - low.to_python() + 1
 
 
-def stride_scores(node: isl.ScheduleNode, scop: Scop, band: list[Member]) -> list[int]:
-    """How much each member helps contiguous access if innermost.
+def stride_scores(node: isl.ScheduleNode, scop: Scop, band: list[Member]) -> list[float]:
+    """How good each member is as the innermost loop (Pluto's intra-tile heuristic).
 
-    An access whose last subscript moves with the member's index (and no other subscript
-    does) scores +1 (the write +2); one whose other subscripts move with it scores -1.
+    For every access of every statement in the band: +1 when the member moves only the
+    last subscript by one (stride-1: vectorizable), +1 when the access does not depend on
+    the member at all (it stays in a register), -1 when it moves another subscript (a
+    large stride); writes count double. Each statement weighs by its share of the band's
+    instances, so an init or epilogue does not outvote the reduction it wraps.
     """
-    scores = [0] * len(band)
-    active = {st.id for st in scop.statements if _in_domain(node, st.id)}
+    scores = [0.0] * len(band)
+    active = [st for st in scop.statements if _in_domain(node, st.id)]
+    weights = _weights(active, scop)
     for m in band:
-        for st in scop.statements:
+        for st in active:
             index = m.index_of.get(st.id)
-            if st.id not in active or index is None:
+            if index is None:
                 continue
             accesses = [(tuple(Affine.index(i) for i in st.source.indices), 2)]
             if st.kind != "init":
                 accesses += [(r.affine, 1) for r in st.source.reads()]
             for subscripts, weight in accesses:
-                scores[m.position] += weight * _stride_effect(subscripts, index)
+                scores[m.position] += weights[st.id] * weight * _stride_effect(subscripts, index)
     return scores
 
 
+def _weights(statements, scop: Scop) -> dict[str, float]:
+    """Each statement's instances relative to the largest (a 1024^k guess when the sizes
+    are not known)."""
+    counts = {}
+    for st in statements:
+        if scop.sizes is not None:
+            n = 1
+            for r in st.source.domain:
+                if r.name in st.indices:
+                    n *= max(1, r.extent.evaluate(scop.sizes))
+        else:
+            n = 1024 ** len(st.indices)
+        counts[st.id] = n
+    top = max(counts.values(), default=1)
+    return {sid: n / top for sid, n in counts.items()}
+
+
 def _stride_effect(subscripts, index: str) -> int:
-    if not subscripts:
-        return 0
     moves = [a is None or index in a.indices() for a in subscripts]
+    if not any(moves):
+        return 1  # invariant along the member: reused from a register
     if any(moves[:-1]):
         return -1
     last = subscripts[-1]
-    if last is not None and moves[-1] and abs(last.coefficient(index)) == 1:
+    if last is not None and abs(last.coefficient(index)) == 1:
         return 1
     return 0
 

@@ -85,15 +85,28 @@ def _transform_band(node, scop: Scop, options: Options, target: Target, reports)
 
 def _atomic(node):
     """Ask isl for one loop per member, not one per piece of the domain (PPCG's CPU
-    choice): much less code and much faster AST generation; guards stay inside."""
-    for k in range(node.band_n_member()):
-        node = node.band_member_set_ast_loop_type(k, isl.ast_loop_type.atomic)
-    if node.n_children() == 1 and node.child(0).get_type() == isl.schedule_node_type.band:
-        node = node.child(0)
-        for k in range(node.band_n_member()):
-            node = node.band_member_set_ast_loop_type(k, isl.ast_loop_type.atomic)
-        node = node.parent()
-    return node
+    choice): much less code and much faster AST generation. The innermost loop is the
+    exception: it is separated, so a guard on its first or last iteration (a fused init
+    or epilogue) is peeled out and the loop in between is clean for the vectorizer."""
+    inner = node
+    while inner.n_children() == 1 and inner.child(0).get_type() == isl.schedule_node_type.band:
+        inner = inner.child(0)
+    depth = 0
+    node_at = node
+    while True:
+        last = node_at.band_n_member() - 1
+        for k in range(node_at.band_n_member()):
+            innermost = node_at.is_equal(inner) and k == last
+            kind = isl.ast_loop_type.separate if innermost else isl.ast_loop_type.atomic
+            node_at = node_at.band_member_set_ast_loop_type(k, kind)
+        if node_at.n_children() == 1 and node_at.child(0).get_type() == isl.schedule_node_type.band:
+            node_at = node_at.child(0)
+            depth += 1
+        else:
+            break
+    for _ in range(depth):
+        node_at = node_at.parent()
+    return node_at
 
 
 def _manual_order(order, band: list[B.Member], scop: Scop) -> list[int]:

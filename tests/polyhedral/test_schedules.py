@@ -5,6 +5,8 @@ import numpy as np
 import pytest
 
 import tclang as tc
+from tclang import program as P
+from tclang.affine import Affine
 from polyhedral import loop_ir as L
 from polyhedral import scheduler
 from polyhedral.pipeline import schedule_definition
@@ -46,11 +48,22 @@ def test_fused_tiled_parallel_and_stride_one(name):
     assert len(chain) > len(statement.indices), [f.var for f in chain]
     # the outermost loop runs in parallel
     assert chain[0].parallel
-    # the innermost loop moves the last subscript of the written tensor, and only it
+    # the innermost loop is the stride-1 one: every access it moves, it moves only in the
+    # last subscript and by one element; accesses it does not move stay in registers
     inner = chain[-1].var
-    lhs = [run.indices[statement.indices.index(i)] for i in statement.lhs]
-    assert uses(lhs[-1], inner) and not any(uses(e, inner) for e in lhs[:-1])
-    assert chain[-1].vectorize
+    index_of = dict(zip(statement.indices, run.indices))
+    moved = 0
+    for subscripts in [[Affine.index(i) for i in statement.lhs]] + \
+            [list(r.affine) for r in P.reads_of(statement.value)]:
+        moving = [k for k, a in enumerate(subscripts)
+                  if any(uses(index_of[i], inner) for i in a.indices())]
+        if moving:
+            moved += 1
+            assert moving == [len(subscripts) - 1], (name, subscripts)
+            last = subscripts[-1]
+            steps = [last.coefficient(i) for i in last.indices() if uses(index_of[i], inner)]
+            assert steps in ([1], [-1]), (name, last)
+    assert moved >= 1 and chain[-1].vectorize
     # fused: the init (and any epilogue of the same tensor) share the reduction's nest
     nest = nest_of(kernel, main)
     for s in kernel.statements:
