@@ -15,6 +15,7 @@ import ctypes
 
 from backends.llvm import jit, threads
 from backends.llvm.functions import ERR_FIELDS, KernelModule
+from backends.llvm.pointers import data_pointer
 from polyhedral import loop_ir as L
 from tclang.errors import TCIndexError
 from tclang.target import Target, available_cores, bounds_checking
@@ -31,45 +32,56 @@ class LLVMBackend:
                       bounds_checked=bounds_checking())
 
     def build(self, kernel: L.Kernel, options, layouts):
-        module = KernelModule(kernel, layouts, bounds_checking(), jit.host()[0],
-                              jit.data_layout(),
-                              reassociate=options.reorder_reductions is not False).build()
-        text = str(module)
+        km = KernelModule(kernel, layouts, bounds_checking(), jit.host()[0], jit.data_layout(),
+                          reassociate=options.reorder_reductions is not False)
+        text = str(km.build())
         optimised, object_code = jit.optimize(text)
         names = _names(kernel.buffers, [(s.id, s.text, s.line) for s in kernel.statements])
-        return _artifact(object_code, text, optimised, names)
+        return _artifact(object_code, text, optimised, names, km.static)
 
     def restore(self, blobs, info):
         names = _names(info.buffers, info.statements)
         return _artifact(blobs["object"], blobs["llvm"].decode(),
-                         blobs.get("llvm-opt", b"").decode(), names)
+                         blobs.get("llvm-opt", b"").decode(), names,
+                         blobs.get("static") == b"1")
 
 
 def _names(buffers, statements):
     return ([b.name for b in buffers], [tuple(b.shape) for b in buffers], list(statements))
 
 
-def _artifact(object_code: bytes, text: str, optimised: str, names):
+def _artifact(object_code: bytes, text: str, optimised: str, names, static: bool):
+    """`static`: the sizes and every stride are constants in the code (a specialized
+    kernel), so a call passes neither: it is just the data pointers."""
     from tclang.compiler import Artifact
 
     buffer_names, _, statements = names
     function = jit.prototype(len(buffer_names))(jit.load(object_code, "tclang_main"))
     parallel_for = threads.parallel_for_address()
     c_int64 = ctypes.c_int64
+    unused = ctypes.addressof(_UNUSED)
 
     def run(arrays, sizes):
-        sizes_array = (c_int64 * max(1, len(sizes)))(*sizes)
-        strides = [s // a.itemsize for a in arrays for s in a.strides]
-        strides_array = (c_int64 * max(1, len(strides)))(*strides)
+        if static:
+            sizes_ptr = strides_ptr = unused
+        else:
+            sizes_array = (c_int64 * max(1, len(sizes)))(*sizes)
+            strides = [s // a.itemsize for a in arrays for s in a.strides]
+            strides_array = (c_int64 * max(1, len(strides)))(*strides)
+            sizes_ptr = ctypes.addressof(sizes_array)
+            strides_ptr = ctypes.addressof(strides_array)
         err = (c_int64 * ERR_FIELDS)()
-        code = function(*[a.ctypes.data for a in arrays], ctypes.addressof(sizes_array),
-                        ctypes.addressof(strides_array), ctypes.addressof(err), parallel_for)
+        code = function(*[data_pointer(a) for a in arrays], sizes_ptr,
+                        strides_ptr, ctypes.addressof(err), parallel_for)
         if code:
             _raise_index_error(err, buffer_names, arrays, statements)
 
     return Artifact(source=text, run=run, stages={"llvm": text, "llvm-opt": optimised},
                     blobs={"object": object_code, "llvm": text.encode(),
-                           "llvm-opt": optimised.encode()})
+                           "llvm-opt": optimised.encode(), "static": b"1" if static else b"0"})
+
+
+_UNUSED = (ctypes.c_int64 * 1)()  # what a static kernel gets for the arrays it never reads
 
 
 def _raise_index_error(err, buffer_names, arrays, statements) -> None:

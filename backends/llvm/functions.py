@@ -35,6 +35,8 @@ class KernelModule:
         self.check_bounds = check_bounds
         self.specialized = dict(kernel.size_values) if kernel.size_values else None
         self.strides = _strides(kernel, layouts, self.specialized)
+        # every size and stride is a constant in the code: calls need not pass them
+        self.static = self.specialized is not None and all(s is not None for s in self.strides)
         self.regions = 0
         self.loop_metadata: dict[tuple, ir.MDValue] = {}
         self.pfor_type = ir.FunctionType(ir.VoidType(), [
