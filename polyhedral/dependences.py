@@ -63,9 +63,10 @@ def compute_dependences(scop: Scop, reorder_reductions: bool = True) -> Dependen
     reduction, fences = empty, empty
     if reorder_reductions:
         for st in scop.statements:
-            if st.kind != "reduce" or not st.source.reduction_indices:
-                continue
-            own = isl.UnionSet.from_set(scop.domain.extract_set(_space_of(scop, st.id)))
+            space = _space_of(scop, st.id)
+            if st.kind != "reduce" or not st.source.reduction_indices or space is None:
+                continue  # (an empty domain, e.g. a size 0, leaves a statement out)
+            own = isl.UnionSet.from_set(scop.domain.extract_set(space))
             self_deps = flow.union(false).intersect_domain(own).intersect_range(own)
             reduction = reduction.union(self_deps)
             fences = fences.union(_fences(scop, own))
@@ -83,8 +84,8 @@ def _fences(scop: Scop, own: isl.UnionSet) -> isl.UnionMap:
     return same.intersect(before).union(same.reverse().intersect(before))
 
 
-def _space_of(scop: Scop, sid: str) -> isl.Space:
+def _space_of(scop: Scop, sid: str) -> isl.Space | None:
     found = []
     scop.domain.foreach_set(lambda s: found.append(s.get_space())
                             if s.get_tuple_name() == sid else None)
-    return found[0]
+    return found[0] if found else None

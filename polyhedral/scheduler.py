@@ -132,12 +132,15 @@ def _in_worker(scop: Scop, deps: Dependences, strategy: str, limit: float) -> is
 def original_schedule(scop: Scop) -> isl.Schedule:
     """Program order: a sequence of the statements, each with a band over its indices."""
     ctx = scop.ctx
-    filters = isl.UnionSetList.alloc(ctx, len(scop.statements))
-    for st in scop.statements:
-        filters = filters.add(_statement_domain(scop, st.id))
+    present = [st for st in scop.statements if _statement_domain(scop, st.id) is not None]
     node = isl.Schedule.from_domain(scop.domain).get_root().child(0)
+    if not present:
+        return node.get_schedule()
+    filters = isl.UnionSetList.alloc(ctx, len(present))
+    for st in present:
+        filters = filters.add(_statement_domain(scop, st.id))
     node = node.insert_sequence(filters)
-    for k, st in enumerate(scop.statements):
+    for k, st in enumerate(present):
         if not st.indices:
             continue
         prefix = f"[{', '.join(scop.params)}] -> " if scop.params else ""
@@ -148,10 +151,10 @@ def original_schedule(scop: Scop) -> isl.Schedule:
     return node.get_schedule()
 
 
-def _statement_domain(scop: Scop, sid: str) -> isl.UnionSet:
+def _statement_domain(scop: Scop, sid: str) -> isl.UnionSet | None:
     found = []
     scop.domain.foreach_set(lambda s: found.append(s) if s.get_tuple_name() == sid else None)
-    return isl.UnionSet.from_set(found[0])
+    return isl.UnionSet.from_set(found[0]) if found else None
 
 
 def schedule_text(schedule: isl.Schedule) -> str:

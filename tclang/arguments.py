@@ -85,9 +85,10 @@ def as_array(value, name: str, position: int, scalar_dtype=None, device: bool = 
                                   f"which is not an array ({err})",
                                   hint="pass a NumPy array or an object with "
                                        "__array_interface__ or __dlpack__") from None
-    if array.dtype.kind == "O":
-        raise TCArgumentError(f"argument {position} ({name}) is an array of Python objects",
-                              hint="pass a numeric NumPy array")
+    if array.dtype.kind in "OUSVMm":
+        what = type(value).__name__ if array.ndim == 0 else f"array of {array.dtype.name}"
+        raise TCArgumentError(f"argument {position} ({name}) is a {what}, not an array of "
+                              "numbers", hint="pass a numeric NumPy array")
     if any(s % array.itemsize for s in array.strides if array.itemsize):
         array = np.ascontiguousarray(array)  # strides that are not whole elements
     return array

@@ -49,6 +49,9 @@ def load(digest: str, key: tuple) -> dict[str, bytes] | None:
         return None
     try:
         path = entry_path(digest)
+    except OSError:
+        return None  # no usable cache directory: storing will say so
+    try:
         data = path.read_bytes()
     except FileNotFoundError:
         return None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from tclang.target import available_cores
@@ -31,12 +32,21 @@ def _pool() -> ThreadPoolExecutor:
                               thread_name_prefix="tclang")
 
 
+workers_seen: set[int] = set()  # thread ids that ran a chunk (for tests and explain)
+
+
+def _chunk(task, ctx: int, lo: int, hi: int) -> None:
+    workers_seen.add(threading.get_ident())
+    task(ctx, lo, hi)
+
+
 def _parallel_for(task_address: int, ctx: int, lo: int, hi: int) -> None:
     task = _task(task_address)
     workers = min(available_cores(), hi - lo)
     bounds = [lo + (hi - lo) * k // workers for k in range(workers + 1)]
-    futures = [_pool().submit(task, ctx, bounds[k], bounds[k + 1]) for k in range(1, workers)]
-    task(ctx, bounds[0], bounds[1])
+    futures = [_pool().submit(_chunk, task, ctx, bounds[k], bounds[k + 1])
+               for k in range(1, workers)]
+    _chunk(task, ctx, bounds[0], bounds[1])
     for f in futures:
         f.result()
 

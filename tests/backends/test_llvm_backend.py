@@ -1,0 +1,81 @@
+"""The CPU backend's own promises: vectorized code, parallel loops on several threads,
+checked gathers, Python semantics of integer division, no fast-math outside reductions."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import tclang as tc
+from backends.llvm import threads
+from backends.llvm.pointers import data_pointer
+
+
+def test_vectorizer_fired_on_an_elementwise_kernel():
+    mod = tc.define("def f(float(N) X, float(N) Y) -> (Z) { Z(i) = exp(X(i)) * Y(i) + X(i) }")
+    x = np.ones(4096, np.float32)
+    compiled = mod.f.compile(x, x)
+    optimised = compiled.stages["llvm-opt"]
+    assert re.search(r"<(4|8|16) x float>", optimised), "no vector instructions"
+    assert "@expf" not in optimised  # exp is inlined, so the loop can vectorize
+    assert "llvm.loop.vectorize.enable" in compiled.source
+
+
+def test_reductions_alone_may_be_reassociated():
+    mod = tc.define("def f(float(N, M) A) -> (S, T) { S(i) +=! A(i, j)  T(i, j) = A(i, j) * 2 }")
+    text = mod.f.compile(np.ones((4, 64), np.float32)).source
+    flagged = [line for line in text.splitlines() if "reassoc" in line]
+    assert flagged and all("fadd" in line for line in flagged)
+    exact = tc.define("def f(float(N, M) A) -> (S) { S(i) +=! A(i, j) }",
+                      options=tc.Options(reorder_reductions=False))
+    assert "reassoc" not in exact.f.compile(np.ones((4, 64), np.float32)).source
+
+
+def test_parallel_loops_run_on_two_threads(monkeypatch):
+    monkeypatch.setenv("TCLANG_NUM_THREADS", "2")
+    mod = tc.define("def f(float(N, M) X) -> (Y) { Y(i, j) = X(i, j) * 2.0 + 1.0 }")
+    x = np.random.default_rng(0).random((512, 1024), np.float32)
+    compiled = mod.f.compile(x)
+    assert "parallel" in compiled.loops
+    threads.workers_seen.clear()
+    np.testing.assert_allclose(compiled(x), x * 2 + 1)
+    assert len(threads.workers_seen) == 2
+
+
+def test_small_kernels_stay_on_one_thread(monkeypatch):
+    monkeypatch.setenv("TCLANG_NUM_THREADS", "2")
+    mod = tc.define("def f(float(N) X) -> (Y) { Y(i) = X(i) + 1.0 }")
+    threads.workers_seen.clear()
+    mod.f(np.ones(64, np.float32))
+    assert not threads.workers_seen
+
+
+def test_gather_out_of_range_raises_and_reads_nothing_outside():
+    mod = tc.define("def lut(float(E, D) T, int32(B) I) -> (O) {\n  O(b, d) = T(I(b), d)\n}")
+    table = np.arange(12, dtype=np.float32).reshape(4, 3)
+    np.testing.assert_array_equal(mod.lut(table, np.array([3, 0], np.int32)), table[[3, 0]])
+    for bad in (4, -1, 2**30):
+        with pytest.raises(tc.TCIndexError) as info:
+            mod.lut(table, np.array([0, bad], np.int32))
+        assert f"index {bad}" in str(info.value) and "T" in str(info.value)
+        assert "line 2" in str(info.value)
+    assert isinstance(info.value, IndexError)
+
+
+def test_integer_division_follows_python():
+    mod = tc.define("def f(int32(N) A, int32(N) B) -> (Q, R) { Q(i) = A(i) / B(i)  R(i) = A(i) % B(i) }")
+    a = np.array([7, -7, 7, -7, 0, 5, -(2**31)], np.int32)
+    b = np.array([2, 2, -2, -2, 3, 0, -1], np.int32)
+    q, r = mod.f(a, b)
+    np.testing.assert_array_equal(q[:5], a[:5] // b[:5])
+    np.testing.assert_array_equal(r[:5], a[:5] % b[:5])
+    assert q[5] == 0 and r[5] == 0  # division by zero gives 0 (documented), never a trap
+    assert q[6] == -(2**31) and r[6] == 0  # INT_MIN / -1 wraps, never a trap
+
+
+def test_data_pointer_matches_numpy():
+    base = np.arange(100, dtype=np.float64).reshape(10, 10)
+    for a in (base, base[3:, 2:], base[::2, ::-1], base.T, np.float32(1) * np.ones(3)):
+        assert data_pointer(a) == a.__array_interface__["data"][0]
