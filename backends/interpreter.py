@@ -79,11 +79,18 @@ def _i2i(x, dtype):
     return np.asarray(x).astype(dtype)[()]
 
 
-def _gather_check(value, extent, tensor, dim, where):
+def _check(value, extent, tensor, dim, where, shape, element):
+    """A checked subscript: the same message as the compiled backends'."""
     if not 0 <= value < extent:
+        subs = ", ".join(str(int(x)) for x in element)
         raise TCIndexError(f"index {int(value)} is out of bounds for dimension {dim} of "
-                           f"{tensor} (extent {extent}) in `{where}`")
+                           f"{tensor} (shape {shape}): element {tensor}[{subs}] in {where}; "
+                           "nothing outside the array was accessed")
     return value
+
+
+def _where(s: L.StatementDef) -> str:
+    return f"`{s.text}` (line {s.line})" if s.text else s.id
 
 
 def _lockstep(threads):
@@ -101,7 +108,7 @@ def _lockstep(threads):
 
 
 _RUNTIME = {"np": np, "_idiv": _idiv, "_imod": _imod, "_f2i": _f2i, "_i2i": _i2i,
-            "_gather_check": _gather_check, "_lockstep": _lockstep, "_math": reference_math,
+            "_check": _check, "_lockstep": _lockstep, "_math": reference_math,
             "_product": itertools.product, "TCIndexError": TCIndexError}
 
 
@@ -205,8 +212,9 @@ class _Emitter:
         self.put(indent, f"# {r.statement}: {s.text}" if s.text else f"# {r.statement}")
         for name, value in zip(s.indices, r.indices):
             self.put(indent, f"i_{name} = {self.index(value)}")
-        target = self.element(s.target, [f"i_{i}" for i in s.lhs], promoted.get(-1), s.text,
-                              None)
+        checks = [self.check_bounds] * len(s.lhs) if promoted.get(-1) is None else None
+        target = self.element(s.target, [f"i_{i}" for i in s.lhs], promoted.get(-1),
+                              _where(s), checks)
         dtype = self.kernel.buffer(s.target).dtype
         if s.kind in ("init", "assign"):
             self.put(indent, f"{target} = {self.value(s.value, s, promoted)}")
@@ -233,9 +241,12 @@ class _Emitter:
                 return f"t_{name}[0]"
         else:
             subs, name = subscripts, tensor
-        if checks is not None:
-            subs = [f"_gather_check({s}, {self.index(self.shapes[tensor][k])}, {tensor!r}, {k}, "
-                    f"{where!r})" if check else s for k, (s, check) in enumerate(zip(subs, checks))]
+        if checks is not None and any(checks):
+            shape = "(" + "".join(f"{self.index(d)}, " for d in self.shapes[tensor]) + ")"
+            element = "(" + "".join(f"{s}, " for s in subs) + ")"
+            subs = [f"_check({s}, {self.index(self.shapes[tensor][k])}, {tensor!r}, {k}, "
+                    f"{where!r}, {shape}, {element})" if check else s
+                    for k, (s, check) in enumerate(zip(subs, checks))]
         return f"t_{name}[{', '.join(subs)},]" if subs else f"t_{name}[()]"
 
     @staticmethod
@@ -264,7 +275,7 @@ class _Emitter:
             case P.Read(tensor=t, subscripts=subs, affine=aff, ref=ref):
                 texts = [f"int({v(x)})" for x in subs]
                 checks = [self.check_bounds or a is None for a in aff]
-                elem = self.element(t, texts, promoted.get(ref), s.text, checks)
+                elem = self.element(t, texts, promoted.get(ref), _where(s), checks)
                 return self.load(elem, self.kernel.buffer(t).dtype)
             case P.Unary(op="neg", operand=x):
                 return f"(-{v(x)})"

@@ -6,6 +6,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from backends.interpreter import compile_kernel
 from polyhedral import loop_ir as L
 
@@ -14,11 +16,12 @@ class ReferenceBackend:
     name = "reference"
 
     def target(self, options):
-        from tclang.target import reference_target
-        return reference_target()
+        from tclang.target import bounds_checking, reference_target
+        return dataclasses.replace(reference_target(), bounds_checked=bounds_checking(options))
 
     def build(self, kernel: L.Kernel, options, layouts):
-        run = compile_kernel(kernel)
+        from tclang.target import bounds_checking
+        run = compile_kernel(kernel, bounds_checking(options))
         return _artifact(run.source, [b.name for b in kernel.buffers], list(kernel.sizes),
                          run)
 

@@ -38,6 +38,9 @@ class Options:
     reorder_reductions: reductions are associative, so by default their iterations may be
         reordered, tiled, interchanged and (for floats) vectorized, which changes rounding.
         False runs every reduction in program order: bitwise reproducible, slower.
+    check_bounds: check every array access of the generated code and raise
+        `TCIndexError` at the first one outside its array (as TCLANG_CHECK_BOUNDS=1 does);
+        for debugging and for the differential tester, slower.
     """
 
     fusion: str | None = None
@@ -53,6 +56,7 @@ class Options:
     shared_memory: bool | None = None
     private_memory: bool | None = None
     reorder_reductions: bool | None = None
+    check_bounds: bool | None = None
 
     def __post_init__(self) -> None:
         if self.fusion is not None and self.fusion not in FUSIONS:

@@ -50,8 +50,11 @@ def available_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def bounds_checking() -> bool:
-    """Whether TCLANG_CHECK_BOUNDS asks for every array access to be checked."""
+def bounds_checking(options=None) -> bool:
+    """Whether every array access is checked: `Options(check_bounds=True)` or
+    TCLANG_CHECK_BOUNDS=1."""
+    if options is not None and options.check_bounds is not None:
+        return bool(options.check_bounds)
     return os.environ.get("TCLANG_CHECK_BOUNDS", "") not in ("", "0")
 
 

@@ -60,12 +60,12 @@ class CudaBackend:
                       device.get_attribute(a.MAX_GRID_DIM_Y),
                       device.get_attribute(a.MAX_GRID_DIM_Z)),
             shared_bytes=device.get_attribute(a.MAX_SHARED_MEMORY_PER_BLOCK),
-            warp=device.get_attribute(a.WARP_SIZE), bounds_checked=bounds_checking())
+            warp=device.get_attribute(a.WARP_SIZE), bounds_checked=bounds_checking(options))
 
     def build(self, kernel: L.Kernel, options, layouts):
         from pycuda.compiler import compile as nvcc
         cuda, device, _ = _device()
-        source = generate(kernel, bounds_checking())
+        source = generate(kernel, bounds_checking(options))
         major, minor = device.compute_capability()
         try:
             cubin = nvcc(source.text, arch=f"sm_{major}{minor}", no_extern_c=True,

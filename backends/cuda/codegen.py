@@ -53,11 +53,15 @@ template <class I, class F> TC_DEV I tc_f2i(F x, I lo, I hi) {  /* saturating, N
 TC_DEV float tc_round_half(float x) { return __half2float(__float2half_rn(x)); }
 TC_DEV float tc_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 TC_DEV double tc_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+template <class... S>
 TC_DEV bool tc_inside(long long value, long long extent, long long* err, long long tensor,
-                     long long dim, long long stmt) {   /* a checked gather subscript */
+                      long long dim, long long stmt, S... element) {  /* a checked subscript */
   if (value >= 0 && value < extent) return true;
   if (atomicCAS((unsigned long long*)err, 0ULL, 1ULL) == 0ULL) {
-    err[1] = tensor; err[2] = dim; err[3] = value; err[4] = stmt; }
+    long long subs[] = {(long long)element..., 0};
+    const int n = (int)sizeof...(S);
+    err[1] = tensor; err[2] = dim; err[3] = value; err[4] = stmt; err[5] = n;
+    for (int k = 0; k < n && k < 8; ++k) err[6 + k] = subs[k]; }
   return false; }
 """
 
@@ -227,10 +231,15 @@ class _Generator:
         emitter = _Values(self, s, promoted, indent + 1)
         value = emitter.emit(s.value)
         dtype = self.buffers[s.target].dtype
-        target = self.element(s.target, [f"i_{i}" for i in s.lhs], promoted.get(-1))
+        lhs = [f"i_{i}" for i in s.lhs]
+        target = self.element(s.target, lhs, promoted.get(-1))
         if s.kind == "reduce":
             value = _combine(s.op, _load(target, dtype), value, dtype)
-        self.put(indent + 1, f"{target} = {_store(value, dtype)};")
+        store = f"{target} = {_store(value, dtype)};"
+        if self.check_bounds and lhs and promoted.get(-1) is None:  # the write, checked
+            checks = " && ".join(emitter.check(s.target, d, lhs) for d in range(len(lhs)))
+            store = f"if ({checks}) {store}"
+        self.put(indent + 1, store)
         self.put(indent, "}")
 
     # ---- addresses ----
@@ -337,12 +346,10 @@ class _Values:
         raise TypeError(f"cannot emit {e!r}")
 
     def read(self, tensor: str, subs, affine, ref: int) -> str:
-        texts, checks = [], []
-        for dim, (sub, a) in enumerate(zip(subs, affine)):
-            text = self.affine(a) if a is not None else f"(long long)({self.emit(sub)})"
-            if a is None or self.gen.check_bounds:
-                checks.append(self.check(tensor, dim, text))
-            texts.append(text)
+        texts = [self.affine(a) if a is not None else f"(long long)({self.emit(sub)})"
+                 for sub, a in zip(subs, affine)]
+        checks = [self.check(tensor, dim, texts) for dim, a in enumerate(affine)
+                  if a is None or self.gen.check_bounds]
         dtype = self.gen.buffers[tensor].dtype
         value = _load(self.gen.element(tensor, texts, self.promoted.get(ref)), dtype)
         if not checks:
@@ -365,12 +372,14 @@ class _Values:
             parts.append(term if coef == 1 else f"{coef}LL * {term}")
         return "(" + " + ".join(parts) + ")"
 
-    def check(self, tensor: str, dim: int, value: str) -> str:
-        """An expression: whether `value` is inside `tensor`'s `dim` (else it records)."""
+    def check(self, tensor: str, dim: int, subscripts: list[str]) -> str:
+        """An expression: whether subscript `dim` is inside `tensor` (else it records)."""
         tensor_id = [b.name for b in self.gen.kernel.buffers].index(tensor)
         stmt_id = [s.id for s in self.gen.kernel.statements].index(self.s.id)
         extent = self.gen.extent(tensor, dim)
-        return f"tc_inside({value}, {extent}, tc_err, {tensor_id}, {dim}, {stmt_id})"
+        element = "".join(f", {s}" for s in subscripts)
+        return (f"tc_inside({subscripts[dim]}, {extent}, tc_err, {tensor_id}, {dim}, "
+                f"{stmt_id}{element})")
 
     @staticmethod
     def arith(op: str, a: str, b: str, dtype: DType) -> str:

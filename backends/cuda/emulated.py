@@ -26,10 +26,10 @@ class EmulatedBackend:
     def target(self, options) -> Target:
         return Target(name="cuda-emulated", mapping="grid", arch="emulated sm_80",
                       max_threads_per_block=1024, shared_bytes=48 * 1024,
-                      bounds_checked=bounds_checking())
+                      bounds_checked=bounds_checking(options))
 
     def build(self, kernel: L.Kernel, options, layouts):
-        source = generate(kernel, bounds_checking())
+        source = generate(kernel, bounds_checking(options))
         entries = LT.table(source)
         return _artifact(source.text, entries, kernel.buffers,
                          [(s.id, s.text, s.line) for s in kernel.statements], kernel.sizes)

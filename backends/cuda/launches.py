@@ -14,9 +14,8 @@ import numpy as np
 
 from backends.cuda.codegen import KernelSource
 from polyhedral import loop_ir as L
-from tclang.errors import TCIndexError
 
-ERR_FIELDS = 5  # code, tensor, dimension, value, statement (as in the CPU backend)
+from backends.access_errors import ERR_FIELDS, raise_access_error  # noqa: F401 (re-export)
 
 
 @dataclass(frozen=True)
@@ -65,9 +64,4 @@ def element_strides(shape, strides_bytes, itemsize: int) -> list[int]:
 
 
 def raise_index_error(err: np.ndarray, buffers, statements, shapes) -> None:
-    _, tensor, dim, value, statement = (int(x) for x in err)
-    name = buffers[tensor].name
-    _, text, line = statements[statement]
-    raise TCIndexError(f"index {value} is out of bounds for dimension {dim} of {name} "
-                       f"(extent {shapes[tensor][dim]}) in `{text}` (line {line}); nothing "
-                       "outside the array was read")
+    raise_access_error(err, [b.name for b in buffers], shapes, statements)

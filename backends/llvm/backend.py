@@ -14,10 +14,10 @@ from __future__ import annotations
 import ctypes
 
 from backends.llvm import jit, threads
-from backends.llvm.functions import ERR_FIELDS, KernelModule
+from backends.access_errors import ERR_FIELDS, raise_access_error
+from backends.llvm.functions import KernelModule
 from backends.llvm.pointers import data_pointer
 from polyhedral import loop_ir as L
-from tclang.errors import TCIndexError
 from tclang.target import Target, available_cores, bounds_checking
 
 
@@ -29,10 +29,10 @@ class LLVMBackend:
         vector_bytes = 64 if "+avx512f" in features else 32 if "+avx" in features else 16
         return Target(name="cpu", mapping="threads", arch=f"{triple} {cpu} {features}",
                       cores=available_cores(), vector_bytes=vector_bytes,
-                      bounds_checked=bounds_checking())
+                      bounds_checked=bounds_checking(options))
 
     def build(self, kernel: L.Kernel, options, layouts):
-        km = KernelModule(kernel, layouts, bounds_checking(), jit.host()[0], jit.data_layout(),
+        km = KernelModule(kernel, layouts, bounds_checking(options), jit.host()[0], jit.data_layout(),
                           reassociate=options.reorder_reductions is not False)
         text = str(km.build())
         optimised, object_code = jit.optimize(text)
@@ -85,13 +85,7 @@ _UNUSED = (ctypes.c_int64 * 1)()  # what a static kernel gets for the arrays it 
 
 
 def _raise_index_error(err, buffer_names, arrays, statements) -> None:
-    _, tensor, dim, value, statement = list(err)
-    name = buffer_names[tensor]
-    extent = arrays[tensor].shape[dim]
-    sid, text, line = statements[statement]
-    raise TCIndexError(f"index {value} is out of bounds for dimension {dim} of {name} "
-                       f"(extent {extent}) in `{text}` (line {line}); nothing outside the "
-                       "array was read")
+    raise_access_error(list(err), buffer_names, [a.shape for a in arrays], statements)
 
 
 def backend() -> LLVMBackend:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
+from backends.access_errors import MAX_SUBSCRIPTS
 from backends.llvm import types as T
 from backends.llvm.values import ValueEmitter
 from polyhedral import loop_ir as L
@@ -19,7 +20,6 @@ from tclang import sizes as Z
 from tclang.dtypes import DType
 
 PARALLEL_WORK = 1 << 15  # statement instances below which a loop stays on one thread
-ERR_FIELDS = 5  # code, tensor, dimension, value, statement
 
 
 class KernelModule:
@@ -173,8 +173,15 @@ class FunctionBuilder:
                 self.builder.add(offset, term)
         return self.builder.gep(base, [offset], inbounds=True)
 
-    def check_index(self, tensor: str, dim: int, value: ir.Value, statement) -> ir.Value:
-        """Branch to the error exit unless 0 <= value < extent of tensor's `dim`."""
+    def check_element(self, tensor: str, subscripts: list[ir.Value], dims, statement) -> None:
+        """Branch to the error exit unless each subscript in `dims` is inside `tensor`."""
+        for dim in dims:
+            self.check_index(tensor, dim, subscripts[dim], statement, subscripts)
+
+    def check_index(self, tensor: str, dim: int, value: ir.Value, statement,
+                    subscripts: list[ir.Value]) -> ir.Value:
+        """Branch to the error exit unless 0 <= value < extent of tensor's `dim`; the exit
+        records the whole element (see backends.access_errors)."""
         b = self.builder
         _, buf, _ = self.buffers[tensor]
         extent = self.index(buf.shape[dim])
@@ -192,7 +199,9 @@ class FunctionBuilder:
         record = b.append_basic_block("record")
         b.cbranch(won, record, self.exit)
         b.position_at_end(record)
-        for k, v in enumerate((tensor_id, dim, value, statement_id), start=1):
+        shown = subscripts[:MAX_SUBSCRIPTS]
+        fields = [tensor_id, dim, value, statement_id, len(subscripts)] + shown
+        for k, v in enumerate(fields, start=1):
             v = v if isinstance(v, ir.Value) else ir.Constant(T.I64, v)
             b.store(v, b.gep(self.err_ptr, [ir.Constant(T.I64, k)]))
         b.branch(self.exit)
@@ -381,7 +390,10 @@ class FunctionBuilder:
         indices = {name: self.index(v) for name, v in zip(s.indices, r.indices)}
         emitter = ValueEmitter(self, s, indices, {})
         dtype = self.dtype_of(s.target)
-        target = self.element(s.target, [indices[i] for i in s.lhs], None)
+        lhs = [indices[i] for i in s.lhs]
+        if self.check_bounds:
+            self.check_element(s.target, lhs, range(len(lhs)), s)
+        target = self.element(s.target, lhs, None)
         value = emitter.emit(s.value)
         if s.kind == "reduce":
             current = T.load(self.builder, target, dtype)

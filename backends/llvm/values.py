@@ -68,18 +68,15 @@ class ValueEmitter:
     # ---- memory ----
     def read(self, r: P.Read) -> ir.Value:
         subscripts = []
-        for dim, (sub, affine) in enumerate(zip(r.subscripts, r.affine)):
+        for sub, affine in zip(r.subscripts, r.affine):
             if affine is not None:
                 subscripts.append(self.affine(affine))
             else:
                 value = self.emit(sub)
-                wide = self.b.sext(value, T.I64) if sub.dtype.is_signed else \
-                    self.b.zext(value, T.I64)
-                subscripts.append(self.fn.check_index(r.tensor, dim, wide, self.statement))
-        if self.fn.check_bounds:
-            subscripts = [self.fn.check_index(r.tensor, d, s, self.statement)
-                          if a is not None else s
-                          for d, (s, a) in enumerate(zip(subscripts, r.affine))]
+                subscripts.append(self.b.sext(value, T.I64) if sub.dtype.is_signed else
+                                  self.b.zext(value, T.I64))
+        checked = [d for d, a in enumerate(r.affine) if a is None or self.fn.check_bounds]
+        self.fn.check_element(r.tensor, subscripts, checked, self.statement)
         pointer = self.fn.element(r.tensor, subscripts, self.promoted.get(r.ref))
         return T.load(self.b, pointer, self.fn.dtype_of(r.tensor))
 
