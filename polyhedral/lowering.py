@@ -36,10 +36,12 @@ _BINARY = {
 
 class _Lowering:
     def __init__(self, scop: Scop, deps: Dependences | None, unroll: int = 0,
-                 launches: dict | None = None):
+                 launches: dict | None = None, parallel: bool = True, vectorize: bool = True):
         self.scop = scop
+        self.vectorize = vectorize  # False: Options(vectorize=False), no SIMD hints
         self.deps = deps
         self.unroll = unroll
+        self.parallel = parallel  # False: Options(parallel=False), no loop runs on threads
         self.launches = launches or {}
         self.derived = {name: size_index(e, None) for name, e in scop.derived.items()}
 
@@ -150,14 +152,15 @@ class _Lowering:
         lo = self.expr(ast.for_get_init())
         body = self.node(ast.for_get_body())
         note = ast.get_annotation().get_name() if ast.get_annotation() else "loop_p0_r0"
-        parallel, reduction = note.endswith("p1_r0"), note.endswith("r1")
+        parallel, reduction = note.endswith("p1_r0") and self.parallel, note.endswith("r1")
         if ast.for_is_degenerate():
             return L.For(var, lo, L.add(lo, L.Int(1)), 1, body)
         hi = self._upper(var, ast.for_get_cond())
         step = ast.for_get_inc().get_val().to_python()
         innermost = not any(isinstance(n, L.For) for n in L.walk_nodes(body))
         return L.For(var, lo, hi, step, body, parallel=parallel,
-                     vectorize=innermost and (parallel or reduction), reduction=reduction,
+                     vectorize=self.vectorize and innermost and (parallel or reduction),
+                     reduction=reduction,
                      unroll=self.unroll if innermost else 0)
 
     def _upper(self, var: str, cond: isl.AstExpr) -> L.IExpr:
@@ -296,8 +299,9 @@ def _serial_launches(node: L.Node) -> L.Node:
 
 
 def lower_to_loops(scop: Scop, schedule: isl.Schedule, deps: Dependences, name: str,
-                   unroll: int = 0, launches: dict | None = None) -> L.Kernel:
-    lowering = _Lowering(scop, deps, unroll, launches)
+                   unroll: int = 0, launches: dict | None = None,
+                   parallel: bool = True, vectorize: bool = True) -> L.Kernel:
+    lowering = _Lowering(scop, deps, unroll, launches, parallel, vectorize)
     body = lowering.node(lowering.ast(schedule))
     if launches is not None:
         body = _serial_launches(body)

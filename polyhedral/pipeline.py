@@ -90,7 +90,8 @@ def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
         clock = _tick(timings, "transform", clock)
         stage = "code generation"
         kernel = lower_to_loops(scop, tree, deps, defn.name, unroll=options.unroll or 0,
-                                launches=plans)
+                                launches=plans, parallel=options.parallel is not False,
+                                vectorize=options.vectorize is not False)
         _tick(timings, "ast", clock)
     except TCError:
         raise

@@ -141,7 +141,7 @@ def _tile_sizes(node, scop: Scop, band: list[B.Member], options: Options,
         return [s if s > 0 else UNTILED for s in manual]
     if not _worth_tiling(node, scop, band):
         return None
-    return _heuristic_sizes(node, scop, band, target)
+    return _heuristic_sizes(node, scop, band, target, options.vector_width)
 
 
 def _worth_tiling(node, scop: Scop, band: list[B.Member]) -> bool:
@@ -151,13 +151,14 @@ def _worth_tiling(node, scop: Scop, band: list[B.Member]) -> bool:
     return reduces or B.reads_reuse(node, scop, band)
 
 
-def _heuristic_sizes(node, scop: Scop, band: list[B.Member], target: Target) -> list[int] | None:
+def _heuristic_sizes(node, scop: Scop, band: list[B.Member], target: Target,
+                     vector_width: int | None = None) -> list[int] | None:
     """Tiles of roughly L2 size: a long stride-1 member, shorter parallel members, medium
     reduction members; members shorter than their tile stay whole; the outermost parallel
     member keeps enough tiles for every core."""
     scores = B.stride_scores(node, scop, band)
     inner = max(range(len(band)), key=lambda k: (scores[k], band[k].coincident, k))
-    lanes = max(1, target.vector_bytes // 4)
+    lanes = vector_width or max(1, target.vector_bytes // 4)
     sizes = []
     for m in band:
         if m.position == inner:

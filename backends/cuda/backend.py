@@ -65,7 +65,7 @@ class CudaBackend:
     def build(self, kernel: L.Kernel, options, layouts):
         from pycuda.compiler import compile as nvcc
         cuda, device, _ = _device()
-        source = generate(kernel, bounds_checking(options))
+        source = generate(kernel, bounds_checking(options), options.private_memory is not False)
         major, minor = device.compute_capability()
         try:
             cubin = nvcc(source.text, arch=f"sm_{major}{minor}", no_extern_c=True,

@@ -78,14 +78,18 @@ class KernelSource:
     launches: tuple[tuple[str, L.Launch, L.IExpr | None], ...]
 
 
-def generate(kernel: L.Kernel, check_bounds: bool = False) -> KernelSource:
-    return _Generator(kernel, check_bounds).run()
+def generate(kernel: L.Kernel, check_bounds: bool = False,
+             private_memory: bool = True) -> KernelSource:
+    """`private_memory` False (Options(private_memory=False)) keeps accumulators in
+    global memory instead of registers."""
+    return _Generator(kernel, check_bounds, private_memory).run()
 
 
 class _Generator:
-    def __init__(self, kernel: L.Kernel, check_bounds: bool):
+    def __init__(self, kernel: L.Kernel, check_bounds: bool, private_memory: bool = True):
         self.kernel = kernel
         self.check_bounds = check_bounds
+        self.private_memory = private_memory
         self.specialized = dict(kernel.size_values) if kernel.size_values else None
         self.lines: list[str] = []
         self.buffers = {b.name: b for b in kernel.buffers}
@@ -189,7 +193,8 @@ class _Generator:
     def accumulates(self, loop: L.For) -> bool:
         """A loop whose only statement reduces into one element for all its iterations."""
         r = loop.body
-        if not isinstance(r, L.Run) or any(p.ref == -1 for p in r.promoted):
+        if not self.private_memory or not isinstance(r, L.Run) or \
+                any(p.ref == -1 for p in r.promoted):
             return False
         s = self.kernel.statement(r.statement)
         if s.kind != "reduce":

@@ -29,7 +29,7 @@ class EmulatedBackend:
                       bounds_checked=bounds_checking(options))
 
     def build(self, kernel: L.Kernel, options, layouts):
-        source = generate(kernel, bounds_checking(options))
+        source = generate(kernel, bounds_checking(options), options.private_memory is not False)
         entries = LT.table(source)
         return _artifact(source.text, entries, kernel.buffers,
                          [(s.id, s.text, s.line) for s in kernel.statements], kernel.sizes)

@@ -15,7 +15,7 @@ import ctypes
 
 from backends.llvm import jit, threads
 from backends.access_errors import ERR_FIELDS, raise_access_error
-from backends.llvm.functions import KernelModule
+from backends.llvm.functions import PARALLEL_WORK, KernelModule
 from backends.llvm.pointers import data_pointer
 from polyhedral import loop_ir as L
 from tclang.target import Target, available_cores, bounds_checking
@@ -32,10 +32,12 @@ class LLVMBackend:
                       bounds_checked=bounds_checking(options))
 
     def build(self, kernel: L.Kernel, options, layouts):
-        km = KernelModule(kernel, layouts, bounds_checking(options), jit.host()[0], jit.data_layout(),
-                          reassociate=options.reorder_reductions is not False)
+        km = KernelModule(kernel, layouts, bounds_checking(options), jit.host()[0],
+                          jit.data_layout(), reassociate=options.reorder_reductions is not False,
+                          parallel_work=0 if options.parallel else PARALLEL_WORK,
+                          vector_width=options.vector_width or 0)
         text = str(km.build())
-        optimised, object_code = jit.optimize(text)
+        optimised, object_code = jit.optimize(text, vectorize=options.vectorize is not False)
         names = _names(kernel.buffers, [(s.id, s.text, s.line) for s in kernel.statements])
         return _artifact(object_code, text, optimised, names, km.static)
 

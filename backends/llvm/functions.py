@@ -26,8 +26,11 @@ class KernelModule:
     """Builds the LLVM module of one kernel."""
 
     def __init__(self, kernel: L.Kernel, layouts, check_bounds: bool, triple: str,
-                 layout: str, reassociate: bool = True):
+                 layout: str, reassociate: bool = True, parallel_work: int = PARALLEL_WORK,
+                 vector_width: int = 0):
         self.kernel = kernel
+        self.parallel_work = parallel_work  # 0: Options(parallel=True), always threaded
+        self.vector_width = vector_width  # lanes to ask the vectorizer for (0: its choice)
         self.reassociate = reassociate  # float reductions may be reordered (fast-math reassoc)
         self.module = ir.Module(name=f"tclang_{kernel.name}")
         self.module.triple = triple
@@ -58,12 +61,16 @@ class KernelModule:
         key = (loop.vectorize, loop.unroll)
         if key == (False, 0):
             return None
+        width = self.vector_width if loop.vectorize else 0
         if key not in self.loop_metadata:
             m = self.module
             hints = []
             if loop.vectorize:
                 hints.append(m.add_metadata([ir.MetaDataString(m, "llvm.loop.vectorize.enable"),
                                              ir.Constant(T.I1, 1)]))
+            if width:
+                hints.append(m.add_metadata([ir.MetaDataString(m, "llvm.loop.vectorize.width"),
+                                             ir.Constant(T.I32, width)]))
             if loop.unroll:
                 hints.append(m.add_metadata([ir.MetaDataString(m, "llvm.loop.unroll.count"),
                                              ir.Constant(T.I32, loop.unroll)]))
@@ -334,7 +341,7 @@ class FunctionBuilder:
         trips = b.sub(hi, lo)
         enough = b.and_(b.icmp_signed(">=", trips, ir.Constant(T.I64, 2)),
                         b.icmp_signed(">=", b.mul(trips, ir.Constant(T.I64, work)),
-                                      ir.Constant(T.I64, PARALLEL_WORK)))
+                                      ir.Constant(T.I64, self.km.parallel_work)))
         threaded = b.and_(enough, b.icmp_unsigned("!=", b.ptrtoint(self.pfor, T.I64),
                                                   ir.Constant(T.I64, 0)))
         par, seq, join = (b.append_basic_block(x) for x in ("par", "seq", "par.done"))

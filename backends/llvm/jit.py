@@ -40,8 +40,9 @@ def data_layout() -> str:
     return str(target_machine().target_data)
 
 
-def optimize(ir_text: str) -> tuple[str, bytes]:
-    """(optimised IR text, object code) for one module of generated IR."""
+def optimize(ir_text: str, vectorize: bool = True) -> tuple[str, bytes]:
+    """(optimised IR text, object code) for one module of generated IR; `vectorize`
+    False (Options(vectorize=False)) keeps LLVM's loop and SLP vectorizers off."""
     with _lock:
         try:
             module = llvm.parse_assembly(ir_text)
@@ -50,8 +51,8 @@ def optimize(ir_text: str) -> tuple[str, bytes]:
             raise TCCompileError(f"LLVM rejected the generated IR: {str(err)[:500]}") from err
         tm = target_machine()
         options = llvm.create_pipeline_tuning_options(speed_level=3)
-        options.loop_vectorization = True
-        options.slp_vectorization = True
+        options.loop_vectorization = vectorize
+        options.slp_vectorization = vectorize
         options.loop_unrolling = True
         builder = llvm.create_pass_builder(tm, options)
         builder.getModulePassManager().run(module, builder)
