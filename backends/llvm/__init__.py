@@ -1,0 +1,1 @@
+"""CPU backend: loop IR -> LLVM IR (llvmlite), JIT-compiled."""
