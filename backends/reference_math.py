@@ -9,10 +9,13 @@ against, within a few ulp.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 
 SQRT2 = math.sqrt(2.0)
+SQRT2_LO = -9.667293313452913e-17  # sqrt(2) - SQRT2, so that SQRT2 + SQRT2_LO is exact to 2^-106
+TWO_OVER_SQRTPI = 2.0 / math.sqrt(math.pi)
 
 
 def _f64(fn):
@@ -21,15 +24,6 @@ def _f64(fn):
         with np.errstate(all="ignore"):
             return dtype.type(fn(float(x)))
     return lifted
-
-
-def _safe(fn):
-    def guarded(v: float) -> float:
-        try:
-            return fn(v)
-        except (ValueError, OverflowError):
-            return math.nan
-    return guarded
 
 
 def _round(x: float) -> float:
@@ -51,32 +45,56 @@ def _logb(x: float) -> float:
 
 
 def _sinpi(x: float) -> float:
+    """sin(pi x), reduced exactly to |r| <= 1/2 first so that pi * r loses nothing near
+    the integers (sin(pi * fmod(x, 2)) is off by ~1e-16 absolute there)."""
     if not math.isfinite(x):
         return math.nan
-    r = math.fmod(x, 2.0)
+    r = math.fmod(x, 2.0)  # exact, in (-2, 2)
     if r == int(r):
         return math.copysign(0.0, x) if r in (0.0, 1.0, -1.0) else 0.0
-    return math.sin(math.pi * r)
+    sign = math.copysign(1.0, r)
+    a = abs(r)
+    if a > 1.0:  # sin(pi a) = -sin(pi (a - 1)); a - 1 is exact
+        a, sign = a - 1.0, -sign
+    if a > 0.5:  # sin(pi a) = sin(pi (1 - a)); 1 - a is exact (Sterbenz)
+        a = 1.0 - a
+    return sign * math.sin(math.pi * a)
 
 
 def _cospi(x: float) -> float:
     if not math.isfinite(x):
         return math.nan
-    r = math.fmod(abs(x), 2.0)
-    if r == 0.5 or r == 1.5:
+    a = math.fmod(abs(x), 2.0)
+    if a > 1.0:
+        a = 2.0 - a  # exact; cos(pi a) = cos(pi (2 - a))
+    if a == 0.5:
         return 0.0
-    return math.cos(math.pi * r)
+    if a < 0.25:
+        return math.cos(math.pi * a)
+    return _sinpi(0.5 - a)  # 0.5 - a is exact for a in [1/4, 1]
 
 
 def _erfinv(y: float) -> float:
-    """Inverse error function: Giles' single-precision approximation, then two Newton
-    steps in float64 on erf."""
+    """Inverse error function. For |y| <= 1/2, Giles' single-precision approximation and
+    two Newton steps on erf; beyond, erfcinv(1 - |y|) (1 - |y| is exact there), because
+    erf(x) - y cancels near |y| = 1 and Newton on erf would stall far from the root."""
     if math.isnan(y) or abs(y) > 1:
         return math.nan
     if y == 1:
         return math.inf
     if y == -1:
         return -math.inf
+    if abs(y) > 0.5:
+        return math.copysign(_erfcinv(1.0 - abs(y)), y)
+    x = _erfinv_guess(y)
+    for _ in range(2):
+        err = math.erf(x) - y
+        x -= err / (TWO_OVER_SQRTPI * math.exp(-x * x))
+    return x
+
+
+def _erfinv_guess(y: float) -> float:
+    """Giles' single-precision erfinv, the starting point of the Newton steps."""
     w = -math.log((1.0 - y) * (1.0 + y))
     if w < 5.0:
         w -= 2.5
@@ -90,11 +108,7 @@ def _erfinv(y: float) -> float:
         for c in (0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
                   -0.0076224613, 0.00943887047, 1.00167406, 2.83297682):
             p = c + p * w
-    x = p * y
-    for _ in range(2):
-        err = math.erf(x) - y
-        x -= err / (2.0 / math.sqrt(math.pi) * math.exp(-x * x))
-    return x
+    return p * y
 
 
 def _erfcinv(y: float) -> float:
@@ -104,14 +118,32 @@ def _erfcinv(y: float) -> float:
         return math.inf
     if y == 2:
         return -math.inf
+    if y == 1:
+        return 0.0
+    if y > 1.0:  # erfcinv(y) = -erfcinv(2 - y); 2 - y is exact for y in [1, 2]
+        return -_erfcinv(2.0 - y)
+    if 0.5 <= y:  # near the origin: Newton on erf of 1 - y (exact), no cancellation
+        x = _erfinv_guess(1.0 - y)
+        for _ in range(2):
+            x -= (math.erf(x) - (1.0 - y)) / (TWO_OVER_SQRTPI * math.exp(-x * x))
+        return x
     if y > 0.0625:
-        x = _erfinv(1.0 - y)
-    else:  # small y: start from the asymptotic form, refine on erfc directly
+        x = _erfinv_guess(1.0 - y)
+    else:  # small y: start from the asymptotic form
         t = math.sqrt(-math.log(y))
         x = t - math.log(t * math.sqrt(math.pi)) / (2 * t)
-    for _ in range(3):
-        err = math.erfc(x) - y
-        x += err / (2.0 / math.sqrt(math.pi) * math.exp(-x * x))
+    # Newton on log erfc: the relative residual keeps its precision even when erfc(x)
+    # underflows toward the subnormals
+    for _ in range(6):
+        e = math.erfc(x)
+        if e == 0.0:
+            x *= 0.99
+            continue
+        step = math.log(e / y) * e / (TWO_OVER_SQRTPI * math.exp(-x * x)) \
+            if math.exp(-x * x) > 0.0 else math.log(e / y) / (2.0 * x)
+        x += step
+        if abs(step) <= 1e-17 * abs(x):
+            break
     return x
 
 
@@ -119,12 +151,23 @@ def _erfcx(x: float) -> float:
     if math.isnan(x):
         return x
     if x < 25.0:
+        square = x * x  # exp(x^2) needs x^2 beyond double precision: add back the error
+        if square > 710.0:  # x far below 0: erfcx(x) ~ 2 exp(x^2) overflows
+            return math.inf
+        error = float(Fraction(x) * Fraction(x) - Fraction(square))
         try:
-            return math.exp(x * x) * math.erfc(x)
+            return math.exp(square) * math.erfc(x) * math.exp(error)
         except OverflowError:
             return math.inf
-    inv = 1.0 / (x * x)  # asymptotic series
-    return (1.0 - 0.5 * inv + 0.75 * inv * inv - 1.875 * inv ** 3) / (x * math.sqrt(math.pi))
+    # asymptotic series: sum of (-1)^n (2n-1)!! / (2 x^2)^n, summed until it stops mattering
+    v = 0.5 / (x * x)
+    total, term = 1.0, 1.0
+    for n in range(1, 40):
+        term *= -(2 * n - 1) * v
+        total += term
+        if abs(term) < 1e-18:
+            break
+    return total / (x * math.sqrt(math.pi))
 
 
 def _bessel_series(x: float, order: int, modified: bool) -> float:
@@ -190,6 +233,7 @@ def _y_series(x: float, order: int) -> float:
     """Y_0 and Y_1 from their power series around 0 (A&S 9.1.13 and 9.1.11)."""
     gamma = 0.5772156649015329
     half = x / 2.0
+    log_half = math.log(x) - math.log(2.0)  # x / 2 may underflow to 0 for subnormal x
     if order == 0:
         total, term, harmonic = 0.0, 1.0, 0.0
         for k in range(1, 300):
@@ -198,7 +242,7 @@ def _y_series(x: float, order: int) -> float:
             total += term * harmonic
             if abs(term * harmonic) < 1e-17 * max(abs(total), 1e-300):
                 break
-        return (2.0 / math.pi) * ((math.log(half) + gamma) * _bessel_series(x, 0, False)
+        return (2.0 / math.pi) * ((log_half + gamma) * _bessel_series(x, 0, False)
                                   - total)
     total = 0.0
     term = half  # (x/2)^(2k+1) / (k! (k+1)!)
@@ -212,7 +256,7 @@ def _y_series(x: float, order: int) -> float:
         total += piece
         if k > 2 and abs(piece) < 1e-17 * max(abs(total), 1e-300):
             break
-    return (2.0 / math.pi) * (math.log(half) + gamma) * _bessel_series(x, 1, False) \
+    return (2.0 / math.pi) * (log_half + gamma) * _bessel_series(x, 1, False) \
         - 2.0 / (math.pi * x) - total / math.pi
 
 
@@ -221,8 +265,6 @@ def _bessel_i(order: int):
         if math.isnan(x):
             return x
         ax = abs(x)
-        if ax > 700:
-            return math.inf if order == 0 or x > 0 else -math.inf
         value = _bessel_series(ax, order, True) if ax < 30 else _i_asymptotic(ax, order)
         return -value if (order == 1 and x < 0) else value
     return i
@@ -236,37 +278,86 @@ def _i_asymptotic(x: float, order: int) -> float:
         total += term
         if abs(term) < 1e-17:
             break
-    return math.exp(x) / math.sqrt(2 * math.pi * x) * total
+    if x > 1420.0:
+        return math.inf
+    half = math.exp(x / 2)  # e^x in two halves: finite up to I's own overflow near 713.99
+    return half / math.sqrt(2 * math.pi * x) * total * half
 
 
 def _normcdf(x: float) -> float:
-    return 0.5 * math.erfc(-x / SQRT2)
+    """0.5 erfc(-x / sqrt 2). Rounding -x / sqrt 2 costs ~x^2 ulp in the tail, so the
+    quotient's error is carried and applied as a first-order correction."""
+    if not math.isfinite(x):
+        return 0.5 * math.erfc(-x / SQRT2)
+    t = -x / SQRT2
+    exact = -Fraction(x) / (Fraction(SQRT2) + Fraction(SQRT2_LO))
+    t_lo = float(exact - Fraction(t))
+    e = math.erfc(t)
+    return 0.5 * (e - t_lo * TWO_OVER_SQRTPI * math.exp(-t * t))
 
 
 def _normcdfinv(p: float) -> float:
-    return -SQRT2 * _erfcinv(2.0 * p)
+    z = _erfcinv(2.0 * p)
+    return -(SQRT2 * z + SQRT2_LO * z) if math.isfinite(z) else -z
 
 
 def _tgamma(x: float) -> float:
+    if math.isnan(x):
+        return x
+    if math.isinf(x):
+        return x if x > 0 else math.nan
     if x == 0:
         return math.copysign(math.inf, x)
     if x < 0 and x == int(x):
         return math.nan
-    if math.isinf(x):
-        return x if x > 0 else math.nan
     try:
         return math.gamma(x)
-    except OverflowError:
-        return math.inf
+    except OverflowError:  # near 0 gamma(x) ~ 1/x keeps x's sign; large x: +inf
+        return math.copysign(math.inf, x) if abs(x) < 1 else math.inf
 
 
 def _lgamma(x: float) -> float:
-    if x <= 0 and x == int(x):
+    if math.isnan(x):
+        return x
+    if math.isinf(x) or (x <= 0 and x == int(x)):
         return math.inf
     try:
         return math.lgamma(x)
     except (ValueError, OverflowError):
         return math.inf
+
+
+def _exp10(x: float) -> float:
+    try:
+        return 10.0 ** x
+    except OverflowError:  # as C's exp10: overflow is +inf, not an error
+        return math.inf
+
+
+def _fma(a: float, b: float, c: float) -> float:
+    """a * b + c rounded once, as C's fma: exact rational arithmetic for finite operands."""
+    if all(map(math.isfinite, (a, b, c))):
+        try:
+            return float(Fraction(a) * Fraction(b) + Fraction(c))
+        except OverflowError:
+            return math.copysign(math.inf, Fraction(a) * Fraction(b) + Fraction(c))
+    if math.isinf(c) and math.isfinite(a) and math.isfinite(b):
+        return c
+    return a * b + c
+
+
+def _norm(values: list, reciprocal: bool) -> float:
+    """sqrt of the sum of squares (or its reciprocal), scaled by the largest magnitude so
+    that squaring neither overflows nor underflows; NaN if any argument is NaN."""
+    if any(math.isnan(v) for v in values):
+        return math.nan
+    largest = max(abs(v) for v in values)
+    if largest == 0.0:
+        return math.inf if reciprocal else 0.0
+    if math.isinf(largest):
+        return 0.0 if reciprocal else math.inf
+    scaled = math.hypot(*(v / largest for v in values))
+    return (1.0 / largest) / scaled if reciprocal else largest * scaled
 
 
 def _div(a, b):
@@ -284,7 +375,7 @@ UNARY = {
 }
 FLOAT64 = {
     "cospi": _cospi, "sinpi": _sinpi, "erf": math.erf, "erfc": math.erfc, "erfinv": _erfinv,
-    "erfcinv": _erfcinv, "erfcx": _erfcx, "exp10": _safe(lambda v: 10.0 ** v),
+    "erfcinv": _erfcinv, "erfcx": _erfcx, "exp10": _exp10,
     "lgamma": _lgamma, "tgamma": _tgamma, "logb": _logb, "round": _round,
     "j0": _j(0), "j1": _j(1), "y0": _y(0), "y1": _y(1), "cyl_bessel_i0": _bessel_i(0),
     "cyl_bessel_i1": _bessel_i(1), "normcdf": _normcdf, "normcdfinv": _normcdfinv,
@@ -338,11 +429,12 @@ def call(name: str, args: tuple, dtype: np.dtype):
             case "remainder":
                 return t(_remainder(float(a[0]), float(a[1])))
             case "fma":
-                return t(np.float64(a[0]) * np.float64(a[1]) + np.float64(a[2])) \
-                    if dtype != np.float64 else t(math.fsum((a[0] * a[1], a[2])))
+                if dtype == np.float64:
+                    return t(_fma(*map(float, a)))
+                # float32 operands: the float64 product is exact, one rounding in the sum
+                return t(np.float64(a[0]) * np.float64(a[1]) + np.float64(a[2]))
             case "norm3d" | "norm4d" | "rnorm3d" | "rnorm4d":
-                norm = math.sqrt(math.fsum(float(v) * float(v) for v in a))
-                return t(norm if name.startswith("norm") else 1.0 / norm if norm else math.inf)
+                return t(_norm(list(map(float, a)), reciprocal=name.startswith("r")))
     raise KeyError(f"no reference implementation of builtin {name}")
 
 

@@ -176,26 +176,13 @@ def ulp_distance(a, b) -> np.ndarray:
     return np.where(np.isnan(a) ^ np.isnan(b), np.inf, d)
 
 
-_LIBM = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
-
-
-def _reference_one(name, args, dt):
-    try:
-        return reference_math.call(name, args, dt)
-    except (ValueError, OverflowError):
-        # reference_math raises on a few inputs (lgamma/tgamma(-inf): int(-inf);
-        # y0/y1 of denormals: log(0)); use the C library's double function there
-        fn = getattr(_LIBM, name)
-        fn.restype = ctypes.c_double
-        fn.argtypes = [ctypes.c_double] * len(args)
-        return dt.type(fn(*(float(a) for a in args)))
 
 
 def reference(name: str, dtype: str, inputs) -> np.ndarray:
     dt = np.dtype(dtype)
     cols = [np.asarray(x, dtype=dt) for x in inputs]
     with np.errstate(all="ignore"):
-        return np.array([_reference_one(name, tuple(c[i] for c in cols), dt)
+        return np.array([reference_math.call(name, tuple(c[i] for c in cols), dt)
                          for i in range(cols[0].size)], dtype=dt)
 
 
@@ -294,7 +281,8 @@ DOMAINS = {
     "normcdf": _uu((-20, 8), (-38, 9)),
     "lgamma": _cat(_u(-40, 40), _pos(-5, 30, -5, 300)),
     "tgamma": _cat(_uu((-40, 36), (-180, 172)), _pos(-5, 1.5, -5, 2.2)),
-    "cyl_bessel_i0": _uu((-95, 95), (-700, 700)), "cyl_bessel_i1": _uu((-95, 95), (-700, 700)),
+    "cyl_bessel_i0": _uu((-95, 95), (-713.9, 713.9)),
+    "cyl_bessel_i1": _uu((-95, 95), (-713.9, 713.9)),
     "j0": _cat(_u(-60, 60), _pos(-5, 6, -5, 6)), "j1": _cat(_u(-60, 60), _pos(-5, 6, -5, 6)),
     "y0": _cat(_u(0, 60), _pos(-5, 6, -5, 6)), "y1": _cat(_u(0, 60), _pos(-5, 6, -5, 6)),
     "sinpi": _cat(_u(-4, 4), lambda rng, n, dt: _logu(rng, n, -10, 20, signed=True)),
@@ -636,8 +624,8 @@ def test_matches_reference(name, dtype):
     got = kernels()(name, dtype, *inputs)
     what = f"{name}/{dtype}"
     if dtype == "float64" and name in ORACLE64:
-        # the float64 reference is approximate here (see reference_math): check that it
-        # agrees loosely, and check precisely against decimal oracles on a subsample
+        # these are where a float64 reference is hardest to get right: check both the
+        # kernel and the reference against 60-digit decimal oracles on a subsample
         ref = reference(name, dtype, inputs)
         x = inputs[0]
         keep = np.arange(x.size) % 4 == 0
@@ -645,14 +633,8 @@ def test_matches_reference(name, dtype):
                          for v, r, g, k in zip(x, ref, got, keep) if k])
         MEASURED[what] = assert_close_ulp(got[keep], want, 4, [x[keep]], what + " (decimal)",
                                           lenient_denormals=name == "normcdf")
-        with np.errstate(invalid="ignore", over="ignore"):
-            rel = np.abs(got - ref) / np.maximum(np.abs(ref), 1e-300)
-        ok = (rel < 1e-2) | (ulp_distance(got, ref) <= 4) | (np.abs(ref) < 1e-290)
-        if name in ("erfinv", "erfcinv", "normcdfinv"):  # reference loses it near |y| = 1
-            ok |= np.abs(got) > 5
-        if name in ("sinpi", "cospi"):  # reference: sin(pi * r), absolute error ~ 1e-16
-            ok |= np.abs(got - ref) < 4e-16
-        assert ok.all(), (what, x[~ok][:5], got[~ok][:5], ref[~ok][:5])
+        assert_close_ulp(ref[keep], want, 4, [x[keep]], what + " reference (decimal)",
+                         lenient_denormals=name == "normcdf")
         return
     if name == "fma":
         want = np.array([fma_exact(*(c[i] for c in inputs), dtype)
@@ -660,22 +642,16 @@ def test_matches_reference(name, dtype):
         MEASURED[what] = assert_close_ulp(got, want, 0, inputs, what + " (exact)")
         return
     if dtype == "float64" and name in ("norm3d", "norm4d", "rnorm3d", "rnorm4d"):
-        # the reference squares in float64 (overflow / underflow): use exact values
+        # exact values, for the kernel and the reference alike
         want = np.array([o_norm(name, [c[i] for c in inputs]) for i in range(got.size)])
         MEASURED[what] = assert_close_ulp(got, want, 4, inputs, what + " (decimal)")
+        assert_close_ulp(reference(name, dtype, inputs), want, 4, inputs,
+                         what + " reference (decimal)")
         return
     want = reference(name, dtype, inputs)
-    if name == "exp10":  # the reference's 10.0 ** x raises OverflowError, made NaN; C: inf
-        want = np.where(np.isnan(want) & (inputs[0] > 0), np.inf, want)
-    if name == "tgamma":  # math.gamma(-5e-324) overflows, made +inf by the reference
-        want = np.where(np.isinf(want) & (inputs[0] < 0), -np.inf, want)
     if name == "pow":  # np.power(-inf, 0.5) is sqrt(-inf) = NaN; C's pow gives +inf
         want = np.where((inputs[0] == -np.inf) & (inputs[1] == 0.5), np.inf, want)
     if name in BESSEL:
-        if dtype == "float64" and name.startswith("cyl"):
-            # the reference gives inf beyond |x| = 700; I(x) overflows at 713.987
-            big = np.abs(inputs[0]) > 700
-            want = np.where(big & (np.abs(inputs[0]) < 713.98), got, want)
         assert_close_bessel(got, want, inputs, what)
         return
     tol = ULP_TOL.get(name, (4, 4))[dtype == "float64"]
