@@ -20,6 +20,7 @@ later readers and writers. The fences add exactly those pairs. With
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import islpy as isl
 
@@ -33,45 +34,74 @@ class Dependences:
     reduction: isl.UnionMap  # the reduction updates' self-dependences (order-free)
     fences: isl.UnionMap  # every update of an element between its other accesses
 
-    @property
-    def all(self) -> isl.UnionMap:
-        return self.flow.union(self.false).union(self.fences)
+    # computed once: the scheduler, the legality check and the AST build all ask
 
-    @property
+    @cached_property
+    def all(self) -> isl.UnionMap:
+        return self.flow.union(self.false).union(self.fences).union(self.reduction)
+
+    @cached_property
     def validity(self) -> isl.UnionMap:
         """What every schedule must respect."""
         return self.all.subtract(self.reduction).coalesce()
 
-    @property
+    @cached_property
     def coincidence(self) -> isl.UnionMap:
         """What a parallel loop may not carry."""
         return self.all.coalesce()
 
 
 def compute_dependences(scop: Scop, reorder_reductions: bool = True) -> Dependences:
-    flow = (isl.UnionAccessInfo.from_sink(scop.reads)
-            .set_must_source(scop.writes)
+    updates = _reduction_updates(scop) if reorder_reductions else []
+    # A relaxed update's accesses to its own target leave the flow analysis: the fences and
+    # the order-free pairs below stand for all of them. Reads of tensors that nothing
+    # writes (the inputs) take part in no dependence. Both make the analyses much cheaper.
+    writes, reads = scop.writes, scop.reads.intersect_range(scop.writes.range())
+    for own in updates:
+        target = scop.writes.intersect_domain(own)
+        writes = writes.subtract(target)
+        reads = reads.subtract(reads.intersect_domain(own).intersect_range(target.range()))
+    flow = (isl.UnionAccessInfo.from_sink(reads)
+            .set_must_source(writes)
             .set_schedule_map(scop.order)
             .compute_flow().get_must_dependence())
-    false = (isl.UnionAccessInfo.from_sink(scop.writes)
-             .set_kill(scop.writes)
-             .set_may_source(scop.writes.union(scop.reads))
+    false = (isl.UnionAccessInfo.from_sink(writes)
+             .set_kill(writes)
+             .set_may_source(writes.union(reads))
              .set_schedule_map(scop.order)
              .compute_flow().get_may_dependence())
     flow, false = flow.coalesce(), false.coalesce()
     empty = isl.UnionMap.empty(flow.get_space())
     reduction, fences = empty, empty
-    if reorder_reductions:
-        for st in scop.statements:
-            space = _space_of(scop, st.id)
-            if st.kind != "reduce" or not st.source.reduction_indices or space is None:
-                continue  # (an empty domain, e.g. a size 0, leaves a statement out)
-            own = isl.UnionSet.from_set(scop.domain.extract_set(space))
-            self_deps = flow.union(false).intersect_domain(own).intersect_range(own)
-            reduction = reduction.union(self_deps)
-            fences = fences.union(_fences(scop, own))
+    for own in updates:
+        reduction = reduction.union(_order_free_pairs(scop, own))
+        fences = fences.union(_fences(scop, own))
     return Dependences(flow=flow, false=false, reduction=reduction.coalesce(),
                        fences=fences.coalesce())
+
+
+def _reduction_updates(scop: Scop) -> list[isl.UnionSet]:
+    """The instances of each reduction update statement (one union set per statement)."""
+    found = []
+    for st in scop.statements:
+        space = _space_of(scop, st.id)
+        if st.kind != "reduce" or not st.source.reduction_indices or space is None:
+            continue  # (an empty domain, e.g. a size 0, leaves a statement out)
+        found.append(isl.UnionSet.from_set(scop.domain.extract_set(space)))
+    return found
+
+
+def _order_free_pairs(scop: Scop, own: isl.UnionSet) -> isl.UnionMap:
+    """Every pair of updates of the same element, earlier to later in program order.
+
+    Not just each update's predecessor (what flow analysis gives): a loop is parallel only
+    if no two of its iterations update one element, and once the updates may be reordered,
+    two that were far apart in program order can meet in one loop (interchanging the
+    reduction loops of a sum over j, k makes the inner j loop look parallel otherwise).
+    """
+    target = scop.writes.intersect_domain(own)
+    same = target.apply_range(target.reverse())
+    return same.intersect(scop.order.lex_lt_union_map(scop.order))
 
 
 def _fences(scop: Scop, own: isl.UnionSet) -> isl.UnionMap:

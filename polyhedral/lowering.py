@@ -51,13 +51,16 @@ class _Lowering:
         ctx.set_ast_build_detect_min_max(1)
         context = self.scop.context if extra_context is None else extra_context
         build = isl.AstBuild.from_context(context)
-        coincidence = self.deps.coincidence
         validity = self.deps.validity
+        # coincidence = validity + the reductions' order-free self-dependences: test the
+        # two parts apart, each only once per loop (the test dominates AST build time)
+        order_free = self.deps.coincidence.subtract(validity).coalesce()
 
         def before_for(build: isl.AstBuild) -> isl.Id:
             schedule_map = build.get_schedule()
-            parallel = _carries_nothing(schedule_map, coincidence)
-            reduction = not parallel and _carries_nothing(schedule_map, validity)
+            ordered_ok = _carries_nothing(schedule_map, validity)
+            parallel = ordered_ok and _carries_nothing(schedule_map, order_free)
+            reduction = ordered_ok and not parallel
             return isl.Id(f"loop_p{int(parallel)}_r{int(reduction)}", context=ctx)
 
         build, self._keep = build.set_before_each_for(before_for)

@@ -104,6 +104,22 @@ def test_illegal_loop_order_is_refused_naming_the_dependence():
     schedule_definition(defn, dict(N=3, M=4), tc.Options(loop_order=(1, 0)), CPU)
 
 
+@pytest.mark.parametrize("order", [None, ("j", "k"), ("k", "j")])
+@pytest.mark.parametrize("target", [CPU, Target("cuda", "grid", arch="sm_90")])
+def test_interchanged_reduction_loops_are_never_parallel(order, target):
+    """Summing over j and k into one element: whichever loop runs outside, neither may be
+    run in parallel (or spread over threads) without a block reduction. Flow analysis only
+    links each update to the one before it in program order; with k outside, no such
+    neighbour pair lies inside one k iteration, and the j loop used to be marked parallel
+    and run on threads, racing on O(0)."""
+    source = "def f(float(J,K) A) -> (O) { O(i) +=! A(j, k) where i in 0:1 }"
+    defn = check_source(source).definitions[0]
+    kernel = schedule_definition(defn, dict(J=64, K=5), tc.Options(loop_order=order, tile=0),
+                                 target).kernel
+    (chain, _), = list(enclosing_loops(kernel.body, "S0"))
+    assert not any(loop.parallel for loop in chain), [(f.var, f.parallel) for f in chain]
+
+
 def test_loop_order_by_index_names():
     kernel = schedule("matmul", tc.Options(loop_order=("k", "m", "n"), tile=())).kernel
     (chain, run), = list(enclosing_loops(kernel.body, "S0"))
