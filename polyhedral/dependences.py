@@ -6,14 +6,17 @@ out transitive: correct but larger and slower).
 
 A reduction's update statement depends on itself only through its target at one point, in
 an order the language leaves free (reductions are associative and commutative). Those
-self-dependences are removed from *validity*, so the loops around the reduction may be
-tiled and permuted, but kept for *coincidence*, so a reduction loop is never reported
-parallel. Dependences between different statements are never relaxed.
+self-dependences, *every* pair of updates of one element (`reduction`), are kept out of
+*validity*, so the loops around the reduction may be tiled and permuted, but are part of
+*coincidence*, so a loop two of whose iterations update one element is never reported
+parallel, whichever way the reduction loops are permuted. (Flow analysis would give only
+each update's predecessor in program order, which says nothing once the order changes.)
+Dependences between different statements are never relaxed.
 
-Relaxing is only safe with *fences*: isl's flow analysis links a reader to the last update
-in program order only, so once the updates may run in any order, every update of an
-element must still come after that element's earlier writers (the init) and before its
-later readers and writers. The fences add exactly those pairs. With
+Relaxing is only safe with *fences*: once the updates may run in any order, every update
+of an element must still come after that element's earlier writers (the init) and before
+its later readers and writers. The fences add exactly those pairs, so the updates' own
+accesses to their target are left out of the flow analysis. With
 `Options(reorder_reductions=False)` nothing is relaxed: reductions run in program order.
 """
 
