@@ -164,11 +164,13 @@ def permute(node: isl.ScheduleNode, order: list[int]) -> isl.ScheduleNode:
     return node
 
 
-def merge_nested(node: isl.ScheduleNode) -> isl.ScheduleNode:
-    """The band merged with the bands nested directly below it (a chain), as one band.
-
-    The merged band is permutable only if the chain was a single permutable band."""
-    while node.n_children() == 1 and node.child(0).get_type() == isl.schedule_node_type.band:
+def merge_nested(node: isl.ScheduleNode, levels: int | None = None) -> isl.ScheduleNode:
+    """The band merged with the bands nested directly below it (a chain, or only the next
+    `levels` of it), as one band, marked not permutable: the caller knows better."""
+    merged = 0
+    while node.n_children() == 1 and node.child(0).get_type() == isl.schedule_node_type.band \
+            and (levels is None or merged < levels):
+        merged += 1
         outer = node.band_get_partial_schedule()
         inner = node.child(0).band_get_partial_schedule()
         coincident = [node.band_member_get_coincident(k) for k in range(node.band_n_member())]

@@ -82,7 +82,7 @@ def _build(st: ScopStatement, lhs, red, scop: Scop, threads: int, name: str, tar
         L.Run(ident_id, tuple(lhs_values), to_acc),
         L.For(r.name, t, _count(red, sizes), threads,
               L.Run(st.id, tuple(lhs_values) + tuple(red_values), to_acc)),
-        L.Combine(None, dtype, partial, (t,), acc, (L.Int(0),)),
+        L.Combine(None, dtype, partial, (t,), acc, (L.Int(0),) * max(1, len(lhs))),
         L.Barrier(),
     ]
     half = threads // 2

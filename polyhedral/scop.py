@@ -144,7 +144,7 @@ def build_scop(defn: P.Definition, sizes: Mapping[str, int] | None,
         writes.append(f"{st.id}[{', '.join(st.indices)}] -> {st.source.target}"
                       f"[{', '.join(st.source.indices)}]")
         pad = [st.indices[k] if k < len(st.indices) else "0" for k in range(depth)]
-        orders.append(f"{st.id}[{', '.join(st.indices)}] -> [{position}, {', '.join(pad)}]")
+        orders.append(f"{st.id}[{', '.join(st.indices)}] -> [{', '.join([str(position)] + pad)}]")
         if st.kind == "init":
             continue
         if st.kind == "reduce":

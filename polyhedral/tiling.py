@@ -187,13 +187,13 @@ def _tile(node, band: list[B.Member], sizes: list[int]):
     first, last = tiled[0], tiled[-1]
     prefix = [1 if s == UNTILED and k < first and band[k].coincident else s
               for k, s in enumerate(sizes[:last + 1])]
-    if last + 1 < len(sizes):
+    split = last + 1 < len(sizes)
+    if split:
         node = node.band_split(last + 1)
     node = node.band_tile(_multi_val(node, prefix))
-    point = node.child(0)
-    if point.n_children() == 1 and point.child(0).get_type() == isl.schedule_node_type.band:
-        point = B.merge_nested(point).band_set_permutable(1)
-    return point.parent()
+    if split:  # the point loops and the untiled rest come from one permutable band
+        node = B.merge_nested(node.child(0), levels=1).band_set_permutable(1).parent()
+    return node
 
 
 def _multi_val(node, sizes: list[int]) -> isl.MultiVal:
@@ -204,9 +204,10 @@ def _multi_val(node, sizes: list[int]) -> isl.MultiVal:
 
 
 def _order_point_loops(node, scop: Scop):
-    """Move the member with the best stride-1 score innermost (ties: a parallel one)."""
+    """Move the member with the best stride-1 score innermost (ties: a parallel one).
+    Only within a permutable band: elsewhere the order is the dependences' to choose."""
     band = B.members(node, scop)
-    if len(band) < 2:
+    if len(band) < 2 or not node.band_get_permutable():
         return node
     scores = B.stride_scores(node, scop, band)
     best = max(range(len(band)), key=lambda k: (scores[k], band[k].coincident, k))

@@ -213,9 +213,11 @@ def check_out(defn: P.Definition, out, binding: Binding) -> tuple[np.ndarray, ..
         if any(s % array.itemsize for s in array.strides if array.itemsize):
             raise TCArgumentError(f"out[{k}] ({tensor.name}) has strides that are not whole "
                                   "elements")
-        if array.size > 1 and 0 in array.strides:
+        if _overlaps_itself(array):
             raise TCArgumentError(f"out[{k}] ({tensor.name}) has overlapping elements "
-                                  "(a zero stride)", hint="pass an array that owns its memory")
+                                  f"(strides {array.strides} for shape {array.shape}): two "
+                                  "output points would share one memory location",
+                                  hint="pass an array that owns its memory")
         for position, source in enumerate(binding.arrays, start=1):
             if source.size and array.size and np.may_share_memory(source, array):
                 raise TCArgumentError(f"out[{k}] ({tensor.name}) shares memory with argument "
@@ -244,3 +246,28 @@ def _check_device_out(k: int, tensor, array: DeviceArray, shape, binding: Bindin
             raise TCArgumentError(f"out[{k}] ({tensor.name}) is argument {position}",
                                   hint="inputs are never modified: give out= a separate array")
     return array
+
+
+def _overlaps_itself(array: np.ndarray) -> bool:
+    """Whether two elements of `array` share memory (a broadcast or as_strided view).
+
+    Dimensions sorted by stride must each step over everything the smaller ones span: that
+    proves the layout one-to-one for every array NumPy itself makes. A layout that fails it
+    (rare: interleaved views) has its offsets listed and compared."""
+    dims = sorted((abs(stride), extent) for stride, extent in zip(array.strides, array.shape)
+                  if extent > 1)
+    span = array.itemsize
+    for stride, extent in dims:
+        if stride < span:
+            break
+        span = stride * (extent - 1) + span
+    else:
+        return False
+    if array.size > 1 << 24:
+        return True  # too many to list: treat as overlapping (the caller gets an error)
+    offsets = np.zeros((), np.int64)
+    for stride, extent in zip(array.strides, array.shape):
+        offsets = np.add.outer(offsets, np.arange(extent, dtype=np.int64) * stride)
+    flat = np.sort(offsets.ravel())
+    return bool(np.any(np.diff(flat) < array.itemsize))
+

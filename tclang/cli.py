@@ -45,6 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     check.set_defaults(run=_check)
     from tclang import commands  # the commands that need the whole compiler
     commands.add_commands(sub)
+    from tclang.fuzzing import driver  # `tclang fuzz`
+    driver.add_command(sub)
     return parser
 
 

@@ -35,7 +35,8 @@ class LLVMBackend:
         km = KernelModule(kernel, layouts, bounds_checking(options), jit.host()[0],
                           jit.data_layout(), reassociate=options.reorder_reductions is not False,
                           parallel_work=0 if options.parallel else PARALLEL_WORK,
-                          vector_width=options.vector_width or 0)
+                          vector_width=options.vector_width or 0,
+                          unrolled_width=max(2, self.target(options).vector_bytes // 4))
         text = str(km.build())
         optimised, object_code = jit.optimize(text, vectorize=options.vectorize is not False)
         names = _names(kernel.buffers, [(s.id, s.text, s.line) for s in kernel.statements])

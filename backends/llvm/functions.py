@@ -27,10 +27,12 @@ class KernelModule:
 
     def __init__(self, kernel: L.Kernel, layouts, check_bounds: bool, triple: str,
                  layout: str, reassociate: bool = True, parallel_work: int = PARALLEL_WORK,
-                 vector_width: int = 0):
+                 vector_width: int = 0, unrolled_width: int = 8):
         self.kernel = kernel
         self.parallel_work = parallel_work  # 0: Options(parallel=True), always threaded
         self.vector_width = vector_width  # lanes to ask the vectorizer for (0: its choice)
+        # lanes for a vectorized loop that also has an unroll count (see metadata_for)
+        self.unrolled_width = unrolled_width
         self.reassociate = reassociate  # float reductions may be reordered (fast-math reassoc)
         self.module = ir.Module(name=f"tclang_{kernel.name}")
         self.module.triple = triple
@@ -62,6 +64,12 @@ class KernelModule:
         if key == (False, 0):
             return None
         width = self.vector_width if loop.vectorize else 0
+        if loop.unroll and not width:
+            # LLVM 22's vectorizer aborts the process (an assertion: "VPlan cost model and
+            # legacy cost model disagreed") choosing a width for a min/max reduction loop
+            # with a small unroll count and a short trip count. A fixed width leaves it
+            # nothing to choose: the target's lanes, or 1 where we asked for no SIMD.
+            width = self.unrolled_width if loop.vectorize else 1
         if key not in self.loop_metadata:
             m = self.module
             hints = []

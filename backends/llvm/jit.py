@@ -7,8 +7,12 @@ into a fresh MCJIT engine needs no compilation.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
+import os
+import sys
+import tempfile
 import threading
 
 import llvmlite.binding as llvm
@@ -55,8 +59,40 @@ def optimize(ir_text: str, vectorize: bool = True) -> tuple[str, bytes]:
         options.slp_vectorization = vectorize
         options.loop_unrolling = True
         builder = llvm.create_pass_builder(tm, options)
-        builder.getModulePassManager().run(module, builder)
+        with _missed_hints_dropped():
+            builder.getModulePassManager().run(module, builder)
         return str(module), tm.emit_object(module)
+
+
+# LLVM's diagnostic handler writes to file descriptor 2 when a loop hint of ours (vectorize,
+# width, unroll count) could not be honoured: "<unknown>:0:0: loop not vectorized: ...".
+# Our hints are suggestions and the code is correct either way, so those lines are dropped;
+# anything else LLVM writes is passed on.
+_MISSED_HINT = ("loop not vectorized", "loop not unrolled", "loop not interleaved",
+                "unable to perform the requested transformation")
+
+
+@contextlib.contextmanager
+def _missed_hints_dropped():
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):
+        yield  # no usable stderr: nothing to filter
+        return
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            text = captured.read().decode(errors="replace")
+            kept = [line for line in text.splitlines(keepends=True)
+                    if not any(hint in line for hint in _MISSED_HINT)]
+            if kept:
+                sys.stderr.write("".join(kept))
 
 
 def load(object_code: bytes, symbol: str) -> int:

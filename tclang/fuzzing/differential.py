@@ -1,0 +1,442 @@
+"""Differential testing: one program, every backend and schedule, one oracle.
+
+The oracle is the reference interpreter under the simplest schedule (no fusion, no tiling,
+reductions in program order). Every other configuration (CPU with the automatic schedule,
+with random legal manual options, shape-generic; the emulated GPU; the reference under the
+automatic schedule) runs on the same inputs, bounds-checked, and must agree: exactly for
+integer and bool outputs, within a tolerance scaled by the float type and the number of
+terms reduced for floats. A mismatch, an exception, an out-of-bounds access or a modified
+input is a failure; an illegal manual loop order is not (the compiler refuses it, as it
+should). `shrink` reduces a failing program to a small one that fails the same way, and
+`save_regression` appends it to tests/fuzzing/regressions.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import random
+import traceback
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+import tclang
+from tclang import program as P
+from tclang.dtypes import DType
+from tclang.errors import (TCArgumentError, TCError, TCIndexError, TCScheduleError, TCWarning)
+from tclang.frontend import check_source
+from tclang.fuzzing.generator import GeneratedProgram, Model, finish
+from tclang.inputs import random_inputs
+
+ORACLE = ("reference", tclang.Options(fusion="min", tile=(), reorder_reductions=False))
+
+# Open bugs found by fuzzing, each with a strict-xfail regression in tests/fuzzing. With
+# avoid_known, a configuration a bug applies to is skipped when the bug has no signature
+# (it kills the process, or fails every run), else run, and a failure whose detail holds
+# the signature is counted as the known bug: fuzzing keeps looking for new ones. Remove an
+# entry when its bug is fixed. (name, applies(defn, backend, options, sizes), signature)
+KNOWN_BUGS: list = [
+    # None open. The four found so far (no-loop-at-all, llvm-abort-unrolled-min-max,
+    # tiled-reduction-out-of-order, cuda-block-reduction-rank) are fixed; their programs are
+    # in tests/fuzzing/regressions.py. An entry looked like this:
+    # ("cuda-block-reduction-rank",
+    #  lambda defn, backend, options, sizes: backend.startswith("cuda") and any(
+    #      s.reduction_indices and len(s.indices) > 1 for s in defn.statements),
+    #  "conver"),  # g++: "cannot convert" (floats) or "invalid conversion" (ints)
+]
+
+
+@dataclass(frozen=True)
+class Failure:
+    backend: str
+    options: tclang.Options | None
+    kind: str  # "mismatch", "crash", "out-of-bounds", "modified-input"
+    detail: str
+
+    @property
+    def config(self) -> str:
+        return label(self.backend, self.options)
+
+
+@dataclass
+class Report:
+    program: GeneratedProgram
+    status: str  # "pass", "fail", "invalid" (front end refused it), "skipped" (sizes)
+    failures: list[Failure] = field(default_factory=list)
+    ran: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)  # illegal manual schedules
+    why: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status != "fail"
+
+
+def label(backend: str, options) -> str:
+    return f"{backend} {options.describe() if options is not None else 'automatic'}"
+
+
+def cuda_emulation_available() -> bool:
+    try:
+        from backends.cuda.emulation.build import available
+        return available()
+    except Exception:  # noqa: BLE001 - no emulation at all is "not available"
+        return False
+
+
+def random_options(rng: random.Random, defn: P.Definition | None = None) -> tclang.Options:
+    """Random manual knobs; the loop order is a permutation as long as some loop nest
+    (it may still break a dependence or not fit another nest: then it is skipped)."""
+    depth = max((len(s.all_indices) for s in defn.statements), default=1) if defn else 2
+    order = None
+    if depth > 1 and rng.random() < 0.4:
+        order = tuple(rng.sample(range(depth), depth))
+    tile = rng.choice((None, (), rng.randint(1, 5), tuple(rng.choice((0, 1, 2, 3, 4, 8))
+                                                         for _ in range(rng.randint(1, 3)))))
+    return tclang.Options(fusion=rng.choice(("max", "min", "preserve_parallel", None)), tile=tile,
+                          unroll=rng.choice((None, 1, 2, 4)), loop_order=order,
+                          parallel=rng.choice((None, True, False)),
+                          vectorize=rng.choice((None, True, False)),
+                          reorder_reductions=rng.choice((None, None, False)))
+
+
+def default_configs(defn, rng: random.Random, backends, avoid=lambda options: False):
+    """"cpu" means its three configurations (also named one by one: "cpu-auto",
+    "cpu-manual", "cpu-generic"); any other backend runs with the automatic schedule.
+    Random manual options are drawn again (a few times) while `avoid` refuses them."""
+    def manual():
+        options = random_options(rng, defn)
+        for _ in range(10):
+            if not avoid(options):
+                break
+            options = random_options(rng, defn)
+        return options
+    named = {"cpu-auto": lambda: None, "cpu-manual": manual,
+             "cpu-generic": lambda: tclang.Options(specialize=False)}
+    configs = []
+    for backend in backends:
+        parts = list(named) if backend == "cpu" else [backend]
+        configs += [("cpu", named[p]()) if p in named else (p, None) for p in parts]
+    return configs
+
+
+def known_bug(defn, backend: str, options, sizes, failure=None) -> str | None:
+    """The open bug (KNOWN_BUGS) that this configuration would run into (no `failure`
+    given: the bugs that cannot even be run), or that explains `failure`."""
+    for name, applies, signature in KNOWN_BUGS:
+        if (signature is None) == (failure is None) and \
+                (failure is None or signature in failure.detail) and \
+                applies(defn, backend, options, sizes):
+            return name
+    return None
+
+
+def run_differential(program: GeneratedProgram, *, backends=("cpu", "reference"),
+                     options_sets=None, check_bounds: bool = True, seed: int = 0,
+                     avoid_known: bool = False) -> Report:
+    """Run `program` on random inputs under each backend (with each of `options_sets`,
+    default: automatic, random manual and shape-generic for the CPU) against the oracle.
+    `avoid_known` skips the configurations that would only hit a known open bug."""
+    report = Report(program, "pass")
+    try:
+        defn = _checked(program)
+    except TCError as err:
+        report.status, report.why = "invalid", _first_line(err)
+        return report
+    sizes = {s: program.sizes[s] for s in defn.sizes if s in program.sizes}
+    if avoid_known and known_bug(defn, *ORACLE, sizes):
+        report.status, report.why = "skipped", f"known bug: {known_bug(defn, *ORACLE, sizes)}"
+        return report
+    inputs = random_inputs(defn, sizes, np.random.default_rng(seed))
+    saved = [np.copy(a) for a in inputs]
+    rng = random.Random(seed)
+    avoid = (lambda options: known_bug(defn, "cpu", options, sizes)) if avoid_known else \
+        (lambda options: False)
+    configs = default_configs(defn, rng, backends, avoid) if options_sets is None else \
+        [(b, o) for b in backends for o in options_sets]
+    with _quiet():
+        try:
+            expected = _call(program, *ORACLE, inputs, check_bounds)
+        except (TCArgumentError, TCIndexError) as err:  # sizes break a read: not a bug
+            report.status, report.why = "skipped", _first_line(err)
+            return report
+        except Exception as err:  # noqa: BLE001 - the oracle itself failing is a bug too
+            report.failures.append(Failure(*ORACLE, "crash", _describe(err)))
+            report.status = "fail"
+            return report
+        rtol = tolerance(defn, sizes)
+        for backend, options in configs:
+            bug = known_bug(defn, backend, options, sizes) if avoid_known else None
+            failure = "skipped" if bug else \
+                _one(program, backend, options, inputs, expected, rtol, check_bounds)
+            if failure == "skipped":
+                report.skipped.append(label(backend, options) + (f" (known bug: {bug})"
+                                                                 if bug else ""))
+                continue
+            report.ran.append(label(backend, options))
+            if failure is None and any(not np.array_equal(a, b, equal_nan=True)
+                                       for a, b in zip(inputs, saved)):
+                failure = Failure(backend, options, "modified-input", "an input changed")
+                inputs = tuple(np.copy(a) for a in saved)
+            bug = known_bug(defn, backend, options, sizes, failure) \
+                if avoid_known and isinstance(failure, Failure) else None
+            if bug:
+                report.skipped.append(f"{label(backend, options)} (known bug: {bug})")
+            elif failure is not None:
+                report.failures.append(failure)
+    report.status = "fail" if report.failures else "pass"
+    return report
+
+
+def _one(program, backend, options, inputs, expected, rtol, check_bounds):
+    try:
+        first = _call(program, backend, options, inputs, check_bounds, twice=True)
+    except TCScheduleError as err:
+        if options is not None and options.loop_order is not None and \
+                ("breaks" in str(err) or "loop_order" in str(err)):
+            return "skipped"
+        return Failure(backend, options, "crash", _describe(err))
+    except TCIndexError as err:
+        return Failure(backend, options, "out-of-bounds", _first_line(err))
+    except Exception as err:  # noqa: BLE001 - anything else escaping is a crash
+        return Failure(backend, options, "crash", _describe(err))
+    for run, outputs in enumerate(first):
+        for k, (a, e) in enumerate(zip(outputs, expected)):
+            problem = compare(a, e, rtol)
+            if problem:
+                call = " (second call)" if run else ""
+                return Failure(backend, options, "mismatch", f"output {k}{call}: {problem}")
+    return None
+
+
+def _call(program, backend, options, inputs, check_bounds, twice=False):
+    """The outputs as a tuple (both calls' when `twice`: the second takes the hot path)."""
+    options, env = _bounds_checked(options, check_bounds)
+    with _environ(env):
+        kernel = tclang.define(program.source, backend=backend, options=options)[program.entry]
+        runs = [kernel(*inputs) for _ in range(2 if twice else 1)]
+    runs = [r if isinstance(r, tuple) else (r,) for r in runs]
+    return runs if twice else runs[0]
+
+
+def _bounds_checked(options, on: bool):
+    """Every access checked: the `check_bounds` option where tclang has it, else the
+    TCLANG_CHECK_BOUNDS environment variable."""
+    if not on:
+        return options, {}
+    if "check_bounds" in tclang.Options.__dataclass_fields__:
+        return dataclasses.replace(options or tclang.Options(), check_bounds=True), {}
+    return options, {"TCLANG_CHECK_BOUNDS": "1"}
+
+
+@contextlib.contextmanager
+def _environ(values: dict):
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextlib.contextmanager
+def _quiet():
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", TCWarning)
+        yield
+
+
+def _checked(program: GeneratedProgram) -> P.Definition:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TCWarning)
+        return check_source(program.source)[program.entry]
+
+
+# ---- comparing ----------------------------------------------------------------------------
+
+_EPS = {DType.FLOAT16: 2e-3, DType.FLOAT32: 1.2e-7, DType.FLOAT64: 2.3e-16}
+
+
+def tolerance(defn: P.Definition, sizes: dict[str, int]) -> float:
+    """Relative to an output's largest magnitude: the loosest float type anywhere in the
+    program (half is stored rounded, so a rounding flip propagates) times the number of
+    terms its statements reduce, plus a margin for the math library's last bits."""
+    kinds = {t.dtype for t in defn.inputs + defn.outputs + defn.temporaries}
+    terms = 0
+    for s in defn.statements:
+        kinds |= {n.dtype for n in P.walk(s.rhs) if isinstance(n, P.Cast)}
+        red = [r for r in s.domain if r.name in s.reduction_indices]
+        terms += math.prod(max(1, (r.hi - r.lo).evaluate(sizes)) for r in red) if red else 1
+    eps = max((_EPS[k] for k in kinds if k in _EPS), default=_EPS[DType.FLOAT64])
+    return min(0.05, eps * 64 * (4 + terms)) if eps < 1e-3 else 2e-2 + eps * terms
+
+
+def compare(actual, expected, rtol: float) -> str | None:
+    """None if `actual` matches `expected`, else what differs (briefly)."""
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    if actual.shape != expected.shape or actual.dtype != expected.dtype:
+        return f"got {actual.dtype}{actual.shape}, expected {expected.dtype}{expected.shape}"
+    if actual.size == 0:
+        return None
+    if expected.dtype.kind in "biu":
+        bad = actual != expected
+    else:
+        a, e = actual.astype(np.float64), expected.astype(np.float64)
+        finite = np.isfinite(e)
+        scale = max(1.0, float(np.max(np.abs(e[finite]), initial=0.0)))
+        close = np.abs(a - e) <= rtol * scale
+        bad = ~(close | (a == e) | (np.isnan(a) & np.isnan(e)))
+    if not bad.any():
+        return None
+    where = tuple(int(x) for x in np.argwhere(bad)[0])
+    return (f"{int(bad.sum())} of {bad.size} elements differ, first at {where}: "
+            f"{actual[where]!r} instead of {expected[where]!r}")
+
+
+def _first_line(err) -> str:
+    return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+
+
+def _describe(err) -> str:
+    """The first line, the first line that says "error" (a compiler's), and where."""
+    frame = traceback.extract_tb(err.__traceback__)[-1:]
+    where = f" (at {Path(frame[0].filename).name}:{frame[0].lineno})" if frame else ""
+    said = [line.strip() for line in str(err).splitlines()[1:] if "error" in line][:1]
+    return _first_line(err)[:300] + "".join(f" [{line[-200:]}]" for line in said) + where
+
+
+# ---- shrinking ----------------------------------------------------------------------------
+
+def shrink(program: GeneratedProgram, still_fails: Callable[[GeneratedProgram], bool], *,
+           budget: int = 300) -> GeneratedProgram:
+    """Greedy delta debugging: take the first smaller program that still fails, repeat
+    until none does (or `budget` candidates were tried)."""
+    tried = 0
+    improved = True
+    while improved and tried < budget:
+        improved = False
+        for candidate in _candidates(program):
+            tried += 1
+            if still_fails(candidate):
+                program, improved = candidate, True
+                break
+            if tried >= budget:
+                break
+    return program
+
+
+def _candidates(p: GeneratedProgram):
+    rng = random.Random(0)
+    if p.model is not None:
+        for model in _smaller_models(p.model):
+            candidate = finish(model, rng, dict(p.sizes))
+            if candidate is not None and candidate.sizes == p.sizes:
+                yield candidate
+    else:
+        yield from _smaller_sources(p)
+    for name, value in sorted(p.sizes.items()):
+        for smaller in sorted({1, value // 2, value - 1} - {value}):
+            if smaller >= 1:
+                yield dataclasses.replace(p, sizes={**p.sizes, name: smaller})
+
+
+def _smaller_models(m: Model):
+    replace = dataclasses.replace
+    if m.prelude:
+        yield replace(m, prelude="")
+    for k, s in enumerate(m.body):  # drop a statement
+        body = m.body[:k] + m.body[k + 1:]
+        written = {t.target for t in body}
+        outputs = tuple(o for o in m.outputs if o.name in written)
+        if outputs and body:
+            yield replace(m, body=body, outputs=outputs)
+    for k, s in enumerate(m.body):  # simplify an expression or drop a where clause
+        for rhs in _smaller_nodes(s.rhs):
+            yield replace(m, body=m.body[:k] + (replace(s, rhs=rhs),) + m.body[k + 1:])
+        for j in range(len(s.where)):
+            smaller = replace(s, where=s.where[:j] + s.where[j + 1:])
+            yield replace(m, body=m.body[:k] + (smaller,) + m.body[k + 1:])
+    text = "\n".join(s.render() for s in m.body)
+    for k, d in enumerate(m.inputs):  # drop an input no statement reads
+        if not _mentions(text, d.name):
+            yield replace(m, inputs=m.inputs[:k] + m.inputs[k + 1:])
+    for k, o in enumerate(m.outputs):
+        if o.type is not None:
+            yield replace(m, outputs=m.outputs[:k] + (replace(o, type=None, dims=None),)
+                          + m.outputs[k + 1:])
+
+
+def _smaller_nodes(node):
+    """The node replaced by one of its kids or a literal, or one kid made smaller."""
+    from tclang.fuzzing.generator import Node
+    for kid in node.kids:
+        yield kid
+    if node.fmt not in ("0", "1", "1.0"):
+        yield from (Node("0"), Node("1.0"))
+    for k, kid in enumerate(node.kids):
+        for smaller in _smaller_nodes(kid):
+            yield Node(node.fmt, node.kids[:k] + (smaller,) + node.kids[k + 1:])
+
+
+def _smaller_sources(p: GeneratedProgram):
+    lines = p.source.split("\n")
+    for k, line in enumerate(lines):
+        if line.strip() and not line.lstrip().startswith(("def ", "}")):
+            source = "\n".join(lines[:k] + lines[k + 1:])
+            try:
+                check_source(source)[p.entry]
+            except (TCError, KeyError):
+                continue
+            yield dataclasses.replace(p, source=source)
+
+
+def _mentions(text: str, name: str) -> bool:
+    import re
+    return re.search(rf"\b{re.escape(name)}\b", text) is not None
+
+
+def fails_like(failure: Failure, *, run=None, check_bounds: bool = True, seed: int = 0):
+    """A `still_fails` for `shrink`: the configuration that failed fails again in the same
+    way (same kind; for a crash, the same exception). `run` is `run_differential` or a
+    `Worker.run` (a crash of the candidate must not end the shrinking)."""
+    run = run or run_differential
+
+    def still_fails(candidate: GeneratedProgram) -> bool:
+        report = run(candidate, backends=(failure.backend,), options_sets=[failure.options],
+                     check_bounds=check_bounds, seed=seed)
+        return any(f.kind == failure.kind and (f.kind != "crash" or f.detail.split(":")[0]
+                                               == failure.detail.split(":")[0])
+                   for f in report.failures)
+    return still_fails
+
+
+# ---- regressions --------------------------------------------------------------------------
+
+REGRESSIONS_FILE = Path(__file__).resolve().parents[2] / "tests" / "fuzzing" / "regressions.py"
+
+
+def save_regression(program: GeneratedProgram, reason: str, path=None,
+                    options: tclang.Options | None = None) -> Path:
+    """Append the program to the regression list (a strict xfail until the fix: reasons
+    that start with "OPEN" are expected to fail), with the failing manual options."""
+    path = Path(path or REGRESSIONS_FILE)
+    if not path.exists():
+        path.write_text('"""Saved failing programs: (source, entry, sizes, reason[, '
+                        'options])."""\n\nREGRESSIONS: list[tuple] = []\n')
+    entry = (program.source, program.entry, dict(program.sizes), reason)
+    if options is not None:
+        entry += ({f.name: getattr(options, f.name) for f in dataclasses.fields(options)
+                   if getattr(options, f.name) != getattr(tclang.Options(), f.name)},)
+    with path.open("a") as f:
+        f.write(f"\nREGRESSIONS.append({entry!r})\n")
+    return path

@@ -1,0 +1,332 @@
+"""`tclang fuzz`: generated programs through the differential runner, N of them or for T
+seconds, or (--source-fuzz) broken source text through `tclang.define`.
+
+Programs run in a worker process, so that generated code that crashes or hangs is reported
+with the program that caused it instead of taking the fuzzer down. Each failing program is
+shrunk (in the worker too) and written to the output directory as a .tc file with its
+sizes and what failed; --regressions also appends it to tests/fuzzing/regressions.py.
+"""
+
+from __future__ import annotations
+
+import atexit
+import multiprocessing
+import os
+import random
+import sys
+import time
+import warnings
+from collections import Counter
+from pathlib import Path
+
+TIMEOUT_S = 120.0  # one program, every configuration
+
+
+def add_command(sub) -> None:
+    """Register `fuzz` on an argparse subparsers object (tclang/cli.py calls this)."""
+    p = sub.add_parser("fuzz", help="differential fuzzing: random programs on every backend "
+                                    "and schedule, checked against the reference")
+    p.add_argument("--programs", type=int, help="how many programs (default 100 unless "
+                                                "--seconds is given)")
+    p.add_argument("--seconds", type=float, help="stop after this long")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--backends", help="comma-separated (default: cpu,reference and "
+                                      "cuda-emulated where g++ is available)")
+    p.add_argument("--out", default="fuzz-failures", help="where shrunk failing programs go")
+    p.add_argument("--regressions", action="store_true",
+                   help="also append failing programs to tests/fuzzing/regressions.py")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="worker processes running programs at once (default 1)")
+    p.add_argument("--no-shrink", action="store_true")
+    p.add_argument("--include-known", action="store_true",
+                   help="also run the configurations that hit known open bugs")
+    p.add_argument("--source-fuzz", action="store_true",
+                   help="fuzz the source text instead (--programs inputs through define)")
+    p.set_defaults(run=_main)
+
+
+def _main(args) -> int:
+    if args.source_fuzz:
+        return run_source_fuzz(args.programs or 2000, args.seed)
+    backends = tuple(b.strip() for b in args.backends.split(",")) if args.backends else None
+    programs = args.programs if args.programs or args.seconds else 100
+    return run_fuzz(programs, args.seconds, args.seed, backends, args.out,
+                    shrink_failures=not args.no_shrink, regressions=args.regressions,
+                    avoid_known=not args.include_known, jobs=args.jobs)
+
+
+def run_fuzz(programs: int | None, seconds: float | None, seed: int, backends, out_dir,
+             *, shrink_failures: bool = True, regressions: bool = False,
+             avoid_known: bool = True, generate=None, jobs: int = 1) -> int:
+    """The fuzz loop; returns the exit code (1 if any program failed). `generate` makes
+    program k from a `random.Random` (default: the generator's); `jobs` worker processes
+    run programs at once (results and reports stay the same whatever the number)."""
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+    from tclang.fuzzing.differential import cuda_emulation_available
+    from tclang.fuzzing.generator import generate as default_generate
+    generate = generate or default_generate
+    if backends is None:
+        backends = ("cpu", "reference") + (("cuda-emulated",) if cuda_emulation_available()
+                                           else ())
+    counts, start = Counter(), time.monotonic()
+    idle = [Worker() for _ in range(max(1, jobs))]
+    running: dict = {}  # future -> (k, worker)
+
+    def more() -> bool:
+        return (programs is None or k < programs) and \
+            (seconds is None or time.monotonic() - start < seconds)
+
+    k = done = 0
+    try:
+        with ThreadPoolExecutor(len(idle)) as pool:
+            while running or (idle and more()):
+                while idle and more():
+                    # generated here, in one thread: warnings.catch_warnings is not
+                    # thread-safe, and program k must not depend on the number of jobs
+                    program, worker = generate(random.Random(f"{seed}:{k}")), idle.pop()
+                    future = pool.submit(worker.run, program, backends=backends, seed=k,
+                                         avoid_known=avoid_known)
+                    running[future] = (k, worker)
+                    k += 1
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    number, worker = running.pop(future)
+                    report = future.result()
+                    counts[report.status] += 1
+                    counts["known"] += any("known bug" in x
+                                           for x in report.skipped + [report.why])
+                    for f in report.failures:
+                        counts[f.kind] += 1
+                    if report.status == "fail":
+                        _record(report, number, worker, out_dir, shrink_failures, regressions)
+                    idle.append(worker)
+                    done += 1
+                    _progress(counts, done, time.monotonic() - start)
+    finally:
+        for worker in idle + [w for _, w in running.values()]:
+            worker.close()
+    if sys.stderr.isatty() or done % (10 if done <= 100 else 100):
+        _progress(counts, done, time.monotonic() - start, final=True)
+    failed = counts["fail"]
+    print(f"{counts['pass']} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+def _progress(counts: Counter, k: int, elapsed: float, final: bool = False) -> None:
+    line = (f"[fuzz] {k} programs, {counts['mismatch']} mismatches, {counts['crash']} crashes,"
+            f" {counts['out-of-bounds']} out-of-bounds, {counts['modified-input']} modified "
+            f"inputs, {counts['skipped']} skipped, {counts['known']} hit known bugs, "
+            f"{elapsed:.0f} s")
+    if sys.stderr.isatty():
+        print("\r" + line, end="\n" if final else "", file=sys.stderr, flush=True)
+    elif final or k % (10 if k <= 100 else 100) == 0:
+        print(line, file=sys.stderr, flush=True)
+
+
+def _record(report, k: int, worker: "Worker", out_dir, shrink_failures: bool,
+            regressions: bool) -> None:
+    from tclang.fuzzing.differential import fails_like, save_regression, shrink
+    failure = report.failures[0]
+    program = report.program
+    if shrink_failures:
+        program = shrink(program, fails_like(failure, run=worker.run, seed=k), budget=150)
+    reason = f"{failure.config}: {failure.kind}: {failure.detail}"
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"failure-{k}.tc"
+    sizes = ",".join(f"{n}={v}" for n, v in sorted(program.sizes.items()))
+    path.write_text(f"# {reason}\n# tclang run {path.name} --entry {program.entry} "
+                    f"--sizes {sizes}\n{program.source}")
+    if regressions:
+        save_regression(program, "OPEN " + reason, options=failure.options)
+    print(f"\n[fuzz] program {k} failed ({reason[:200]}); shrunk program: {path}",
+          file=sys.stderr)
+
+
+class Worker:
+    """A child process running the differential runner; restarted after it dies."""
+
+    def __init__(self):
+        self.process = self.conn = None
+        atexit.register(self.close)  # before multiprocessing's own exit hook joins it
+
+    def run(self, program, **kwargs):
+        """`run_differential(program, **kwargs)` in the child; a crash or a hang of the
+        child is a "crash" failure of the program."""
+        from tclang.fuzzing.differential import Failure, Report
+        for _ in range(2):
+            if self.process is None or not self.process.is_alive():
+                self._start()
+            try:
+                self.conn.send((program, kwargs))
+                if self.conn.poll(TIMEOUT_S):
+                    return self.conn.recv()
+                why = f"no result after {TIMEOUT_S:.0f} s (hang?)"
+            except (EOFError, OSError, BrokenPipeError):
+                why = None
+            self.process.join(0.5)
+            code = self.process.exitcode
+            self.close()
+            why = why or f"the worker process died (exit code {code})"
+            if code is not None and code < 0 or why.startswith("no result"):
+                break  # a signal or a hang: the program's fault
+        options = kwargs.get("options_sets") or [None]
+        backend = kwargs.get("backends", ("cpu",))[0]
+        return Report(program, "fail", [Failure(backend, options[0], "crash", why)])
+
+    def _start(self):
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        # not a daemon: the compiler forks processes of its own (isl's scheduler)
+        self.process = ctx.Process(target=_serve, args=(child,), daemon=False)
+        self.process.start()
+        child.close()
+
+    def close(self):
+        if self.process is not None:
+            if self.process.is_alive():
+                self.process.kill()
+            self.process.join(2)
+        self.process = self.conn = None
+
+
+def _serve(conn) -> None:
+    """The worker's loop: LLVM's remarks go to /dev/null, reports go back."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    from tclang.fuzzing.differential import Failure, Report, run_differential
+    while True:
+        try:
+            program, kwargs = conn.recv()
+        except EOFError:
+            return
+        try:
+            report = run_differential(program, **kwargs)
+        except Exception as err:  # noqa: BLE001 - the runner itself failing is reported
+            report = Report(program, "fail", [Failure("runner", None, "crash",
+                                                      f"{type(err).__name__}: {err}")])
+        conn.send(report)
+
+
+# ---- source fuzzing -----------------------------------------------------------------------
+
+TOKENS = ["def", "(", ")", "{", "}", ",", "->", "float", "int32", "half", "double", "bool",
+          "int8", "A", "B", "O", "i", "j", "k", "N", "M", "=", "+=!", "+=", "*=!", "min=!",
+          "max=", "+", "-", "*", "/", "%", "?", ":", "==", "!=", "<=", ">", "&&", "||", "!",
+          "where", "in", "exists", "0", "1", "2.5", "1e3", "-7", ";", "exp", "min", "max",
+          "fma", "sigmoid", "true", "#c\n", "\n", " ", "[", "@", "'", ".", "T", "x", "0:N",
+          "99999999999", "1e400", "\t", "\u00e9", "\\"]
+
+
+_CLASSES = (r"[A-Za-z_]\w*", r"\d+\.\d*(?:[eE][-+]?\d+)?|\d+",
+            r"\+=!|\*=!|min=!|max=!|\+=|\*=|min=|max=|&&|\|\||[=!<>]=|[-+*/%<>]")
+
+
+def mutate(rng: random.Random, text: str) -> str:
+    """Half the time a token swapped for another of its class (a name, a number, an
+    operator: often still valid, so the compiler runs), else 1-4 random edits: delete,
+    insert or replace a token, duplicate or swap a span."""
+    if rng.random() < 0.5:
+        import re
+        pattern = rng.choice(_CLASSES)
+        tokens = list(re.finditer(pattern, text))
+        for _ in range(rng.randint(1, 2)):
+            if tokens:
+                a, b = rng.choice(tokens), rng.choice(tokens)
+                text = text[:a.start()] + b.group() + text[a.end():]
+                tokens = list(re.finditer(pattern, text))
+        return text
+    for _ in range(rng.randint(1, 4)):
+        a = rng.randint(0, len(text))
+        b = rng.randint(a, min(len(text), a + 12))
+        edit = rng.choice(("delete", "insert", "replace", "duplicate", "swap"))
+        if edit == "delete":
+            text = text[:a] + text[b:]
+        elif edit == "insert":
+            text = text[:a] + rng.choice(TOKENS) + text[a:]
+        elif edit == "replace":
+            text = text[:a] + rng.choice(TOKENS) + text[b:]
+        elif edit == "duplicate":
+            text = text[:b] + text[a:b] + text[b:]
+        else:
+            c = rng.randint(0, len(text))
+            text = text[:a] + text[c:] if c > a else text[c:a] + text[:c] + text[a:]
+    return text
+
+
+def check_define(source: str, rng: random.Random, backend: str = "reference",
+                 stats: Counter | None = None) -> str | None:
+    """Through `tclang.define`, then a call on random inputs when the source is valid:
+    None when only well-formed TCErrors came out, else what went wrong. `stats` counts
+    how far the inputs got (refused, defined, called)."""
+    stats = stats if stats is not None else Counter()
+    import numpy as np
+
+    import tclang
+    from tclang.errors import (TCArgumentError, TCCompileError, TCError, TCScheduleError,
+                               TCSemanticError, TCSyntaxError, TCWarning)
+    from tclang.fuzzing.generator import pick_sizes
+    from tclang.inputs import random_inputs
+    stage = "define"
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore", TCWarning)
+            module = tclang.define(source, backend=backend)
+            stage = "call"
+            stats["defined"] += 1
+            for kernel in module:
+                sizes = pick_sizes(kernel.definition, rng)
+                if sizes is not None:
+                    kernel(*random_inputs(kernel.definition, sizes,
+                                          np.random.default_rng(rng.randrange(1 << 30))))
+                    stats["called"] += 1
+    except (TCSyntaxError, TCSemanticError, TCArgumentError, TCScheduleError) as err:
+        text = str(err)  # rendering must not fail either
+        lines = source.split("\n")
+        if err.line is None:
+            if isinstance(err, (TCSyntaxError, TCSemanticError)):
+                return f"{type(err).__name__} without a line: {text[:200]}"
+        elif not 1 <= err.line <= max(len(lines), 1):
+            return f"{type(err).__name__} with line {err.line} outside the source: {text[:200]}"
+        elif not 1 <= (err.column or 0) <= len(lines[err.line - 1]) + 1:
+            return f"{type(err).__name__} with column {err.column} outside line {err.line}"
+    except TCCompileError as err:
+        if "internal error" in str(err):
+            return f"{stage}: {str(err)[:300]}"
+    except TCError as err:
+        str(err)
+    except Exception as err:  # noqa: BLE001 - exactly what must never happen
+        return f"{stage}: {type(err).__name__} escaped: {str(err)[:300]}"
+    return None
+
+
+def source_inputs(rng: random.Random, seeds: list[str]):
+    """Random bytes, token soup and mutated valid programs, in turn."""
+    k = 0
+    while True:
+        kind = k % 3
+        if kind == 0:
+            data = bytes(rng.randrange(256) for _ in range(rng.randint(0, 60)))
+            yield data.decode("utf-8", errors="replace")
+        elif kind == 1:
+            yield " ".join(rng.choice(TOKENS) for _ in range(rng.randint(0, 40)))
+        else:
+            yield mutate(rng, rng.choice(seeds))
+        k += 1
+
+
+def run_source_fuzz(count: int, seed: int) -> int:
+    from tclang.fuzzing.generator import generate
+    rng = random.Random(seed)
+    seeds = [generate(random.Random(f"src:{seed}:{k}")).source for k in range(20)]
+    problems = 0
+    for k, source in zip(range(count), source_inputs(rng, seeds)):
+        problem = check_define(source, rng)
+        if problem:
+            problems += 1
+            print(f"[fuzz] input {k}: {problem}\n{source!r}", file=sys.stderr)
+        if k % 100 == 0:
+            print(f"[fuzz] {k} inputs, {problems} problems", file=sys.stderr, flush=True)
+    print(f"{count - problems} passed, {problems} failed")
+    return 1 if problems else 0

@@ -1,0 +1,68 @@
+"""Programs the fuzzers found failing, shrunk: (source, entry, sizes, reason[, options]).
+
+The optional fifth element holds the `tclang.Options` fields of the configuration that
+failed (as a dict), which is run on the CPU besides the usual configurations.
+
+tests/fuzzing/test_differential.py runs each through every backend and schedule against
+the reference interpreter (in a worker process, so that a crash is a test failure, not
+the end of the session). A reason that starts with "OPEN" marks a bug not fixed yet: its
+test is a strict xfail, so the fix shows up as an XPASS; then drop the "OPEN" (and the
+bug's entry in tclang.fuzzing.differential.KNOWN_BUGS); "FIXED" marks a bug fixed after
+the fuzzers found it. `tclang fuzz --regressions` and
+`tclang.fuzzing.differential.save_regression` append here.
+"""
+
+REGRESSIONS: list[tuple] = []
+
+REGRESSIONS.append((
+    "def f(float32 alpha) -> (O) {\n    O = alpha\n}\n", "f", {},
+    "FIXED no-loop-at-all: every backend raised TCCompileError 'the polyhedral scop stage "
+    "failed for f: call to isl_union_map_read_from_str failed: syntax error' when no "
+    "statement of a definition has an index (also `O = 2.0` with a tensor input)"))
+
+REGRESSIONS.append((
+    "def f(float(N) A) -> (O) {\n    O = 2.0\n}\n", "f", {"N": 3},
+    "FIXED no-loop-at-all: TCCompileError from isl_union_map_read_from_str (syntax error) "
+    "in the scop stage, on every backend"))
+
+REGRESSIONS.append((
+    "def f(float(M) A) -> (O0) {\n    O0 max=! A(k)\n}\n", "f", {"M": 6},
+    "FIXED llvm-abort-unrolled-min-max: cpu with Options(unroll=1) (or 2) aborted the whole "
+    "process: LLVM LoopVectorize.cpp:7264 assertion 'VPlan cost model and legacy cost "
+    "model disagreed' (M=6; M=5 and M=100 pass; min=! too; vectorize=False avoids it)",
+    {"unroll": 1}))
+
+REGRESSIONS.append((
+    "def f(float(L, K) A, float(L, K, K) B) -> (O1) {\n    O1 +=! A(i, k) * B(i, j, j)\n}\n",
+    "f", {"L": 5, "K": 7},
+    "FIXED tiled-reduction-out-of-order: cpu with Options(tile=2, reorder_reductions=False): "
+    "with TCLANG_VERIFY=1 TCScheduleError 'the schedule breaks a flow (read-after-write) "
+    "dependence on O1'; without it the sum is -2.6391546726226807 where program order gives "
+    "-2.6391544342041016 (reorder_reductions=False promises bitwise program order)",
+    {"tile": (2,), "reorder_reductions": False}))
+
+REGRESSIONS.append((
+    "def matmul(float(M, K) A, float(K, N) B) -> (C) {\n    C(m, n) +=! A(m, k) * B(k, n)\n}\n",
+    "matmul", {"M": 1, "K": 7, "N": 1},
+    "FIXED cuda-block-reduction-rank: cuda-emulated raised TCCompileError 'the generated "
+    "CUDA did not compile for emulation': g++ error: cannot convert 'float [1]' to 'float' "
+    "in assignment, at `C_partial[t0] = C_acc[0LL];`: polyhedral/reductions.py gives the "
+    "block reduction's private accumulator one dimension per output index but combines "
+    "it with one subscript, so every block reduction with two or more output indices "
+    "(here a 1x1 output: no parallel loop) fails; the CUDA backend shares the code"))
+
+REGRESSIONS.append((
+    "def kernel(float(M) B, int32(M) G) -> (O1, O2) {\n    T0(i) +=! G(i);\n"
+    "    O1(i) *=! T0(3*i + j) where j in 0:3\n    O2(j, i) = (O1(i) - B(j))\n"
+    "    T4(j, k) +=! O2(i, j) where k in 0:2*M\n"
+    "    T5(j, m) +=! fma(O2(l, m), T4(j, k), 0.25)\n}\n", "kernel", {"M": 3},
+    "FIXED cuda-block-reduction-rank: (found by `tclang fuzz --seed 2024`, program 174) "
+    "cuda-emulated: g++ error: cannot convert 'float [1]' to 'float' at "
+    "`T5_partial[t0] = T5_acc[0LL];`"))
+
+REGRESSIONS.append((
+    "def fuzz(int8(P, M) A) -> (O1) {\n    T0(i, k, j) = A(i, j) where k in 0:M + 1\n"
+    "    O1(l, j) *=! (T0(P - 1 - i, k, l) / A(i, j));\n}\n", "fuzz", {"M": 1, "P": 1},
+    "FIXED cuda-block-reduction-rank: (found by `tclang fuzz --seed 7`, program 327) "
+    "cuda-emulated: g++ error: invalid conversion from 'signed char*' to 'signed char' "
+    "at `O1_partial[t0] = O1_acc[0LL];` (the integer form of the same bug)"))
