@@ -20,6 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 TIMEOUT_S = 120.0  # one program, every configuration
+RECYCLE = 200  # programs per worker process: compiled kernels stay loaded until it exits
 
 
 def add_command(sub) -> None:
@@ -149,6 +150,7 @@ class Worker:
 
     def __init__(self):
         self.process = self.conn = None
+        self.served = 0
         atexit.register(self.close)  # before multiprocessing's own exit hook joins it
 
     def run(self, program, **kwargs):
@@ -161,7 +163,11 @@ class Worker:
             try:
                 self.conn.send((program, kwargs))
                 if self.conn.poll(TIMEOUT_S):
-                    return self.conn.recv()
+                    report = self.conn.recv()
+                    self.served += 1
+                    if self.served % RECYCLE == 0:
+                        self.close()  # a fresh process: memory stays bounded on long runs
+                    return report
                 why = f"no result after {TIMEOUT_S:.0f} s (hang?)"
             except (EOFError, OSError, BrokenPipeError):
                 why = None
