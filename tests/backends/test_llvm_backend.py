@@ -79,3 +79,19 @@ def test_data_pointer_matches_numpy():
     base = np.arange(100, dtype=np.float64).reshape(10, 10)
     for a in (base, base[3:, 2:], base[::2, ::-1], base.T, np.float32(1) * np.ones(3)):
         assert data_pointer(a) == a.__array_interface__["data"][0]
+
+
+@pytest.mark.parametrize("op", ["max=!", "min=!"])
+@pytest.mark.parametrize("m", [2, 6, 7])
+def test_unrolled_min_max_reductions_compile_quietly(op, m, capfd, monkeypatch):
+    """LLVM 22 aborted the process on these (a vectorizer assertion) until the loop got a
+    fixed vector width; and a hint LLVM cannot honour must not print to stderr."""
+    monkeypatch.setenv("TCLANG_DISK_CACHE", "0")  # compile here, so that LLVM runs
+    A = np.random.default_rng(m).random((3, m)).astype(np.float32)
+    for options in (tc.Options(unroll=1), tc.Options(unroll=2, vectorize=False),
+                    tc.Options(unroll=4, vector_width=8)):
+        mod = tc.define(f"def f(float(N, M) A) -> (O) {{ O(i) {op} A(i, k) }}",
+                        options=options)
+        reduce = np.max if op.startswith("max") else np.min
+        np.testing.assert_array_equal(mod.f(A), reduce(A, axis=1))
+    assert "loop not" not in capfd.readouterr().err
