@@ -269,12 +269,16 @@ _EPS = {DType.FLOAT16: 2e-3, DType.FLOAT32: 1.2e-7, DType.FLOAT64: 2.3e-16}
 
 def tolerance(defn: P.Definition, sizes: dict[str, int]) -> float:
     """Relative to an output's largest magnitude: the loosest float type anywhere in the
-    program (half is stored rounded, so a rounding flip propagates) times the number of
-    terms its statements reduce, plus a margin for the math library's last bits."""
+    program, tensors or operations (half is stored rounded, so a rounding flip propagates)
+    times the number of terms its statements reduce, plus a margin for the math library's
+    last bits."""
     kinds = {t.dtype for t in defn.inputs + defn.outputs + defn.temporaries}
     terms = 0
     for s in defn.statements:
-        kinds |= {n.dtype for n in P.walk(s.rhs) if isinstance(n, P.Cast)}
+        # an operation computed in a narrower type (a cast, or `exp(1.0)`: a float32 call
+        # in a double program) rounds there
+        kinds |= {n.dtype for n in P.walk(s.rhs)
+                  if isinstance(n, (P.Cast, P.Call, P.Binary, P.Unary, P.Select))}
         red = [r for r in s.domain if r.name in s.reduction_indices]
         terms += math.prod(max(1, (r.hi - r.lo).evaluate(sizes)) for r in red) if red else 1
     eps = max((_EPS[k] for k in kinds if k in _EPS), default=_EPS[DType.FLOAT64])

@@ -66,3 +66,14 @@ REGRESSIONS.append((
     "FIXED cuda-block-reduction-rank: (found by `tclang fuzz --seed 7`, program 327) "
     "cuda-emulated: g++ error: invalid conversion from 'signed char*' to 'signed char' "
     "at `O1_partial[t0] = O1_acc[0LL];` (the integer form of the same bug)"))
+
+REGRESSIONS.append((
+    "def kernel(double(L, L) A) -> (O3) {\n    T0(i) +=! A(i, i)\n"
+    "    T1 +=! (exp(1.0) + A(i, j))\n"
+    "    T2(j, i) = ((T0(j) / (fabs(A(i, i)) + 1.0)) / (fabs(T1()) + 1.0))\n"
+    "    O3(i) max=! T2(i, i)\n}\n", "kernel", {"L": 2},
+    "FIXED runner-tolerance (a bug of the differential runner, not of the compiler; found by "
+    "`tclang fuzz --seed 2026`, program 441): `exp(1.0)` is a float32 call (literals are "
+    "float32), so the reference and the CPU may differ in its last bit; the runner held "
+    "this double program to float64's tolerance and reported a mismatch of 6e-8. The "
+    "tolerance now takes the type of every operation, not only of tensors and casts"))
