@@ -19,7 +19,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import tclang
 from tclang.frontend import check_source
@@ -27,6 +26,7 @@ from tclang.fuzzing.differential import cuda_emulation_available, run_differenti
 from tclang.fuzzing.driver import Worker
 from tclang.fuzzing.generator import GeneratedProgram, generate
 from tests.fuzzing.regressions import REGRESSIONS
+from tests.fuzzing.strategies import programs
 
 PROGRAMS, CHUNK = 300, 25
 CUDA = cuda_emulation_available()
@@ -212,8 +212,9 @@ def test_the_fuzz_command(tmp_path, capsys):
     assert "crash: TCError: unknown backend" in saved and "def " in saved
 
 
+@pytest.mark.filterwarnings("ignore::tclang.errors.TCWarning")
 @settings(max_examples=40, derandomize=True, deadline=None)
-@given(st.randoms(use_true_random=False))
-def test_the_generator_runs_under_hypothesis(rng):
-    program = generate(rng)
+@given(programs())
+def test_the_generator_runs_under_hypothesis(program):
     assert program.entry in check_source(program.source).names
+    assert set(program.sizes) <= set(check_source(program.source)[program.entry].sizes)
