@@ -5,20 +5,23 @@ Strategies (isl options are per context; each compilation has its own context):
   maximize_coincidence=1): clusters merge only when no coincident member is lost.
 - min: serialize_sccs=1, every strongly connected component its own band.
 - max: maximize_coincidence=0, so clusters merge even when parallelism is lost.
-`whole_component=1` is used only for programs of at most two statements (an init and its
-reduction: matmul, conv2d), where it is several times faster than clustering (conv2d:
-~90 -> ~12 ms) and finds the same schedule; on longer chains it blows up to minutes (MLP3,
-notes section 8).
+`whole_component=1` is never used: it blows up to minutes on MLP chains (notes, section 8),
+and even on two statements (an init and a reduction with a 4-d domain and a guarded read)
+it ran past every limit: isl's operation counter does not bound it.
 
-The guard: "max" runs in a forked worker with a wall-clock limit (isl's operation counter
-does not bound its known blow-ups); the other strategies run in-process under an operation
-limit. On a timeout or an isl error the chain falls back to "min", then to the original
-program order, and records why. isl errors never reach the user.
+The guard: the scheduler runs in a forked worker with a wall-clock limit, because isl's
+operation counter does not bound its blow-ups (the fuzzers found a six-statement program
+that "preserve_parallel" scheduled for minutes under every operation limit). A scop of one
+statement, which cannot blow up this way, is scheduled in-process under the operation
+limit and saves the round trip. On a timeout or an isl error the chain falls
+back to "min", then to the original program order, and records why. isl errors never
+reach the user.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import threading
 import time
 from dataclasses import dataclass
 
@@ -39,11 +42,8 @@ class ScheduleResult:
     seconds: float
 
 
-WHOLE_COMPONENT_MAX_STATEMENTS = 2
-
-
-def _set_options(ctx: isl.Context, fusion: str, statements: int) -> None:
-    ctx.set_schedule_whole_component(int(statements <= WHOLE_COMPONENT_MAX_STATEMENTS))
+def _set_options(ctx: isl.Context, fusion: str) -> None:
+    ctx.set_schedule_whole_component(0)
     ctx.set_schedule_maximize_band_depth(1)
     ctx.set_schedule_maximize_coincidence(0 if fusion == "max" else 1)
     ctx.set_schedule_serialize_sccs(1 if fusion == "min" else 0)
@@ -67,7 +67,7 @@ def compute_schedule(scop: Scop, deps: Dependences, fusion: str,
     reasons = []
     for strategy in chain:
         try:
-            if strategy == "max":
+            if scop.domain.n_set() > 1:
                 schedule = _in_worker(scop, deps, strategy, time_limit)
             else:
                 schedule = _in_process(scop, deps, strategy)
@@ -87,7 +87,7 @@ class _Failed(Exception):
 
 def _in_process(scop: Scop, deps: Dependences, strategy: str) -> isl.Schedule:
     ctx = scop.ctx
-    _set_options(ctx, strategy, _statement_count(scop))
+    _set_options(ctx, strategy)
     ctx.reset_operations()
     ctx.set_max_operations(MAX_OPERATIONS)
     try:
@@ -99,41 +99,66 @@ def _in_process(scop: Scop, deps: Dependences, strategy: str) -> isl.Schedule:
         ctx.reset_operations()
 
 
-def _statement_count(scop: Scop) -> int:
-    return scop.domain.n_set()
+def _serve(conn) -> None:
+    """The scheduler process: constraints text in, schedule text (or the error) out."""
+    while True:
+        try:
+            constraints_text, strategy = conn.recv()
+        except (EOFError, OSError):
+            return  # the compiler's process has gone
+        try:
+            ctx = isl.Context()
+            _set_options(ctx, strategy)
+            sc = isl.ScheduleConstraints.read_from_str(ctx, constraints_text)
+            conn.send(("ok", sc.compute_schedule().to_str()))
+        except Exception as err:  # reported to the parent, which falls back
+            conn.send(("error", f"{type(err).__name__}: {err}"))
 
 
-def _worker(conn, constraints_text: str, strategy: str, statements: int) -> None:
-    try:
-        ctx = isl.Context()
-        _set_options(ctx, strategy, statements)
-        sc = isl.ScheduleConstraints.read_from_str(ctx, constraints_text)
-        conn.send(("ok", sc.compute_schedule().to_str()))
-    except Exception as err:  # reported to the parent, which falls back
-        conn.send(("error", f"{type(err).__name__}: {err}"))
-    finally:
-        conn.close()
+class _Scheduler:
+    """One forked process that schedules on request, killed (and forked again on the next
+    request) when a request runs past its time limit. Forking once per compilation cost
+    20-25 ms here; a request to a running process costs about a millisecond."""
+
+    def __init__(self):
+        self.lock = threading.Lock()  # one request at a time; compilations may be threaded
+        self.process = self.conn = None
+
+    def schedule(self, text: str, strategy: str, limit: float) -> tuple[str, str]:
+        with self.lock:
+            if self.process is None or not self.process.is_alive():
+                self._start()
+            try:
+                self.conn.send((text, strategy))
+                if not self.conn.poll(limit):
+                    self._stop()
+                    raise _Failed(f"the scheduler ran past {limit:g} s")
+                return self.conn.recv()
+            except (EOFError, OSError):
+                self._stop()
+                raise _Failed("the scheduler process died") from None
+
+    def _start(self) -> None:
+        mp = multiprocessing.get_context("fork")
+        self.conn, child = mp.Pipe()
+        self.process = mp.Process(target=_serve, args=(child,), daemon=True)
+        self.process.start()
+        child.close()
+
+    def _stop(self) -> None:
+        if self.process.is_alive():
+            self.process.kill()
+        self.process.join(1)
+        self.conn.close()
+        self.process = self.conn = None
+
+
+_scheduler = _Scheduler()
 
 
 def _in_worker(scop: Scop, deps: Dependences, strategy: str, limit: float) -> isl.Schedule:
-    """Run the scheduler in a forked process, killed after `limit` seconds."""
-    text = _constraints(scop, deps).to_str()
-    mp = multiprocessing.get_context("fork")
-    parent, child = mp.Pipe(duplex=False)
-    process = mp.Process(target=_worker, args=(child, text, strategy, _statement_count(scop)), daemon=True)
-    process.start()
-    child.close()
-    try:
-        if not parent.poll(limit):
-            raise _Failed(f"the scheduler ran past {limit:g} s")
-        status, payload = parent.recv()
-    except EOFError:
-        raise _Failed("the scheduler process died") from None
-    finally:
-        if process.is_alive():
-            process.kill()
-        process.join(1)
-        parent.close()
+    """Run the scheduler in the scheduling process, given up after `limit` seconds."""
+    status, payload = _scheduler.schedule(_constraints(scop, deps).to_str(), strategy, limit)
     if status != "ok":
         raise _Failed(f"isl gave up ({payload[:120]})")
     return isl.Schedule.read_from_str(scop.ctx, payload)

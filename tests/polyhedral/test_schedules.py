@@ -148,21 +148,48 @@ def test_shape_generic_kernel_is_valid_for_all_sizes():
 
 
 def test_scheduler_time_guard_falls_back(monkeypatch):
-    """A "max" schedule past its time limit falls back to "min", saying why."""
+    """A "max" schedule past its time limit falls back to "min", saying why; the
+    scheduling process that ran past it is killed and the next request gets a new one."""
     defn = check_source(PROGRAMS["matmul"][0]).definitions[0]
-    original = scheduler.compute_schedule
-    monkeypatch.setattr(scheduler, "TIME_LIMIT", 1e-6)
-    monkeypatch.setattr("polyhedral.pipeline.compute_schedule",
-                        lambda scop, deps, fusion: original(scop, deps, fusion, 1e-6))
+    real = scheduler._in_worker
+    monkeypatch.setattr(scheduler, "_in_worker", lambda scop, deps, strategy, limit: real(
+        scop, deps, strategy, 1e-6 if strategy == "max" else limit))
     result = schedule_definition(defn, dict(M=8, K=8, N=8), tc.Options(fusion="max"), CPU)
     assert result.strategy == "min" and "ran past" in result.fallback
 
 
+# found by `tclang fuzz --seed 2027` (program 773): isl's scheduler with PPCG's options
+# works on it for minutes, whatever the operation limit
+HANGS = """def f(int64(M) A, float(P, P, M, L) B, float gamma) -> (O1, O2, O3, O5) {
+    T0(j, k, l, i) = (double(A(i)) * 0.5 + B(j, P - 1 - j, k, l))
+    O1(i, l) += B(i, j, k, l);
+    O2(i, j, k, l) = (((((!(j - 1 < 0 || j - 1 >= L)) ? T0(i, M - 1 - j, j - 1, l) : 0.0) < 1e30) && (((i - 2 >= 0 && i - 2 <= L - 1) ? B(i, P - 1 - i, l, i - 2) : 0.0) > 0.0)) ? ((fma(double(A(M - 1 - j)), B(i, i, j, k), 0.25) * T0(i, l, k, M - 1 - l)) * fma(2.0, float(((!(k - j < 0 || k - j >= M)) ? A(k - j) : 0)), 0.25)) : B(i, P - 1 - i, M - 1 - l, k));
+    O3(k, m, n) += (B(i, l, M - 1 - j, m) / (fabs(O2(i, j, k, j)) + 1.0)) where n in 0:M;
+    T4(k, j, i) = min(max(min((int32(floor(((j + 1 >= 0 && j + 1 <= P - 1) ? B(j + 1, j, i, k) : 0.0))) % 4), int32(O1(j, k) > 1e30)), A(i)), max((M + (j - j)), (-int32(T0(j, i, k, i) > 1e30))))
+    O5(i) max=! (((((i + 1 >= 0 && i + 1 < L && L - i >= 0 && L - i < L) ? O3(i + 1, L - i, M - 1) : 1) < 1e30) != (((2*i - 1 >= 0 && 2*i - 1 <= P - 1 && !(i - 2 < 0 || i - 2 >= L)) ? O2(2*i - 1, i, i - 2, i) : 1) < 1e30)) ? O1(P - 1, L - 1) : ((fma(cos(1.5), (float32(i) * 0.5 + float32((i - L))), 0.25) + rsqrt(fabs(float(((i + i >= 0 && i + i <= L - 1 && !(i - 2 < 0 || i - 2 >= P)) ? T4(i + i, i - 2, i) : 0))) + 1.0)) - double(A(i))))
+}"""
+
+
+@pytest.mark.filterwarnings("ignore::tclang.errors.TCWarning")
+def test_scheduler_never_hangs(monkeypatch):
+    """The wall-clock guard gives up on it (a 2 s limit here, to keep the test short),
+    "min" takes over, and the kernel's schedule is still legal (TCLANG_VERIFY)."""
+    real = scheduler._in_worker
+    monkeypatch.setattr(scheduler, "_in_worker", lambda scop, deps, strategy, limit: real(
+        scop, deps, strategy, min(limit, 2.0)))
+    defn = check_source(HANGS).definitions[0]
+    result = schedule_definition(defn, dict(L=1, M=11, P=2), tc.Options(), CPU)
+    assert result.strategy == "min" and "ran past 2 s" in result.fallback
+    assert result.timings["schedule"] < 10
+
+
 def test_scheduler_operation_guard_falls_back(monkeypatch):
-    """isl giving up (here: an operation limit of 1) ends at program order, not an error."""
+    """isl giving up in-process (here: an operation limit of 1, on a one-statement scop,
+    the only kind scheduled in-process) ends at program order, not an error."""
     monkeypatch.setattr(scheduler, "MAX_OPERATIONS", 1)
-    defn = check_source(PROGRAMS["matmul"][0]).definitions[0]
-    result = schedule_definition(defn, dict(M=8, K=8, N=8), tc.Options(), CPU)
+    source = "def scale(float(N, M) A) -> (B) { B(i, j) = A(i, j) * 2 }"
+    defn = check_source(source).definitions[0]
+    result = schedule_definition(defn, dict(N=8, M=8), tc.Options(), CPU)
     assert result.strategy == "original" and "isl gave up" in result.fallback
     mod = tc.define(PROGRAMS["matmul"][0], backend="reference")
     A, B = np.ones((3, 2), np.float32), np.ones((2, 4), np.float32)
