@@ -426,7 +426,12 @@ class FunctionBuilder:
         if op == "*":
             return b.fmul(acc, value, flags=flags) if dtype.is_float else b.mul(acc, value)
         if dtype.is_float:
-            name = f"llvm.{'minnum' if op == 'min' else 'maxnum'}.{'f64' if acc.type == T.DOUBLE else 'f32'}"
+            # minimumnum/maximumnum ignore a NaN operand as minnum/maxnum do (and order -0 <
+            # +0). LLVM 22 vectorizes minnum reductions with a NaN check that, in a loop with
+            # early exits (bounds checks), skipped the last iterations: wrong sums of a min
+            # (tests/fuzzing/regressions.py); the -num forms vectorize without that check.
+            kind = "minimumnum" if op == "min" else "maximumnum"
+            name = f"llvm.{kind}.{'f64' if acc.type == T.DOUBLE else 'f32'}"
             return b.call(T.intrinsic(b.module, name, acc.type, [acc.type, acc.type]), [acc, value])
         if dtype is DType.BOOL:
             return b.and_(acc, value) if op == "min" else b.or_(acc, value)
