@@ -94,7 +94,9 @@ def test_the_programs_ran(worker):
     if SEEN["pass"] + SEEN["fail"] == 0:
         pytest.skip("run with the generated-program tests")
     assert SEEN["pass"] + SEEN["fail"] >= 0.9 * PROGRAMS, dict(SEEN)
-    assert SEEN["configurations"] >= 2 * PROGRAMS, dict(SEEN)
+    # the automatic schedule for every program, most of the others (a random loop order
+    # that breaks a dependence is refused, as it should be, and not counted)
+    assert SEEN["configurations"] >= 1.5 * PROGRAMS, dict(SEEN)
 
 
 def _regression_params() -> list:
