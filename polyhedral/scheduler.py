@@ -22,6 +22,7 @@ reach the user.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -111,10 +112,19 @@ def _in_process(scop: Scop, deps: Dependences, strategy: str) -> isl.Schedule:
         ctx.reset_operations()
 
 
-def _serve(conn) -> None:
-    """The scheduler process: constraints text in, schedule text (or the error) out."""
+def _serve(conn, parent_end, parent: int) -> None:
+    """The scheduler process: constraints text in, schedule text (or the error) out.
+
+    It ends with the compiler's process: the fork copied the parent's end of the pipe,
+    which is closed here (else no EOF ever comes), and the parent is checked every second
+    (a process forked later from the parent may hold that end too). A leftover process
+    would hold the caller's stdout open: a CI job would wait for it."""
+    parent_end.close()
     while True:
         try:
+            while not conn.poll(1.0):
+                if os.getppid() != parent:
+                    return
             constraints_text, strategy = conn.recv()
         except (EOFError, OSError):
             return  # the compiler's process has gone
@@ -153,7 +163,8 @@ class _Scheduler:
     def _start(self) -> None:
         mp = multiprocessing.get_context("fork")
         self.conn, child = mp.Pipe()
-        self.process = mp.Process(target=_serve, args=(child,), daemon=True)
+        self.process = mp.Process(target=_serve, args=(child, self.conn, os.getpid()),
+                                  daemon=True)
         self.process.start()
         child.close()
 

@@ -230,3 +230,28 @@ def test_gpu_mapping_runs_every_instance_once():
         arrays = {"X": X, "Y": Y, "Z": np.zeros((3, 5, 6), np.float32)}
         compile_kernel(kernel)(arrays, dict(B=3, N=5, M=7, K=6))
         np.testing.assert_allclose(arrays["Z"], X @ Y, rtol=1e-5)
+
+
+def test_the_scheduling_process_ends_with_its_compiler():
+    """A compiler process killed outright (a fuzz worker, a CI job) leaves no scheduling
+    process behind holding its stdout open: the reader sees EOF within seconds."""
+    import subprocess
+    import sys
+    import threading
+    from pathlib import Path
+    code = ("import tclang as tc, numpy as np, time\n"
+            "m = tc.define('def mm(float(M,K) A, float(K,N) B) -> (C) "
+            "{ C(m,n) +=! A(m,k) * B(k,n) }')\n"
+            "m.mm(np.ones((2, 3), np.float32), np.ones((3, 4), np.float32))\n"
+            "print('compiled', flush=True)\n"
+            "time.sleep(120)\n")
+    root = Path(__file__).resolve().parents[2]
+    child = subprocess.Popen([sys.executable, "-c", code], cwd=root, stdout=subprocess.PIPE,
+                             text=True)
+    assert child.stdout.readline().strip() == "compiled"
+    child.kill()
+    child.wait()
+    reader = threading.Thread(target=child.stdout.read, daemon=True)
+    reader.start()
+    reader.join(15)
+    assert not reader.is_alive(), "a process forked by the compiler outlived it"
