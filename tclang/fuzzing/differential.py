@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import os
 import random
 import traceback
 import warnings
@@ -217,36 +216,12 @@ def _one(program, backend, options, inputs, expected, rtol, check_bounds):
 
 def _call(program, backend, options, inputs, check_bounds, twice=False):
     """The outputs as a tuple (both calls' when `twice`: the second takes the hot path)."""
-    options, env = _bounds_checked(options, check_bounds)
-    with _environ(env):
-        kernel = tclang.define(program.source, backend=backend, options=options)[program.entry]
-        runs = [kernel(*inputs) for _ in range(2 if twice else 1)]
+    if check_bounds:
+        options = dataclasses.replace(options or tclang.Options(), check_bounds=True)
+    kernel = tclang.define(program.source, backend=backend, options=options)[program.entry]
+    runs = [kernel(*inputs) for _ in range(2 if twice else 1)]
     runs = [r if isinstance(r, tuple) else (r,) for r in runs]
     return runs if twice else runs[0]
-
-
-def _bounds_checked(options, on: bool):
-    """Every access checked: the `check_bounds` option where tclang has it, else the
-    TCLANG_CHECK_BOUNDS environment variable."""
-    if not on:
-        return options, {}
-    if "check_bounds" in tclang.Options.__dataclass_fields__:
-        return dataclasses.replace(options or tclang.Options(), check_bounds=True), {}
-    return options, {"TCLANG_CHECK_BOUNDS": "1"}
-
-
-@contextlib.contextmanager
-def _environ(values: dict):
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 @contextlib.contextmanager

@@ -89,21 +89,11 @@ def _compiler_identity(cxx: str) -> str:
 
 
 def default_cache_dir() -> Path:
-    """cuda-emulation/ in tclang's cache directory (TCLANG_CACHE_DIR or the user cache, as
-    for compiled kernels: a user who points tclang elsewhere expects nothing written in
-    the default place), or a per-user temporary directory when that is not writable."""
-    configured = os.environ.get("TCLANG_CACHE_DIR")
-    if configured:
-        base = Path(configured)
-    else:
-        try:
-            import platformdirs
-            base = Path(platformdirs.user_cache_dir("tclang", appauthor=False))
-        except ImportError:
-            base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tclang"
-    path = base / "cuda-emulation"
+    """cuda-emulation/ in tclang's cache directory (tclang.diskcache.cache_dir: TCLANG_CACHE_DIR
+    or the user cache), or a per-user temporary directory when that is not writable."""
+    from tclang.diskcache import cache_dir
     try:
-        base.mkdir(parents=True, exist_ok=True, mode=0o700)
+        path = cache_dir() / "cuda-emulation"
         path.mkdir(exist_ok=True, mode=0o700)
         if os.access(path, os.W_OK):
             return path
