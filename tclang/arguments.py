@@ -66,8 +66,10 @@ def _element_strides(a: np.ndarray) -> tuple[int, ...]:
 def as_array(value, name: str, position: int, scalar_dtype=None, device: bool = False):
     """An argument as a NumPy array (or, for the GPU backend, a DeviceArray), without
     copying when it already is one."""
+    if isinstance(value, np.ma.MaskedArray):
+        raise _masked(f"argument {position} ({name})")
     if isinstance(value, np.ndarray):
-        array = value
+        array = value.view(np.ndarray) if type(value) is not np.ndarray else value
     elif isinstance(value, (bool, int, float)) and scalar_dtype is not None:
         array = _python_scalar(value, scalar_dtype, name, position)
     elif hasattr(value, "__cuda_array_interface__"):
@@ -91,7 +93,21 @@ def as_array(value, name: str, position: int, scalar_dtype=None, device: bool = 
                               "numbers", hint="pass a numeric NumPy array")
     if any(s % array.itemsize for s in array.strides if array.itemsize):
         array = np.ascontiguousarray(array)  # strides that are not whole elements
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))  # kernels read native order
     return array
+
+
+def _masked(what: str) -> TCArgumentError:
+    """A masked array's mask would be silently ignored: kernels see only its data."""
+    return TCArgumentError(f"{what} is a masked array; tclang kernels would ignore its mask",
+                           hint="pass a.filled(value) (or a.data if the mask does not "
+                                "matter)")
+
+
+def float_fits(value: float, array: np.ndarray) -> bool:
+    """Whether a finite Python float stayed finite in the declared float type."""
+    return not np.isfinite(value) or bool(np.isfinite(array))
 
 
 def _python_scalar(value, dtype: np.dtype, name: str, position: int) -> np.ndarray:
@@ -100,8 +116,14 @@ def _python_scalar(value, dtype: np.dtype, name: str, position: int) -> np.ndarr
     if isinstance(value, float) and dtype.kind in "iub":
         raise TCArgumentError(f"argument {position} ({name}) must be {dtype.name}, but a float "
                               f"({value!r}) was given")
-    array = np.array(value, dtype=dtype) if dtype.kind == "f" or not isinstance(value, int) \
-        else None
+    if dtype.kind == "f":
+        with np.errstate(over="ignore"):
+            array = np.array(value, dtype=dtype)
+        if not float_fits(value, array):
+            raise TCArgumentError(f"argument {position} ({name}) must be {dtype.name}, and "
+                                  f"{value!r} does not fit (it would become {array})")
+        return array
+    array = np.array(value, dtype=dtype) if not isinstance(value, int) else None
     if array is None:
         info = np.iinfo(dtype) if dtype.kind in "iu" else None
         if info is not None and not info.min <= value <= info.max:
@@ -202,12 +224,19 @@ def check_out(defn: P.Definition, out, binding: Binding) -> tuple[np.ndarray, ..
         if not isinstance(array, np.ndarray):
             raise TCArgumentError(f"out[{k}] ({tensor.name}) must be a NumPy array, not "
                                   f"{type(array).__name__}")
+        if isinstance(array, np.ma.MaskedArray):
+            raise _masked(f"out[{k}] ({tensor.name})")
         if array.shape != shape:
             raise TCArgumentError(f"out[{k}] ({tensor.name}) must have shape {shape}, but it "
                                   f"has {array.shape}")
         if from_numpy(array.dtype) is not tensor.dtype:
             raise TCArgumentError(f"out[{k}] ({tensor.name}) must be {tensor.dtype.value}, "
                                   f"but it is {array.dtype.name}")
+        if not array.dtype.isnative:
+            raise TCArgumentError(f"out[{k}] ({tensor.name}) is {array.dtype.str}, not in "
+                                  "this machine's byte order: kernels write native numbers",
+                                  hint="pass a native array and convert the result with "
+                                       ".astype(out.dtype)")
         if not array.flags.writeable:
             raise TCArgumentError(f"out[{k}] ({tensor.name}) is read-only")
         if any(s % array.itemsize for s in array.strides if array.itemsize):
@@ -219,25 +248,38 @@ def check_out(defn: P.Definition, out, binding: Binding) -> tuple[np.ndarray, ..
                                   "output points would share one memory location",
                                   hint="pass an array that owns its memory")
         for position, source in enumerate(binding.arrays, start=1):
-            if source.size and array.size and np.may_share_memory(source, array):
+            if source.size and array.size and shares_memory(source, array):
                 raise TCArgumentError(f"out[{k}] ({tensor.name}) shares memory with argument "
                                       f"{position} ({defn.inputs[position - 1].name})",
                                       hint="inputs are never modified: give out= a separate "
                                            "array")
         for j in range(k):
-            if array.size and np.may_share_memory(array, checked[j]):
+            if array.size and shares_memory(array, checked[j]):
                 raise TCArgumentError(f"out[{k}] and out[{j}] share memory")
         checked.append(array)
     return tuple(checked)
+
+
+SHARE_WORK = 1 << 16
+"""Bound on np.shares_memory's exact search; beyond it, bounds overlap counts as sharing."""
+
+
+def shares_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether `a` and `b` have an element in common (interleaved views such as base[0::2]
+    and base[1::2] do not). When the exact problem is too hard, overlapping bounds count."""
+    try:
+        return bool(np.shares_memory(a, b, max_work=SHARE_WORK))
+    except np.exceptions.TooHardError:
+        return bool(np.may_share_memory(a, b))
 
 
 def _check_device_out(k: int, tensor, array: DeviceArray, shape, binding: Binding):
     if array.shape != shape:
         raise TCArgumentError(f"out[{k}] ({tensor.name}) must have shape {shape}, but it "
                               f"has {array.shape}")
-    if from_numpy(array.dtype) is not tensor.dtype:
+    if from_numpy(array.dtype) is not tensor.dtype or not array.dtype.isnative:
         raise TCArgumentError(f"out[{k}] ({tensor.name}) must be {tensor.dtype.value}, "
-                              f"but it is {array.dtype.name}")
+                              f"but it is {array.dtype.str}")
     if array.readonly:
         raise TCArgumentError(f"out[{k}] ({tensor.name}) is read-only")
     for position, source in enumerate(binding.arrays, start=1):

@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from polyhedral import loop_ir as L
-from tclang.arguments import Binding, DeviceArray, bind_arguments, check_out
+from tclang.arguments import Binding, DeviceArray, bind_arguments, check_out, float_fits
 from tclang.cachekey import cache_key, canonical_source
 from tclang.compiler import Compiled, allocate, compile_definition, get_backend
 from tclang.errors import TCArgumentError, TCError
@@ -101,7 +101,7 @@ class CompiledKernel:
         if hot is not None and hot[1] in self._hot:
             return self.run_prepared(hot[0], self._hot[hot[1]])
         binding = bind_arguments(self.definition, args, device)
-        if hot is not None:
+        if hot is not None and _bound_as_given(args, binding):
             self._hot[hot[1]] = self.prepare(binding)
         return self.run(binding, out)
 
@@ -146,8 +146,8 @@ class CompiledKernel:
 
     def run_prepared(self, arrays: tuple, prepared: tuple):
         new, sizes, n_outputs = prepared
-        made = [np.zeros(shape, dtype) if zero else np.empty(shape, dtype)
-                for dtype, shape, zero in new]
+        made = [self._allocate(buf, shape, zero)
+                for buf, (_, shape, zero) in zip(self._outputs + self._scratch, new)]
         self._c.artifact.run(list(arrays) + made, sizes)
         return made[0] if n_outputs == 1 else tuple(made[:n_outputs])
 
@@ -155,9 +155,28 @@ class CompiledKernel:
         """NumPy arrays, or device arrays like the inputs when they live on the GPU."""
         like = next((a for a in binding.arrays if isinstance(a, DeviceArray)), None)
         if like is None:
-            return allocate
+            return self._allocate
         backend = get_backend(self.backend)
         return lambda buf, shape, zero: backend.allocate(shape, buf.dtype.numpy, zero, like)
+
+    def _allocate(self, buf: L.Buffer, shape: tuple[int, ...], zero: bool) -> np.ndarray:
+        """A new host array; one too big for memory is the caller's error, located at the
+        statement whose ranges gave it that shape (NumPy's MemoryError says neither)."""
+        try:
+            return allocate(buf, shape, zero)
+        except (MemoryError, ValueError) as err:
+            raise self._too_big(buf, shape, err) from None
+
+    def _too_big(self, buf: L.Buffer, shape: tuple[int, ...], err: Exception) -> TCArgumentError:
+        nbytes = buf.dtype.numpy.itemsize * int(np.prod(shape, dtype=object))
+        defn = self.definition
+        writer = next((st for st in defn.statements if st.target == buf.name), None)
+        span = writer.span if writer is not None else None
+        return TCArgumentError(
+            f"{buf.name} of {defn.name} would have shape {shape} ({buf.dtype.value}, "
+            f"{nbytes:,} bytes), which cannot be allocated ({type(err).__name__}: {err})",
+            span, defn.source, hint="check the sizes of the arguments and the ranges that "
+                                    "this statement infers")
 
     def _check_applies(self, binding: Binding) -> None:
         if self._shape_key is not None:
@@ -192,13 +211,26 @@ def hot_key(args, expected):
         if type(a) is not np.ndarray:
             if rank != 0 or type(a) is not float or dtype.kind != "f":
                 return None
-            a = np.asarray(a, dtype)
+            with np.errstate(over="ignore"):
+                converted = np.asarray(a, dtype)
+            if not float_fits(a, converted):
+                return None  # the checked path says why
+            a = converted
         elif a.dtype != dtype or a.ndim != rank:
             return None
         arrays.append(a)
         parts.append(a.shape)
         parts.append(a.strides)
     return tuple(arrays), tuple(parts)
+
+
+def _bound_as_given(args: tuple, binding: Binding) -> bool:
+    """Whether the checked call ran on the very arrays the hot path would pass. An argument
+    the checks had to convert (a copy of strides that are not whole elements, of another
+    byte order) is not: its key describes the original, which the kernel must never see.
+    Python floats are converted by hot_key exactly as the checks convert them."""
+    return all(bound is given or type(given) is float
+               for given, bound in zip(args, binding.arrays))
 
 
 def _contiguous(array) -> bool:
@@ -230,7 +262,7 @@ class Kernel:
                 return entry[0].run_prepared(hot[0], entry[1])
         binding = bind_arguments(self.definition, args, self.module.on_device)
         compiled = self._for(binding)
-        if hot is not None:
+        if hot is not None and _bound_as_given(args, binding):
             self._hot[hot[1]] = (compiled, compiled.prepare(binding))
         return compiled.run(binding, out)
 
