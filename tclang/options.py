@@ -62,11 +62,9 @@ class Options:
         if self.fusion is not None and self.fusion not in FUSIONS:
             raise TCScheduleError(f"fusion must be one of {', '.join(FUSIONS)}, "
                                   f"not {self.fusion!r}")
-        if isinstance(self.tile, int) and not isinstance(self.tile, bool):
-            object.__setattr__(self, "tile", (self.tile,) if self.tile else ())
-            object.__setattr__(self, "_tile_all", True)
-        if self.tile is not None:
-            _check_sizes("tile", self.tile, allow_zero=True)
+        if self.tile is not None:  # kept as given: an int and a 1-tuple tile differently
+            _check_sizes("tile", (self.tile,) if _is_int(self.tile) else self.tile,
+                         allow_zero=True)
         for name in ("unroll", "vector_width"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
@@ -86,25 +84,17 @@ class Options:
         if not isinstance(self.specialize, bool):
             raise TCScheduleError(f"specialize must be True or False, not {self.specialize!r}")
 
-    @property
-    def tile_all(self) -> bool:
-        """Whether `tile` was given as one int for every member."""
-        return getattr(self, "_tile_all", False)
-
     def tile_sizes(self, members: int) -> tuple[int, ...] | None:
         """The tile size of each of `members` band members, or None for the heuristic."""
         if self.tile is None:
             return None
-        if not self.tile:
-            return (0,) * members
-        if self.tile_all:
-            return (self.tile[0],) * members
+        if _is_int(self.tile):
+            return (self.tile,) * members
         return tuple(self.tile[:members]) + (0,) * max(0, members - len(self.tile))
 
     def key(self) -> tuple:
         """A plain tuple of every knob, for cache keys."""
-        return tuple((f.name, getattr(self, f.name)) for f in fields(self)) + \
-            (("tile_all", self.tile_all),)
+        return tuple((f.name, getattr(self, f.name)) for f in fields(self))
 
     def describe(self) -> str:
         """The knobs that were set, as `name=value` pairs (for explain output)."""
@@ -115,9 +105,12 @@ class Options:
         return ", ".join(set_) if set_ else "automatic"
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _check_sizes(name: str, value, allow_zero: bool) -> None:
-    if not isinstance(value, tuple) or not all(isinstance(v, int) and not isinstance(v, bool)
-                                               for v in value):
+    if not isinstance(value, tuple) or not all(_is_int(v) for v in value):
         raise TCScheduleError(f"{name} must be a tuple of integers, not {value!r}")
     least = 0 if allow_zero else 1
     if any(v < least for v in value):

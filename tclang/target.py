@@ -8,7 +8,7 @@ Target from the machine it runs on.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 
 @dataclass(frozen=True)
@@ -32,8 +32,8 @@ class Target:
         return self.mapping == "grid"
 
     def key(self) -> tuple:
-        return (self.name, self.mapping, self.arch, self.vector_bytes, self.max_threads_per_block,
-                self.shared_bytes, self.bounds_checked)
+        """Every field: each one may change the code (cores, for one, changes tiling)."""
+        return tuple((f.name, getattr(self, f.name)) for f in fields(self))
 
 
 def available_cores() -> int:

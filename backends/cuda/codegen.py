@@ -44,7 +44,8 @@ template <class T> TC_DEV T tc_imod(T a, T b) {            /* Python's %, 0 for 
   if ((T)(b + 1) == 0 && (T)-1 < 0) return 0;
   T r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? (T)(r + b) : r; }
 template <class T> TC_DEV T tc_fmod(T a, T b) {            /* float % with the divisor's sign */
-  T r = fmod(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+  T r = fmod(a, b); r = (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+  return r == 0 ? copysign(T(0), b) : r; }                /* a zero has b's sign, as in Python */
 template <class I, class F> TC_DEV I tc_f2i(F x, I lo, I hi) {  /* saturating, NaN -> 0 */
   if (x != x) return 0;
   if (x <= (F)lo) return lo;

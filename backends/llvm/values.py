@@ -162,7 +162,11 @@ class ValueEmitter:
         r = b.frem(a, c)
         fix = b.and_(b.fcmp_ordered("!=", r, zero),
                      b.xor(b.fcmp_ordered("<", r, zero), b.fcmp_ordered("<", c, zero)))
-        return b.select(fix, b.fadd(r, c), r)
+        r = b.select(fix, b.fadd(r, c), r)
+        # a zero result takes the divisor's sign, as in Python (-0.0 % 2 is 0.0)
+        sfx = "f32" if a.type == ir.FloatType() else "f64"
+        copysign = T.intrinsic(b.module, f"llvm.copysign.{sfx}", a.type, [a.type, a.type])
+        return b.select(b.fcmp_ordered("==", r, zero), b.call(copysign, [zero, c]), r)
 
     def compare(self, op: str, a, c, dtype: DType) -> ir.Value:
         if dtype.is_float:
