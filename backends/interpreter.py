@@ -56,6 +56,14 @@ def _idiv(a, b):
     return a // b
 
 
+def _same_python_level(op: str, lhs: P.Expr) -> bool:
+    """Whether `lhs` is an arithmetic operation that Python groups the same as `op` on its
+    left, so its parentheses can go (arith wraps add, sub and mul in exactly one pair)."""
+    levels = {"add": 0, "sub": 0, "mul": 1}
+    return isinstance(lhs, P.Binary) and op in levels and \
+        levels.get(lhs.op) == levels[op]
+
+
 def _imod(a, b):
     if b == 0:
         return type(a)(0)
@@ -286,7 +294,10 @@ class _Emitter:
             case P.Binary(op="or", lhs=a, rhs=b):
                 return f"np.bool_({v(a)} or {v(b)})"
             case P.Binary(op=op, lhs=a, rhs=b, dtype=dt):
-                return self.arith(op, v(a), v(b), dt)
+                left = v(a)
+                if _same_python_level(op, a):  # a + b + c, not ((a + b) + c): Python's
+                    left = left[1:-1]          # parser refuses 200 nested parentheses
+                return self.arith(op, left, v(b), dt)
             case P.Compare(op=op, lhs=a, rhs=b):
                 return f"np.bool_({v(a)} {_CMP[op]} {v(b)})"
             case P.Select(cond=c, then=t, other=o):

@@ -27,6 +27,7 @@ from tclang.cachekey import key_digest
 from tclang.dtypes import DType
 from tclang.errors import Span, TCCompileError
 from tclang.options import Options
+from tclang.parser import recursion_room
 from tclang.program import Definition
 from tclang.target import Target
 
@@ -190,17 +191,19 @@ def _compile(defn: Definition, sizes, options: Options, backend: Backend, layout
     from polyhedral.loop_format import format_kernel
     from polyhedral.pipeline import schedule_definition  # isl loads on the first compile
 
-    scheduled = schedule_definition(defn, sizes, options, backend.target(options))
-    kernel = scheduled.kernel
-    start = time.perf_counter()
-    artifact = backend.build(kernel, options, layouts)
+    with recursion_room():  # lowering, code generation and the printer recurse per level
+        scheduled = schedule_definition(defn, sizes, options, backend.target(options))
+        kernel = scheduled.kernel
+        start = time.perf_counter()
+        artifact = backend.build(kernel, options, layouts)
+        loops = format_kernel(kernel)
     timings = dict(scheduled.timings)
     timings["backend"] = time.perf_counter() - start
     info = KernelInfo(
         name=kernel.name, sizes=kernel.sizes, buffers=kernel.buffers,
         zero_fill=kernel.zero_fill,
         statements=tuple((s.id, s.text, s.line) for s in kernel.statements),
-        loops=format_kernel(kernel), schedule=scheduled.schedule,
+        loops=loops, schedule=scheduled.schedule,
         strategy=scheduled.strategy, fallback=scheduled.fallback, bounds=scheduled.bounds)
     return Compiled(info, artifact, kernel, timings, "compiled")
 

@@ -8,26 +8,25 @@ a traceback from Lark or from the checker's own code.
 from __future__ import annotations
 
 import gc
-import sys
 from dataclasses import replace
 
 from tclang.checker import check_module
 from tclang.errors import TCCompileError, TCError, _LocatedError
-from tclang.parser import MAX_DEPTH, parse
+from tclang.parser import parse, recursion_room
 from tclang.program import Program
 from tclang.ranges import infer_shapes
 
 
 def check_source(source: str) -> Program:
     """Parse, check and infer ranges for every definition of `source`."""
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, 20 * MAX_DEPTH))  # the checker recurses per level
     collecting = gc.isenabled()
     gc.disable()  # the stages build many small acyclic objects: cycle scans only cost time
     try:
         module = parse(source)
-        program = check_module(module)
-        return replace(program, definitions=tuple(infer_shapes(d) for d in program.definitions))
+        with recursion_room():  # the checker recurses per level
+            program = check_module(module)
+            return replace(program,
+                           definitions=tuple(infer_shapes(d) for d in program.definitions))
     except _LocatedError as err:
         raise err.with_source(source) from None
     except TCError:
@@ -39,6 +38,5 @@ def check_source(source: str) -> Program:
         raise TCCompileError(f"internal error in the front end ({type(err).__name__}: {err}); "
                              "please report it with the source that caused it") from err
     finally:
-        sys.setrecursionlimit(limit)
         if collecting:
             gc.enable()

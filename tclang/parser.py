@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import lark
@@ -193,20 +195,48 @@ def parse(source: str) -> S.Module:
 
 
 MAX_DEPTH = 400
+"""Most levels of real nesting (parentheses, calls, casts, operators of different kinds)."""
+MAX_HEIGHT = 2500
+"""Most levels of the tree, a flat chain such as `a + b + c` counting one per operator: the
+later stages recurse over it, and Python's own compiler (the reference backend) gives up
+near 3,000 (CPython 3.11)."""
+FRAMES_PER_LEVEL = 16
+"""Python frames a stage may spend per tree level (the checker's, measured, is under 8)."""
+
+
+@contextmanager
+def recursion_room():
+    """Room on Python's stack for the deepest tree the parser accepts, while a stage
+    recurses over it; the limit is restored after (never lowered below what it was)."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, FRAMES_PER_LEVEL * MAX_HEIGHT + 1000))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def _check_depth(module: S.Module) -> None:
     """Refuse absurdly deep expressions with a located error (later stages recurse)."""
-    stack = [(e, 1) for d in module.definitions for s in d.statements
+    stack = [(e, 1, 1) for d in module.definitions for s in d.statements
              for e in [s.rhs] + [c for c in s.where]]
     while stack:
-        node, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            raise TCSyntaxError(f"expression nested more than {MAX_DEPTH} levels deep",
-                                node.span, module.source,
+        node, depth, height = stack.pop()
+        if depth > MAX_DEPTH or height > MAX_HEIGHT:
+            what = f"nested more than {MAX_DEPTH} levels deep" if depth > MAX_DEPTH else \
+                f"more than {MAX_HEIGHT} levels deep (each operator of a chain counts)"
+            raise TCSyntaxError(f"expression {what}", node.span, module.source,
                                 hint="split it into where-locals or separate statements")
         for child in _children(node):
-            stack.append((child, depth + 1))
+            chained = _continues_chain(node, child)
+            stack.append((child, depth if chained else depth + 1, height + 1))
+
+
+def _continues_chain(node, child) -> bool:
+    """Whether `child` is the left operand of `node` in a flat chain such as `a + b + c`:
+    such a chain is written without nesting, however long."""
+    return isinstance(node, S.BinaryExpr) and isinstance(child, S.BinaryExpr) and \
+        child is node.lhs
 
 
 def _children(node) -> tuple:

@@ -22,6 +22,7 @@ from tclang.cachekey import cache_key, canonical_source
 from tclang.compiler import Compiled, allocate, compile_definition, get_backend
 from tclang.errors import TCArgumentError, TCError
 from tclang.options import Options
+from tclang.parser import recursion_room
 from tclang.program import Definition, Program
 
 
@@ -68,8 +69,9 @@ class CompiledKernel:
         if self._c.kernel is None:
             from polyhedral.pipeline import schedule_definition
             target = get_backend(self.backend).target(self.options)
-            self._c.kernel = schedule_definition(self.definition, self.sizes, self.options,
-                                                 target).kernel
+            with recursion_room():
+                self._c.kernel = schedule_definition(self.definition, self.sizes,
+                                                     self.options, target).kernel
         return self._c.kernel
 
     @property
