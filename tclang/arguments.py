@@ -162,10 +162,11 @@ def bind_arguments(defn: P.Definition, args: tuple, device: bool = False) -> Bin
 
 def _check_dtype(defn, tensor: P.Tensor, array: np.ndarray, position: int) -> None:
     found = from_numpy(array.dtype)
-    if found is not tensor.dtype:
+    if found is not tensor.dtype or not array.dtype.isnative:  # GPU arrays are not swapped
+        shown = array.dtype.name if array.dtype.isnative else array.dtype.str
         raise TCArgumentError(
             f"argument {position} ({tensor.name}) of {defn.name} must be "
-            f"{tensor.dtype.value}, but it is {array.dtype.name}",
+            f"{tensor.dtype.value}, but it is {shown}",
             hint=f"tclang never converts silently: pass {tensor.name}.astype("
                  f"np.{tensor.dtype.value}) if that is what you mean")
 

@@ -61,6 +61,15 @@ def test_big_endian_out_is_refused():
         tc.define(COPY).copy(a, out=np.empty(8, dtype=">f4"))
 
 
+def test_big_endian_gpu_arrays_are_refused():
+    class BigEndianOnGpu:  # what a GPU library could hand over: no copy can fix it on the host
+        __cuda_array_interface__ = {"shape": (4,), "typestr": ">f4", "data": (0, False),
+                                    "version": 3}
+
+    with pytest.raises(tc.TCArgumentError, match="must be float32, but it is >f4"):
+        tc.define(COPY, backend="cuda").copy(BigEndianOnGpu())
+
+
 def test_masked_arrays_are_refused_in_and_out():
     a = np.ma.masked_array(np.arange(4, dtype=np.float32), mask=[0, 1, 0, 0])
     kernel = tc.define(COPY).copy
