@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import sys
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -204,16 +205,27 @@ FRAMES_PER_LEVEL = 16
 """Python frames a stage may spend per tree level (the checker's, measured, is under 8)."""
 
 
+_room_lock = threading.Lock()
+_room_users = [0, 0]  # threads inside recursion_room, the limit before the first came in
+
+
 @contextmanager
 def recursion_room():
     """Room on Python's stack for the deepest tree the parser accepts, while a stage
-    recurses over it; the limit is restored after (never lowered below what it was)."""
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, FRAMES_PER_LEVEL * MAX_HEIGHT + 1000))
+    recurses over it. The limit is process-wide, so it is restored only when the last
+    thread inside leaves (restoring earlier would cut another thread's room)."""
+    with _room_lock:
+        if _room_users[0] == 0:
+            _room_users[1] = sys.getrecursionlimit()
+            sys.setrecursionlimit(max(_room_users[1], FRAMES_PER_LEVEL * MAX_HEIGHT + 1000))
+        _room_users[0] += 1
     try:
         yield
     finally:
-        sys.setrecursionlimit(limit)
+        with _room_lock:
+            _room_users[0] -= 1
+            if _room_users[0] == 0:
+                sys.setrecursionlimit(_room_users[1])
 
 
 def _check_depth(module: S.Module) -> None:

@@ -4,11 +4,14 @@ item 8)."""
 
 from __future__ import annotations
 
+import sys
+import threading
+
 import numpy as np
 import pytest
 
 import tclang as tc
-from tclang.parser import MAX_DEPTH, MAX_HEIGHT
+from tclang.parser import MAX_DEPTH, MAX_HEIGHT, recursion_room
 
 
 def _chain(terms: int) -> str:
@@ -46,3 +49,23 @@ def test_real_nesting_is_still_refused():
         ")" * (MAX_DEPTH + 1) + "\n}"
     with pytest.raises(tc.TCSyntaxError, match=f"nested more than {MAX_DEPTH} levels deep"):
         tc.define(src)
+
+
+def test_recursion_room_is_kept_until_the_last_thread_leaves():
+    before = sys.getrecursionlimit()
+    entered, leave = threading.Event(), threading.Event()
+
+    def first_in_first_out():
+        with recursion_room():
+            entered.set()
+            leave.wait(10)
+
+    first = threading.Thread(target=first_in_first_out)
+    first.start()
+    entered.wait(10)
+    with recursion_room():
+        room = sys.getrecursionlimit()
+        leave.set()
+        first.join()  # the first thread left while this one is still inside
+        assert sys.getrecursionlimit() == room > before
+    assert sys.getrecursionlimit() == before
