@@ -34,10 +34,10 @@ def mlp_inputs(seed: int):
     return (X, W, b), np.maximum(X @ W.T + b, 0)
 
 
-def run_script(code: str, *args: str, timeout: float = 120) -> str:
+def run_script(code: str, timeout: float = 120) -> str:
     """The script's stdout; it runs with this checkout first on the path and two threads."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), TCLANG_NUM_THREADS="2")
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
