@@ -8,7 +8,9 @@
 
 import os
 import tempfile
+import threading
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 os.environ.setdefault("TCLANG_VERIFY", "1")
@@ -17,3 +19,18 @@ os.environ["TCLANG_CACHE_DIR"] = _cache.name
 
 settings.register_profile("tclang", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("tclang")
+
+
+@pytest.fixture
+def chunk_threads(monkeypatch) -> set[int]:
+    """The threads that run a chunk of a parallel loop from now on (the CPU thread pool's
+    `_chunk` is wrapped)."""
+    from backends.llvm import threads
+    seen, real = set(), threads._chunk
+
+    def recording(*args):
+        seen.add(threading.get_ident())
+        real(*args)
+
+    monkeypatch.setattr(threads, "_chunk", recording)
+    return seen

@@ -5,8 +5,10 @@
     address = load(object_code, "tclang_main")            # MCJIT; the disk cache keeps it
 
 A kernel call passes the data pointers, the sizes, every array's strides (in elements),
-an error record and the thread pool's `parallel_for`. A gather that fell outside its
-tensor comes back as a `TCIndexError` naming the tensor, the bad value and the statement.
+an error record and the thread pool's `parallel_for`; Ctrl-C during the call raises
+KeyboardInterrupt once every thread of it has stopped (threads.call). A gather that fell
+outside its tensor comes back as a `TCIndexError` naming the tensor, the bad value and the
+statement.
 """
 
 from __future__ import annotations
@@ -60,7 +62,8 @@ def _artifact(object_code: bytes, text: str, optimised: str, names, static: bool
 
     buffer_names, _, statements = names
     function = jit.prototype(len(buffer_names))(jit.load(object_code, "tclang_main"))
-    parallel_for = threads.parallel_for_address()
+    # a parallel loop calls back into Python: only then is Ctrl-C deferred (threads.call)
+    parallel_for = threads.parallel_for_address() if "tclang_task" in text else 0
     c_int64 = ctypes.c_int64
     unused = ctypes.addressof(_UNUSED)
 
@@ -74,8 +77,9 @@ def _artifact(object_code: bytes, text: str, optimised: str, names, static: bool
             sizes_ptr = ctypes.addressof(sizes_array)
             strides_ptr = ctypes.addressof(strides_array)
         err = (c_int64 * ERR_FIELDS)()
-        code = function(*[data_pointer(a) for a in arrays], sizes_ptr,
-                        strides_ptr, ctypes.addressof(err), parallel_for)
+        args = [data_pointer(a) for a in arrays] + [sizes_ptr, strides_ptr,
+                                                    ctypes.addressof(err), parallel_for]
+        code = threads.call(function, *args) if parallel_for else function(*args)
         if code:
             _raise_index_error(err, buffer_names, arrays, statements)
 

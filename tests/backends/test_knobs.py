@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 
 import tclang as tc
-from backends.llvm import threads
 from polyhedral import loop_ir as L
 from polyhedral.pipeline import schedule_definition
 from tclang.frontend import check_source
@@ -28,15 +27,14 @@ def test_parallel_false_marks_no_loop_parallel():
     assert not any(f.parallel for f in loops(off))
 
 
-def test_parallel_true_threads_even_small_loops(monkeypatch):
+def test_parallel_true_threads_even_small_loops(monkeypatch, chunk_threads):
     monkeypatch.setenv("TCLANG_NUM_THREADS", "2")
     x = np.ones((8, 8), np.float32)
-    threads.workers_seen.clear()
     tc.define(SCALE).f(x)
-    assert not threads.workers_seen  # too little work for threads
+    assert not chunk_threads  # too little work for threads
     np.testing.assert_array_equal(tc.define(SCALE, options=tc.Options(parallel=True)).f(x),
                                   x * 2 + 1)
-    assert len(threads.workers_seen) == 2
+    assert len(chunk_threads) == 2
 
 
 def test_vectorize_false_and_vector_width():

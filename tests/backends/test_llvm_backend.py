@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 import tclang as tc
-from backends.llvm import threads
 from backends.llvm.pointers import data_pointer
 
 
@@ -33,23 +32,21 @@ def test_reductions_alone_may_be_reassociated():
     assert "reassoc" not in exact.f.compile(np.ones((4, 64), np.float32)).source
 
 
-def test_parallel_loops_run_on_two_threads(monkeypatch):
+def test_parallel_loops_run_on_two_threads(monkeypatch, chunk_threads):
     monkeypatch.setenv("TCLANG_NUM_THREADS", "2")
     mod = tc.define("def f(float(N, M) X) -> (Y) { Y(i, j) = X(i, j) * 2.0 + 1.0 }")
     x = np.random.default_rng(0).random((512, 1024), np.float32)
     compiled = mod.f.compile(x)
     assert "parallel" in compiled.loops
-    threads.workers_seen.clear()
     np.testing.assert_allclose(compiled(x), x * 2 + 1)
-    assert len(threads.workers_seen) == 2
+    assert len(chunk_threads) == 2
 
 
-def test_small_kernels_stay_on_one_thread(monkeypatch):
+def test_small_kernels_stay_on_one_thread(monkeypatch, chunk_threads):
     monkeypatch.setenv("TCLANG_NUM_THREADS", "2")
     mod = tc.define("def f(float(N) X) -> (Y) { Y(i) = X(i) + 1.0 }")
-    threads.workers_seen.clear()
     mod.f(np.ones(64, np.float32))
-    assert not threads.workers_seen
+    assert not chunk_threads
 
 
 def test_gather_out_of_range_raises_and_reads_nothing_outside():

@@ -151,10 +151,10 @@ def test_shape_generic_kernel_is_valid_for_all_sizes():
 def fresh_scheduler():
     """The scheduling process is forked on first use and kept: stop it before and after,
     so that a test's patches reach the process it runs and go with it."""
-    if scheduler._scheduler.process is not None:
+    if scheduler._scheduler.pid is not None:
         scheduler._scheduler._stop()
     yield
-    if scheduler._scheduler.process is not None:
+    if scheduler._scheduler.pid is not None:
         scheduler._scheduler._stop()
 
 
