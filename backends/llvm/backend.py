@@ -40,6 +40,7 @@ class LLVMBackend:
                           vector_width=options.vector_width or 0,
                           unrolled_width=max(2, self.target(options).vector_bytes // 4))
         text = str(km.build())
+        jit.check_code_size(text, kernel.name)
         optimised, object_code = jit.optimize(text, vectorize=options.vectorize is not False)
         names = _names(kernel.buffers, [(s.id, s.text, s.line) for s in kernel.statements])
         return _artifact(object_code, text, optimised, names, km.static)

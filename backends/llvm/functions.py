@@ -18,6 +18,7 @@ from backends.llvm.values import ValueEmitter
 from polyhedral import loop_ir as L
 from tclang import sizes as Z
 from tclang.dtypes import DType
+from tclang.program import reads_of
 
 PARALLEL_WORK = 1 << 15  # statement instances below which a loop stays on one thread
 
@@ -48,12 +49,18 @@ class KernelModule:
             ir.FunctionType(ir.VoidType(), [T.I8.as_pointer(), T.I64, T.I64]).as_pointer(),
             T.I8.as_pointer(), T.I64, T.I64]).as_pointer()
         self.buffer_types = [T.storage(b.dtype).as_pointer() for b in kernel.buffers]
+        # where each buffer's strides start in the strides array the caller passes
+        self.stride_positions, position = {}, 0
+        for b in kernel.buffers:
+            self.stride_positions[b.name] = position
+            position += len(b.shape)
 
     def build(self) -> ir.Module:
         common = [T.I64.as_pointer(), T.I64.as_pointer(), T.I64.as_pointer()]
         fnty = ir.FunctionType(T.I32, self.buffer_types + common + [T.I8.as_pointer()])
         main = ir.Function(self.module, fnty, "tclang_main")
-        fb = FunctionBuilder(self, main, {}, pfor=main.args[-1])
+        fb = FunctionBuilder(self, main, {}, main.args[-1],
+                             tuple(b.name for b in self.kernel.buffers))
         fb.node(self.kernel.body)
         fb.finish()
         return self.module
@@ -114,13 +121,16 @@ class FunctionBuilder:
     """One function under construction: its values for buffers, sizes, strides, loops."""
 
     def __init__(self, km: KernelModule, fn: ir.Function, env: dict[str, ir.Value],
-                 pfor: ir.Value | None):
+                 pfor: ir.Value | None, buffer_names: tuple[str, ...]):
+        """`fn`'s first arguments are the buffers `buffer_names` (an outlined loop takes
+        only those it uses, so N independent loops make O(N) code, not O(N^2))."""
         self.km = km
         self.fn = fn
         self.env = dict(env)  # loop variable -> i64
         self.pfor = pfor
         kernel = km.kernel
-        n = len(kernel.buffers)
+        n = len(buffer_names)
+        self.buffer_names = buffer_names
         self.buffer_args = list(fn.args[:n])
         for arg in self.buffer_args:
             arg.add_attribute("noalias")
@@ -129,10 +139,10 @@ class FunctionBuilder:
         self.exit = fn.append_basic_block("exit")
         self.builder = ir.IRBuilder(entry)
         self.check_bounds = km.check_bounds
+        self._memo_block, self._memo = None, {}  # see `index`
         self._sizes = self._load_sizes()
-        self._strides = self._load_strides()
-        self.buffers = {b.name: (ptr, b, strides) for b, ptr, strides in
-                        zip(kernel.buffers, self.buffer_args, self._strides)}
+        self.buffers = {name: (ptr, kernel.buffer(name), self._load_strides(name))
+                        for name, ptr in zip(buffer_names, self.buffer_args)}
 
     def _load_sizes(self) -> dict[str, ir.Value]:
         values = {}
@@ -144,17 +154,15 @@ class FunctionBuilder:
                     self.sizes_ptr, [ir.Constant(T.I64, k)]), name=f"size.{name}")
         return values
 
-    def _load_strides(self) -> list[list[ir.Value]]:
-        result, position = [], 0
-        for b, known in zip(self.km.kernel.buffers, self.km.strides):
-            rank = len(b.shape)
-            if known is not None:
-                result.append([ir.Constant(T.I64, s) for s in known])
-            else:
-                result.append([self.builder.load(self.builder.gep(
-                    self.strides_ptr, [ir.Constant(T.I64, position + d)])) for d in range(rank)])
-            position += rank
-        return result
+    def _load_strides(self, name: str) -> list[ir.Value]:
+        km = self.km
+        known = km.strides[[b.name for b in km.kernel.buffers].index(name)]
+        if known is not None:
+            return [ir.Constant(T.I64, s) for s in known]
+        position = km.stride_positions[name]
+        return [self.builder.load(self.builder.gep(
+            self.strides_ptr, [ir.Constant(T.I64, position + d)]))
+            for d in range(len(km.kernel.buffer(name).shape))]
 
     def finish(self) -> None:
         if not self.builder.block.is_terminated:
@@ -238,12 +246,25 @@ class FunctionBuilder:
         return b.select(fix, b.add(r, d), r)
 
     def index(self, e: L.IExpr) -> ir.Value:
-        b = self.builder
+        """`e` as an i64, each distinct subexpression emitted once per basic block: isl's
+        bounds share subexpressions (min/max/floord of the same sizes), and emitting them
+        as trees multiplied shape-generic code out to hundreds of megabytes of IR. A value
+        made earlier in the same block dominates every later use there."""
         match e:
             case L.Int(value=v):
                 return ir.Constant(T.I64, v)
             case L.Var(name=n):
                 return self.env[n] if n in self.env else self._sizes[n]
+        if self._memo_block is not self.builder.block:
+            self._memo_block, self._memo = self.builder.block, {}
+        value = self._memo.get(e)
+        if value is None:
+            value = self._memo[e] = self._emit_op(e)
+        return value
+
+    def _emit_op(self, e: L.Op) -> ir.Value:
+        b = self.builder
+        match e:
             case L.Op(op="neg", args=(x,)):
                 return b.neg(self.index(x))
             case L.Op(op="not", args=(x,)):
@@ -343,8 +364,10 @@ class FunctionBuilder:
         b = self.builder
         lo, hi = self.index(n.lo), self.index(n.hi)
         outer = sorted(self.env)
-        region, task = self._outline(n, outer)
-        args = self.buffer_args + [self.sizes_ptr, self.strides_ptr, self.err_ptr]
+        used = self._buffers_used(n)
+        region, task = self._outline(n, outer, used)
+        args = [self.buffers[name][0] for name in used] + \
+            [self.sizes_ptr, self.strides_ptr, self.err_ptr]
         work = _estimate_work(n.body, frozenset(self.env) | {n.var})
         trips = b.sub(hi, lo)
         enough = b.and_(b.icmp_signed(">=", trips, ir.Constant(T.I64, 2)),
@@ -372,15 +395,31 @@ class FunctionBuilder:
         b.cbranch(failed, self.exit, go_on)
         b.position_at_end(go_on)
 
-    def _outline(self, n: L.For, outer: list[str]) -> tuple[ir.Function, ir.Function]:
+    def _buffers_used(self, n: L.For) -> tuple[str, ...]:
+        """The buffers the statements inside loop `n` write or read, in kernel order."""
+        kernel = self.km.kernel
+        used = set()
+        for node in L.walk_nodes(n):
+            if isinstance(node, L.Run):
+                s = kernel.statement(node.statement)
+                used.add(s.target)
+                used.update(read.tensor for read in reads_of(s.value))
+        return tuple(name for name in self.buffer_names if name in used)
+
+    def _outline(self, n: L.For, outer: list[str],
+                 used: tuple[str, ...]) -> tuple[ir.Function, ir.Function]:
         km = self.km
         k = km.regions
         km.regions += 1
         common = [T.I64.as_pointer()] * 3
-        region_ty = ir.FunctionType(T.I32, km.buffer_types + common + [T.I64] * (2 + len(outer)))
+        buffer_types = [T.storage(km.kernel.buffer(name).dtype).as_pointer() for name in used]
+        region_ty = ir.FunctionType(T.I32, buffer_types + common + [T.I64] * (2 + len(outer)))
         region = ir.Function(km.module, region_ty, f"tclang_region{k}")
         region.linkage = "internal"
-        rb = FunctionBuilder(km, region, {}, pfor=None)
+        # kept out of the entry: inlined, every loop nest would land in one function, on
+        # which LLVM's O3 is superlinear (1,000 independent statements took minutes)
+        region.attributes.add("noinline")
+        rb = FunctionBuilder(km, region, {}, None, used)
         lo, hi = region.args[-(2 + len(outer))], region.args[-(1 + len(outer))]
         for name, arg in zip(outer, region.args[len(region.args) - len(outer):]):
             rb.env[name] = arg
@@ -391,10 +430,10 @@ class FunctionBuilder:
         tb = ir.IRBuilder(task.append_basic_block("entry"))
         ctx = tb.bitcast(task.args[0], T.I64.as_pointer())
         unpacked = []
-        for j, t in enumerate(km.buffer_types + common + [T.I64] * len(outer)):
+        for j, t in enumerate(buffer_types + common + [T.I64] * len(outer)):
             raw = tb.load(tb.gep(ctx, [ir.Constant(T.I64, j)]))
             unpacked.append(tb.inttoptr(raw, t) if isinstance(t, ir.PointerType) else raw)
-        n_fixed = len(km.buffer_types) + 3
+        n_fixed = len(buffer_types) + 3
         tb.call(region, unpacked[:n_fixed] + [task.args[1], task.args[2]] + unpacked[n_fixed:])
         tb.ret_void()
         return region, task

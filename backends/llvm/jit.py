@@ -44,6 +44,27 @@ def data_layout() -> str:
     return str(target_machine().target_data)
 
 
+DEFAULT_MAX_IR_MB = 32  # O3 on more takes minutes and gigabytes
+
+
+def check_code_size(ir_text: str, kernel: str) -> None:
+    """Refuse, before LLVM sees it, generated code too large to optimise in reasonable
+    time and memory; the limit is TCLANG_MAX_LLVM_IR_MB (megabytes of IR text)."""
+    configured = os.environ.get("TCLANG_MAX_LLVM_IR_MB", "")
+    try:
+        limit = float(configured) if configured else DEFAULT_MAX_IR_MB
+    except ValueError:
+        raise TCCompileError(f"TCLANG_MAX_LLVM_IR_MB={configured!r} is not a number of "
+                             "megabytes") from None
+    size = len(ir_text) / 1e6
+    if size > limit:
+        raise TCCompileError(
+            f"the generated code for {kernel} is {size:.1f} MB of LLVM IR (limit "
+            f"{limit:g} MB): split the definition into smaller ones, or compile with "
+            "Options(specialize=True) (sizes known at compile time make far smaller code); "
+            "the limit is set by TCLANG_MAX_LLVM_IR_MB")
+
+
 def optimize(ir_text: str, vectorize: bool = True) -> tuple[str, bytes]:
     """(optimised IR text, object code) for one module of generated IR; `vectorize`
     False (Options(vectorize=False)) keeps LLVM's loop and SLP vectorizers off."""

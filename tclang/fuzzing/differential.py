@@ -71,6 +71,8 @@ class Report:
     ran: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)  # illegal manual schedules
     why: str = ""
+    seconds: float = 0.0  # wall time in the fuzz worker (every configuration)
+    peak_rss_mb: float = 0.0  # the fuzz worker's peak resident memory after this program
 
     @property
     def ok(self) -> bool:

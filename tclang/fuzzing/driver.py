@@ -21,6 +21,8 @@ from pathlib import Path
 
 TIMEOUT_S = 120.0  # one program, every configuration
 RECYCLE = 200  # programs per worker process: compiled kernels stay loaded until it exits
+PROGRAM_SECONDS = 10.0  # a program slower than this (every configuration) is a failure
+PROGRAM_MEMORY_MB = 1024.0  # and so is one that takes its worker's memory past this
 
 
 def add_command(sub) -> None:
@@ -39,6 +41,12 @@ def add_command(sub) -> None:
     p.add_argument("--jobs", type=int, default=1,
                    help="worker processes running programs at once (default 1)")
     p.add_argument("--no-shrink", action="store_true")
+    p.add_argument("--program-seconds", type=float, default=PROGRAM_SECONDS,
+                   help="a program taking longer (compiles and runs, every configuration) "
+                        f"fails as 'slow' (default {PROGRAM_SECONDS:g})")
+    p.add_argument("--program-memory-mb", type=float, default=PROGRAM_MEMORY_MB,
+                   help="a program taking its worker's peak memory past this fails as "
+                        f"'memory' (default {PROGRAM_MEMORY_MB:g})")
     p.add_argument("--include-known", action="store_true",
                    help="also run the configurations that hit known open bugs")
     p.add_argument("--source-fuzz", action="store_true",
@@ -53,15 +61,21 @@ def _main(args) -> int:
     programs = args.programs if args.programs or args.seconds else 100
     return run_fuzz(programs, args.seconds, args.seed, backends, args.out,
                     shrink_failures=not args.no_shrink, regressions=args.regressions,
-                    avoid_known=not args.include_known, jobs=args.jobs)
+                    avoid_known=not args.include_known, jobs=args.jobs,
+                    program_seconds=args.program_seconds,
+                    program_memory_mb=args.program_memory_mb)
 
 
 def run_fuzz(programs: int | None, seconds: float | None, seed: int, backends, out_dir,
              *, shrink_failures: bool = True, regressions: bool = False,
-             avoid_known: bool = True, generate=None, jobs: int = 1) -> int:
+             avoid_known: bool = True, generate=None, jobs: int = 1,
+             program_seconds: float = PROGRAM_SECONDS,
+             program_memory_mb: float = PROGRAM_MEMORY_MB) -> int:
     """The fuzz loop; returns the exit code (1 if any program failed). `generate` makes
     program k from a `random.Random` (default: the generator's); `jobs` worker processes
-    run programs at once (results and reports stay the same whatever the number)."""
+    run programs at once (results and reports stay the same whatever the number). A program
+    over `program_seconds` or `program_memory_mb` fails ("slow", "memory"); the summary
+    names the slowest program and the largest peak memory."""
     from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
     from tclang.fuzzing.differential import cuda_emulation_available
@@ -71,6 +85,7 @@ def run_fuzz(programs: int | None, seconds: float | None, seed: int, backends, o
         backends = ("cpu", "reference") + (("cuda-emulated",) if cuda_emulation_available()
                                            else ())
     counts, start = Counter(), time.monotonic()
+    slowest, heaviest = (0.0, None), (0.0, None)  # (seconds or MB, program number)
     idle = [Worker() for _ in range(max(1, jobs))]
     running: dict = {}  # future -> (k, worker)
 
@@ -94,6 +109,10 @@ def run_fuzz(programs: int | None, seconds: float | None, seed: int, backends, o
                 for future in finished:
                     number, worker = running.pop(future)
                     report = future.result()
+                    slowest = max(slowest, (report.seconds, number))
+                    heaviest = max(heaviest, (report.peak_rss_mb, number))
+                    if _over_limits(report, program_seconds, program_memory_mb):
+                        worker.close()  # a fresh worker: its peak memory starts again
                     counts[report.status] += 1
                     counts["known"] += any("known bug" in x
                                            for x in report.skipped + [report.why])
@@ -110,14 +129,35 @@ def run_fuzz(programs: int | None, seconds: float | None, seed: int, backends, o
     if sys.stderr.isatty() or done % (10 if done <= 100 else 100):
         _progress(counts, done, time.monotonic() - start, final=True)
     failed = counts["fail"]
+    print(f"slowest program: {slowest[1]} ({slowest[0]:.1f} s); largest worker peak memory: "
+          f"{heaviest[0]:.0f} MB (program {heaviest[1]})")
     print(f"{counts['pass']} passed, {failed} failed")
     return 1 if failed else 0
+
+
+def _over_limits(report, seconds: float, memory_mb: float) -> bool:
+    """Add a "slow" or "memory" failure to `report` for each limit it went past. Peak
+    memory only grows in a process, so the worker is replaced after a program over the
+    memory limit: the next program is measured from a fresh start."""
+    from tclang.fuzzing.differential import Failure
+    over = []
+    if report.seconds > seconds:
+        over.append(Failure("runner", None, "slow",
+                            f"{report.seconds:.1f} s (limit {seconds:g} s)"))
+    if report.peak_rss_mb > memory_mb:
+        over.append(Failure("runner", None, "memory",
+                            f"peak {report.peak_rss_mb:.0f} MB (limit {memory_mb:g} MB)"))
+    if over:
+        report.failures.extend(over)
+        report.status = "fail"
+    return bool(over)
 
 
 def _progress(counts: Counter, k: int, elapsed: float, final: bool = False) -> None:
     line = (f"[fuzz] {k} programs, {counts['mismatch']} mismatches, {counts['crash']} crashes,"
             f" {counts['out-of-bounds']} out-of-bounds, {counts['modified-input']} modified "
-            f"inputs, {counts['skipped']} skipped, {counts['known']} hit known bugs, "
+            f"inputs, {counts['slow']} slow, {counts['memory']} over memory, "
+            f"{counts['skipped']} skipped, {counts['known']} hit known bugs, "
             f"{elapsed:.0f} s")
     if sys.stderr.isatty():
         print("\r" + line, end="\n" if final else "", file=sys.stderr, flush=True)
@@ -130,7 +170,8 @@ def _record(report, k: int, worker: "Worker", out_dir, shrink_failures: bool,
     from tclang.fuzzing.differential import fails_like, save_regression, shrink
     failure = report.failures[0]
     program = report.program
-    if shrink_failures:
+    limits = failure.kind in ("slow", "memory")  # the whole program's cost: not shrunk
+    if shrink_failures and not limits:
         program = shrink(program, fails_like(failure, run=worker.run, seed=k), budget=150)
     reason = f"{failure.config}: {failure.kind}: {failure.detail}"
     out = Path(out_dir)
@@ -139,7 +180,7 @@ def _record(report, k: int, worker: "Worker", out_dir, shrink_failures: bool,
     sizes = ",".join(f"{n}={v}" for n, v in sorted(program.sizes.items()))
     path.write_text(f"# {reason}\n# tclang run {path.name} --entry {program.entry} "
                     f"--sizes {sizes}\n{program.source}")
-    if regressions:
+    if regressions and not limits:
         save_regression(program, "OPEN " + reason, options=failure.options)
     print(f"\n[fuzz] program {k} failed ({reason[:200]}); shrunk program: {path}",
           file=sys.stderr)
@@ -207,12 +248,23 @@ def _serve(conn) -> None:
             program, kwargs = conn.recv()
         except EOFError:
             return
+        start = time.monotonic()
         try:
             report = run_differential(program, **kwargs)
         except Exception as err:  # noqa: BLE001 - the runner itself failing is reported
             report = Report(program, "fail", [Failure("runner", None, "crash",
                                                       f"{type(err).__name__}: {err}")])
+        report.seconds = time.monotonic() - start
+        report.peak_rss_mb = _peak_rss_mb()
         conn.send(report)
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak resident memory, or its children's (the scheduling process)
+    if larger; Linux reports kilobytes."""
+    import resource
+    return max(resource.getrusage(who).ru_maxrss
+               for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) / 1024
 
 
 # ---- source fuzzing -----------------------------------------------------------------------
