@@ -4,11 +4,14 @@
 - TCLANG_CACHE_DIR: a fresh directory for the session, so no kernel compiled earlier (or
   by another checkout) is reused and the user's own cache is never touched.
 - No hypothesis deadlines: CI machines are slow and noisy.
+- Tests marked `slow` (soak tests) are skipped unless a -m expression is given, e.g.
+  `pytest -m slow`.
 """
 
 import os
 import tempfile
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 os.environ.setdefault("TCLANG_VERIFY", "1")
@@ -17,3 +20,13 @@ os.environ["TCLANG_CACHE_DIR"] = _cache.name
 
 settings.register_profile("tclang", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("tclang")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip `slow` tests in the default run; any -m expression decides for itself."""
+    if config.getoption("markexpr"):
+        return
+    skip = pytest.mark.skip(reason="slow: run with -m slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
