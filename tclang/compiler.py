@@ -16,6 +16,7 @@ import importlib
 import json
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Protocol, Sequence
 
@@ -29,6 +30,7 @@ from tclang.errors import Span, TCCompileError
 from tclang.options import Options
 from tclang.parser import recursion_room
 from tclang.program import Definition
+from tclang.recent import Recent, max_variants
 from tclang.target import Target
 
 #: backend name -> module whose `backend()` returns the Backend
@@ -143,9 +145,15 @@ class Compiled:
     kernel: L.Kernel | None
     timings: dict[str, float]
     cache: str  # "compiled", "memory" or "disk"
+    shares: "Compiled | None" = None  # the in-memory map's entry a "memory" hit reuses
 
 
-_memory: dict[tuple, Compiled] = {}
+# key -> Compiled, while anything uses it: two modules defining the same source share one
+# compilation, and a compilation nobody holds is freed (its machine code with it). The
+# most recently stored ones are also held here, so that defining a module again and again
+# (in a function, say) still finds its kernels in memory.
+_memory: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+_recent = Recent(max_variants())
 _memory_lock = threading.Lock()
 
 
@@ -155,7 +163,7 @@ def compile_definition(defn: Definition, sizes: dict[str, int] | None, options: 
     with _memory_lock:
         hit = _memory.get(key)
     if hit is not None:
-        return Compiled(hit.info, hit.artifact, hit.kernel, {}, "memory")
+        return Compiled(hit.info, hit.artifact, hit.kernel, {}, "memory", shares=hit)
     backend = get_backend(backend_name)
     digest = key_digest(key)
     start = time.perf_counter()
@@ -165,14 +173,18 @@ def compile_definition(defn: Definition, sizes: dict[str, int] | None, options: 
         if restored is not None:
             compiled = Compiled(restored[0], restored[1], None,
                                 {"cache load": time.perf_counter() - start}, "disk")
-            with _memory_lock:
-                _memory[key] = compiled
+            _remember(key, compiled)
             return compiled
     compiled = _compile(defn, sizes, options, backend, layouts)
     diskcache.store(digest, key, dict(compiled.artifact.blobs, info=compiled.info.to_json()))
+    _remember(key, compiled)
+    return compiled
+
+
+def _remember(key: tuple, compiled: Compiled) -> None:
     with _memory_lock:
         _memory[key] = compiled
-    return compiled
+    _recent.put(key, compiled)
 
 
 def _restore(backend: Backend, blobs: dict[str, bytes]):

@@ -5,7 +5,9 @@ A call binds and checks the arguments first (no kernel runs on bad arguments), l
 compiled kernel up in an in-memory map keyed by what the code depends on (shapes, dtypes
 and strides when specialized; ranks and dtypes when shape-generic), compiles on a miss
 (once, even when several threads call at the same time), allocates the outputs (zeroed
-only where the kernel does not write every point) and runs.
+only where the kernel does not write every point) and runs. Each of these maps keeps the
+TCLANG_MAX_VARIANTS most recently used entries (tclang/recent.py): a variant no map and
+no user holds is freed, machine code included.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from tclang.errors import TCArgumentError, TCError
 from tclang.options import Options
 from tclang.parser import recursion_room
 from tclang.program import Definition, Program
+from tclang.recent import Recent, max_variants
 
 
 class CompiledKernel:
@@ -42,8 +45,9 @@ class CompiledKernel:
         n_in = len(definition.inputs)
         self._outputs = info.buffers[n_in:n_in + len(definition.outputs)]
         self._scratch = info.buffers[n_in + len(definition.outputs):]
-        self._checked_sizes: set[tuple] = set()
-        self._hot: dict[tuple, tuple] = {}
+        limit = max_variants()
+        self._checked_sizes = Recent(limit)  # sizes whose bounds a shape-generic call checked
+        self._hot = Recent(limit)  # hot key -> prepared (see Kernel._hot)
         self._expected = tuple((t.dtype.numpy, t.rank) for t in definition.inputs)
 
     # ---- what users read ----
@@ -100,11 +104,13 @@ class CompiledKernel:
     def __call__(self, *args, out=None):
         device = self.backend == "cuda"
         hot = hot_key(args, self._expected) if out is None and not device else None
-        if hot is not None and hot[1] in self._hot:
-            return self.run_prepared(hot[0], self._hot[hot[1]])
+        if hot is not None:
+            prepared = self._hot.get(hot[1])
+            if prepared is not None:
+                return self.run_prepared(hot[0], prepared)
         binding = bind_arguments(self.definition, args, device)
         if hot is not None and _bound_as_given(args, binding):
-            self._hot[hot[1]] = self.prepare(binding)
+            self._hot.put(hot[1], self.prepare(binding))
         return self.run(binding, out)
 
     def run(self, binding: Binding, out=None):
@@ -194,7 +200,7 @@ class CompiledKernel:
         if self._c.info.bounds:
             from polyhedral.bounds_runtime import check_generic_bounds
             check_generic_bounds(self._c.info.bounds, binding.sizes, self.definition.source)
-        self._checked_sizes.add(key)
+        self._checked_sizes.put(key, True)
 
     def __repr__(self) -> str:
         shapes = f"sizes {self.sizes}" if self.sizes is not None else "all sizes"
@@ -248,11 +254,12 @@ class Kernel:
         self.module = module
         self.definition = definition
         self.name = definition.name
-        self._compiled: dict[tuple, CompiledKernel] = {}
+        limit = max_variants()
+        self._compiled = Recent(limit)  # what the code depends on -> CompiledKernel
         self._lock = threading.Lock()
-        # the hot path: (dtypes, shapes, strides) of a call already checked in full ->
-        # what running it again needs (see _hot_call)
-        self._hot: dict[tuple, tuple] = {}
+        # the hot path: (shapes, strides) of a call already checked in full ->
+        # (CompiledKernel, what running it again needs)
+        self._hot = Recent(limit)
         self._expected = tuple((t.dtype.numpy, t.rank) for t in definition.inputs)
 
     def __call__(self, *args, out=None):
@@ -265,7 +272,7 @@ class Kernel:
         binding = bind_arguments(self.definition, args, self.module.on_device)
         compiled = self._for(binding)
         if hot is not None and _bound_as_given(args, binding):
-            self._hot[hot[1]] = (compiled, compiled.prepare(binding))
+            self._hot.put(hot[1], (compiled, compiled.prepare(binding)))
         return compiled.run(binding, out)
 
     def compile(self, *args) -> CompiledKernel:
@@ -283,7 +290,7 @@ class Kernel:
             found = self._compiled.get(fast)
             if found is None:
                 found = self._compile(binding, fast)
-                self._compiled[fast] = found
+                self._compiled.put(fast, found)
         return found
 
     def _compile(self, binding: Binding, fast: tuple) -> CompiledKernel:

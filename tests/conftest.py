@@ -4,6 +4,8 @@
 - TCLANG_CACHE_DIR: a fresh directory for the session, so no kernel compiled earlier (or
   by another checkout) is reused and the user's own cache is never touched.
 - No hypothesis deadlines: CI machines are slow and noisy.
+- Tests marked `slow` (soak tests) are skipped unless a -m expression is given, e.g.
+  `pytest -m slow`.
 """
 
 import os
@@ -34,3 +36,13 @@ def chunk_threads(monkeypatch) -> set[int]:
 
     monkeypatch.setattr(threads, "_chunk", recording)
     return seen
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip `slow` tests in the default run; any -m expression decides for itself."""
+    if config.getoption("markexpr"):
+        return
+    skip = pytest.mark.skip(reason="slow: run with -m slow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

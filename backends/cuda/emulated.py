@@ -5,6 +5,12 @@ The same source the GPU would run is compiled as C++ with the emulation header
 `__syncthreads()`, so shared memory, barriers and block/thread ids behave as on a GPU, and
 a missing barrier gives wrong results. Machines without a GPU (CI) run the whole e2e suite
 through the CUDA path this way.
+
+Memory: each distinct generated source is one shared object, loaded once (build.py keeps
+it by path) and never unloaded, because ctypes never dlcloses and unloading code that a
+fiber or another thread may still be in is unsafe. A process running many distinct
+kernels through this testing backend grows by one small library per kernel; the CPU
+backend frees its kernels' code.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
     module = KernelModule(kernel, layouts, ...).build()   # loop IR -> LLVM IR (llvmlite)
     optimised, object_code = optimize(str(module))        # O3, vectorizers on, host CPU
-    address = load(object_code, "tclang_main")            # MCJIT; the disk cache keeps it
+    loaded = LoadedCode(object_code, "tclang_main")       # MCJIT; the disk cache keeps it
 
 A kernel call passes the data pointers, the sizes, every array's strides (in elements),
 an error record and the thread pool's `parallel_for`; Ctrl-C during the call raises
@@ -62,7 +62,9 @@ def _artifact(object_code: bytes, text: str, optimised: str, names, static: bool
     from tclang.compiler import Artifact
 
     buffer_names, _, statements = names
-    function = jit.prototype(len(buffer_names))(jit.load(object_code, "tclang_main"))
+    loaded = jit.LoadedCode(object_code, "tclang_main")
+    function = jit.prototype(len(buffer_names))(loaded.address)
+    function.loaded = loaded  # the engine lives while `run` can call it, even mid-call
     # a parallel loop calls back into Python: only then is Ctrl-C deferred (threads.call)
     parallel_for = threads.parallel_for_address() if "tclang_task" in text else 0
     c_int64 = ctypes.c_int64

@@ -3,6 +3,10 @@
 Optimisation is LLVM's O3 pipeline (new pass manager) for the host CPU and its features,
 with loop and SLP vectorisation on. Object code is what the disk cache stores: loading it
 into a fresh MCJIT engine needs no compilation.
+
+Each loaded kernel has its own engine, freed with the last reference to its `LoadedCode`
+(backend.py's run closure holds it): a process that compiles many kernels and drops them
+does not keep their code.
 """
 
 from __future__ import annotations
@@ -14,13 +18,16 @@ import os
 import sys
 import tempfile
 import threading
+import weakref
 
 import llvmlite.binding as llvm
 
 from tclang.errors import TCCompileError
 
-_lock = threading.Lock()  # LLVM's global state is not thread-safe
-_engines: list = []  # loaded engines stay alive as long as the process
+# LLVM's global state (one context for every module) is not thread-safe. Reentrant: the
+# garbage collector may free an engine (which takes the lock) inside a locked section.
+_lock = threading.RLock()
+_live_engines = 0
 
 
 @functools.lru_cache(maxsize=1)
@@ -34,6 +41,13 @@ def host() -> tuple[str, str, str]:
 
 @functools.lru_cache(maxsize=1)
 def target_machine() -> llvm.TargetMachine:
+    """The target machine optimize() and emit use, for the life of the process."""
+    return _new_target_machine()
+
+
+def _new_target_machine() -> llvm.TargetMachine:
+    """A target machine for the host. An engine takes ownership of the one it is created
+    with and destroys it with itself, so each engine gets its own."""
     triple, cpu, features = host()
     target = llvm.Target.from_triple(triple)
     return target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic",
@@ -69,20 +83,30 @@ def optimize(ir_text: str, vectorize: bool = True) -> tuple[str, bytes]:
     """(optimised IR text, object code) for one module of generated IR; `vectorize`
     False (Options(vectorize=False)) keeps LLVM's loop and SLP vectorizers off."""
     with _lock:
+        # A context of its own, freed with the module: the global context would keep every
+        # constant, type and metadata string of every kernel ever compiled.
+        context = llvm.create_context()
         try:
-            module = llvm.parse_assembly(ir_text)
+            module = llvm.parse_assembly(ir_text, context)
             module.verify()
         except RuntimeError as err:
             raise TCCompileError(f"LLVM rejected the generated IR: {str(err)[:500]}") from err
-        tm = target_machine()
-        options = llvm.create_pipeline_tuning_options(speed_level=3)
-        options.loop_vectorization = vectorize
-        options.slp_vectorization = vectorize
-        options.loop_unrolling = True
-        builder = llvm.create_pass_builder(tm, options)
-        with _missed_hints_dropped():
-            builder.getModulePassManager().run(module, builder)
-        return str(module), tm.emit_object(module)
+        try:
+            tm = target_machine()
+            options = llvm.create_pipeline_tuning_options(speed_level=3)
+            options.loop_vectorization = vectorize
+            options.slp_vectorization = vectorize
+            options.loop_unrolling = True
+            # One builder per run: llvmlite's run registers callbacks that point into its
+            # own stack frame in the builder's instrumentation, and never frees that
+            # instrumentation (~75 KB per run that no code of ours can give back).
+            builder = llvm.create_pass_builder(tm, options)
+            with _missed_hints_dropped():
+                builder.getModulePassManager().run(module, builder)
+            return str(module), tm.emit_object(module)
+        finally:
+            module.close()  # before its context, and under the lock
+            context.close()
 
 
 # LLVM's diagnostic handler writes to file descriptor 2 when a loop hint of ours (vectorize,
@@ -116,17 +140,36 @@ def _missed_hints_dropped():
                 sys.stderr.write("".join(kept))
 
 
-def load(object_code: bytes, symbol: str) -> int:
-    """Link object code into the process; the address of `symbol`."""
-    with _lock:
-        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target_machine())
-        engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
-        engine.finalize_object()
-        address = engine.get_function_address(symbol)
-        if not address:
+class LoadedCode:
+    """Object code linked into the process by its own MCJIT engine; `address` is the
+    entry's. The code stays mapped exactly as long as this object: whatever calls the
+    address keeps it, and the last reference going disposes of the engine (with its code,
+    its empty module and the object file's copy) under the LLVM lock."""
+
+    def __init__(self, object_code: bytes, symbol: str):
+        global _live_engines
+        with _lock:
+            engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""),
+                                                _new_target_machine())
+            engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
+            engine.finalize_object()
+            self.address = engine.get_function_address(symbol)
+            _live_engines += 1
+            weakref.finalize(self, _dispose, engine).atexit = False  # exiting frees it all
+        if not self.address:
             raise TCCompileError(f"the object code has no function {symbol}")
-        _engines.append(engine)
-        return address
+
+
+def _dispose(engine) -> None:
+    global _live_engines
+    with _lock:
+        engine.close()
+        _live_engines -= 1
+
+
+def live_engines() -> int:
+    """How many engines hold loaded code now (for tests and memory diagnostics)."""
+    return _live_engines
 
 
 def prototype(n_buffers: int):

@@ -32,8 +32,11 @@ PARALLEL_FOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c
                                 ctypes.c_int64)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=256)
 def _task(address: int):
+    """The callable for an outlined loop body. A wrapper is its address and nothing more,
+    so one cached for the code of a freed engine is still right for whatever code is at
+    that address now; the bound only keeps the cache from growing with every kernel."""
     return TASK(address)
 
 
