@@ -276,10 +276,10 @@ class _Emitter:
         match e:
             case P.Const(value=val, dtype=dt):
                 return self.const(val, dt)
-            case P.IndexValue(name=n):
-                return f"np.int32(i_{n})"
-            case P.SizeValue(name=n):
-                return f"np.int32(z_{n})"
+            case P.IndexValue(name=n, dtype=dt):
+                return self.cast(f"np.int64(i_{n})", DType.INT64, dt)
+            case P.SizeValue(name=n, dtype=dt):
+                return self.cast(f"np.int64(z_{n})", DType.INT64, dt)
             case P.Read(tensor=t, subscripts=subs, affine=aff, ref=ref):
                 texts = [f"int({v(x)})" for x in subs]
                 checks = [self.check_bounds or a is None for a in aff]

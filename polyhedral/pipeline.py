@@ -1,6 +1,6 @@
 """The polyhedral middle end in one function: checked definition -> scheduled loop IR.
 
-    scop = build_scop(definition, sizes)            # domains, accesses, program order
+    scop = build_scop(widen_definition(definition), sizes)  # index values exact; domains, accesses
     check_bounds(scop)                              # exact, for the concrete sizes
     deps = compute_dependences(scop)                # flow, false, reduction self-deps
     result = compute_schedule(scop, deps, fusion)   # isl scheduler, guarded, with fallbacks
@@ -34,6 +34,7 @@ from tclang import program as P
 from tclang.errors import TCCompileError, TCError
 from tclang.options import Options
 from tclang.target import Target
+from tclang.widening import widen_definition
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
     stage = "scop"
     try:
         clock = time.perf_counter()
-        scop = build_scop(defn, sizes)
+        scop = build_scop(widen_definition(defn), sizes)
         if sizes is not None:
             check_bounds(scop)
             bounds = ()

@@ -324,10 +324,10 @@ class _Values:
         match e:
             case P.Const(value=v, dtype=dt):
                 return _literal(v, dt)
-            case P.IndexValue(name=n):
-                return f"((int)i_{n})"
-            case P.SizeValue(name=n):
-                return f"((int){self.gen.index(L.Var(n))})"
+            case P.IndexValue(name=n, dtype=dt):
+                return _cast(f"((long long)i_{n})", DType.INT64, dt)
+            case P.SizeValue(name=n, dtype=dt):
+                return _cast(f"((long long){self.gen.index(L.Var(n))})", DType.INT64, dt)
             case P.Read(tensor=t, subscripts=subs, affine=aff, ref=ref):
                 return self.read(t, subs, aff, ref)
             case P.Unary(op="neg", operand=x, dtype=dt):

@@ -36,10 +36,10 @@ class ValueEmitter:
         match e:
             case P.Const(value=v, dtype=dt):
                 return T.constant(v, dt)
-            case P.IndexValue(name=n):
-                return self.b.trunc(self.indices[n], T.I32)
-            case P.SizeValue(name=n):
-                return self.b.trunc(self.fn.size(n), T.I32)
+            case P.IndexValue(name=n, dtype=dt):
+                return T.convert(self.b, self.indices[n], DType.INT64, dt)
+            case P.SizeValue(name=n, dtype=dt):
+                return T.convert(self.b, self.fn.size(n), DType.INT64, dt)
             case P.Read():
                 return self.read(e)
             case P.Unary(op="neg", operand=x, dtype=dt):
@@ -72,9 +72,7 @@ class ValueEmitter:
             if affine is not None:
                 subscripts.append(self.affine(affine))
             else:
-                value = self.emit(sub)
-                subscripts.append(self.b.sext(value, T.I64) if sub.dtype.is_signed else
-                                  self.b.zext(value, T.I64))
+                subscripts.append(T.convert(self.b, self.emit(sub), sub.dtype, DType.INT64))
         checked = [d for d, a in enumerate(r.affine) if a is None or self.fn.check_bounds]
         self.fn.check_element(r.tensor, subscripts, checked, self.statement)
         pointer = self.fn.element(r.tensor, subscripts, self.promoted.get(r.ref))
