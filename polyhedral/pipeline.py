@@ -1,5 +1,6 @@
 """The polyhedral middle end in one function: checked definition -> scheduled loop IR.
 
+    definition = widen_half_reductions(definition)  # half sums and products in float32
     scop = build_scop(definition, sizes)            # domains, accesses, program order
     check_bounds(scop)                              # exact, for the concrete sizes
     deps = compute_dependences(scop)                # flow, false, reduction self-deps
@@ -30,6 +31,7 @@ from polyhedral.scheduler import compute_schedule, schedule_text
 from polyhedral.scop import build_scop
 from polyhedral.gpu import map_to_gpu
 from polyhedral.tiling import BandReport, apply_loop_order, transform_bands
+from polyhedral.widening import widen_half_reductions
 from tclang import program as P
 from tclang.errors import TCCompileError, TCError
 from tclang.options import Options
@@ -59,6 +61,7 @@ def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
     stage = "scop"
     try:
         clock = time.perf_counter()
+        defn = widen_half_reductions(defn)  # half sums accumulate in float32
         scop = build_scop(defn, sizes)
         if sizes is not None:
             check_bounds(scop)
