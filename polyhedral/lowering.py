@@ -263,12 +263,14 @@ def buffers(scop: Scop) -> tuple[L.Buffer, ...]:
 
 def zero_filled(scop: Scop) -> tuple[str, ...]:
     """Outputs and temporaries some point of which no statement writes, or whose first
-    writer accumulates (`+=`) into the initial contents: they start as zeros."""
+    access reads the initial contents (a `+=`, or the float32 start of a widened half `+=`,
+    see tclang/half_accumulators.py): they start as zeros."""
     d = scop.definition
     result = []
     for t in d.outputs + d.temporaries:
-        first = next(s for s in d.statements if s.target == t.name)
-        if first.is_reduction and not first.reset:
+        first = next(s for s in d.statements if s.target == t.name or
+                     any(r.tensor == t.name for r in s.reads()))
+        if first.target != t.name or (first.is_reduction and not first.reset):
             result.append(t.name)
             continue
         box = tensor_box(scop, t.name).intersect_params(scop.context)

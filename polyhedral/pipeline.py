@@ -1,6 +1,7 @@
 """The polyhedral middle end in one function: checked definition -> scheduled loop IR.
 
-    scop = build_scop(widen_definition(definition), sizes)  # index values exact; domains, accesses
+    definition = widen_half_reductions(definition)  # half sums and products in float32
+    scop = build_scop(widen_indices(definition), sizes)  # int64 index values; domains, accesses
     check_bounds(scop)                              # exact, for the concrete sizes
     deps = compute_dependences(scop)                # flow, false, reduction self-deps
     result = compute_schedule(scop, deps, fusion)   # isl scheduler, guarded, with fallbacks
@@ -34,7 +35,8 @@ from tclang import program as P
 from tclang.errors import TCCompileError, TCError
 from tclang.options import Options
 from tclang.target import Target
-from tclang.widening import widen_definition
+from tclang.half_accumulators import widen_half_reductions
+from tclang.wide_indices import widen_indices
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,8 @@ def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
     stage = "scop"
     try:
         clock = time.perf_counter()
-        scop = build_scop(widen_definition(defn), sizes)
+        defn = widen_half_reductions(defn)  # half sums accumulate in float32
+        scop = build_scop(widen_indices(defn), sizes)  # index values exact in int64
         if sizes is not None:
             check_bounds(scop)
             bounds = ()

@@ -17,6 +17,7 @@ import random
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 
@@ -220,3 +221,44 @@ def test_the_fuzz_command(tmp_path, capsys):
 def test_the_generator_runs_under_hypothesis(program):
     assert program.entry in check_source(program.source).names
     assert set(program.sizes) <= set(check_source(program.source)[program.entry].sizes)
+
+
+HALF_SUM = GeneratedProgram("def f(float16(N) X) -> (Y) { Y +=! X(i) * X(i) }", "f",
+                            {"N": 3000})
+
+
+def test_tolerance_catches_a_half_sum_accumulated_in_half_storage():
+    """Accumulating in half (sequentially, or in 256 partial sums as a GPU block does) errs
+    by several percent here; one rounding of a float32 sum errs by one half ulp. The old
+    tolerance (half's eps times the terms: 6.0) let the difference through."""
+    from tclang.fuzzing.differential import compare, tolerance
+    x = np.random.default_rng(0).standard_normal(3000).astype(np.float16)
+    squares = x.astype(np.float32) ** 2
+
+    def in_half(values):
+        total = np.float16(0)
+        for v in values:
+            total = np.float16(np.float32(total) + v)
+        return total
+    sequential = in_half(squares)
+    blocked = in_half([in_half(squares[t::256]) for t in range(256)])
+    widened = np.float16(squares.sum(dtype=np.float32))
+    rtol = tolerance(check_source(HALF_SUM.source)["f"], HALF_SUM.sizes)
+    assert compare(blocked, sequential, rtol) is not None
+    assert compare(widened, np.float16(np.sum(squares.astype(np.float64))), rtol) is None
+
+
+def test_tolerance_stays_loose_where_a_rounded_half_value_is_reduced_again():
+    from tclang.fuzzing.differential import tolerance
+    source = """def f(float16(N) X) -> (Z) {
+        T(i) = half(exp(X(i)))
+        Z +=! T(i)
+    }"""
+    assert tolerance(check_source(source)["f"], {"N": 100}) >= 0.2
+
+
+@pytest.mark.skipif(not cuda_emulation_available(), reason="no g++ for the emulated GPU")
+def test_half_sum_agrees_on_every_backend():
+    """The GPU's block reduction and the CPU's loop agree within the tight tolerance."""
+    report = run_differential(HALF_SUM, backends=("cpu", "reference", "cuda-emulated"))
+    assert report.status == "pass", [f.detail for f in report.failures]

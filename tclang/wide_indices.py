@@ -23,7 +23,7 @@ from tclang.dtypes import DType
 WIDE = DType.INT64
 
 
-def widen_definition(defn: P.Definition) -> P.Definition:
+def widen_indices(defn: P.Definition) -> P.Definition:
     """`defn` with every statement's value computed exactly (see the module docstring)."""
     statements = tuple(replace(s, rhs=widen_value(s.rhs)) for s in defn.statements)
     return replace(defn, statements=statements)
