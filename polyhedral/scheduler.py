@@ -9,7 +9,7 @@ Strategies (isl options are per context; each compilation has its own context):
 and even on two statements (an init and a reduction with a 4-d domain and a guarded read)
 it ran past every limit: isl's operation counter does not bound it.
 
-The guard: the scheduler runs in a forked worker with a wall-clock limit, because isl's
+The guard: the scheduler runs in a forked worker (tclang/forked_server.py) with a wall-clock limit, because isl's
 operation counter does not bound its blow-ups (the fuzzers found programs that
 "preserve_parallel" scheduled for minutes under every operation limit, while proximity
 bounded the distance to every consumer; see _nearest_proximity). A scop of one
@@ -21,11 +21,6 @@ reach the user.
 
 from __future__ import annotations
 
-import itertools
-import multiprocessing
-import os
-import signal
-import threading
 import time
 from dataclasses import dataclass
 
@@ -33,6 +28,7 @@ import islpy as isl
 
 from polyhedral.dependences import Dependences
 from polyhedral.scop import Scop
+from tclang.forked_server import ForkedServer, RequestFailed, ServerError
 
 TIME_LIMIT = 10.0  # seconds for one scheduler run in a worker
 MAX_OPERATIONS = 20_000_000  # in-process guard (isl's counter, reset before scheduling)
@@ -114,128 +110,30 @@ def _in_process(scop: Scop, deps: Dependences, strategy: str) -> isl.Schedule:
         ctx.reset_operations()
 
 
-def _serve(conn, parent_end, parent: int) -> None:
-    """The scheduler process: (request id, constraints text, strategy) in, (request id,
-    schedule text or the error) out. The id lets the compiler drop a reply to a request it
-    gave up (Ctrl-C while it waited): a stale reply never becomes another program's schedule.
-
-    It ends with the compiler's process: the fork copied the parent's end of the pipe,
-    which is closed here (else no EOF ever comes), and the parent is checked every second
-    (a process forked later from the parent may hold that end too). A leftover process
-    would hold the caller's stdout open: a CI job would wait for it. Ctrl-C reaches the
-    whole process group: it is ignored here, the compiler decides (it kills this process)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    parent_end.close()
-    while True:
-        try:
-            while not conn.poll(1.0):
-                if os.getppid() != parent:
-                    return
-            request, constraints_text, strategy = conn.recv()
-        except (EOFError, OSError):
-            return  # the compiler's process has gone
-        try:
-            ctx = isl.Context()
-            _set_options(ctx, strategy)
-            sc = isl.ScheduleConstraints.read_from_str(ctx, constraints_text)
-            conn.send((request, "ok", _nearest_proximity(sc).compute_schedule().to_str()))
-        except Exception as err:  # reported to the parent, which falls back
-            conn.send((request, "error", f"{type(err).__name__}: {err}"))
+def _schedule_text(request: tuple[str, str]) -> str:
+    """In the scheduling process: (constraints text, strategy) -> the schedule's text."""
+    constraints_text, strategy = request
+    ctx = isl.Context()
+    _set_options(ctx, strategy)
+    sc = isl.ScheduleConstraints.read_from_str(ctx, constraints_text)
+    return _nearest_proximity(sc).compute_schedule().to_str()
 
 
-class _Scheduler:
-    """One forked process that schedules on request, killed (and forked again on the next
-    request) when a request runs past its time limit or is interrupted. Forking once per
-    compilation cost 20-25 ms here; a request to a running process costs about a millisecond.
-
-    The process is forked with os.fork, not multiprocessing.Process: a daemonic process (a
-    multiprocessing.Pool worker) may not have multiprocessing children, and a Process
-    object belongs to the process that started it. A process forked from the compiler
-    (os.fork, a "fork" Pool) starts with no scheduler of its own (`_forget`)."""
-
-    def __init__(self):
-        self.lock = threading.Lock()  # one request at a time; compilations may be threaded
-        self.pid = self.conn = None
-        self.requests = itertools.count()
-
-    def schedule(self, text: str, strategy: str, limit: float) -> tuple[str, str]:
-        with self.lock:
-            if self.pid is not None and self._exited():
-                self._drop()
-            if self.pid is None:
-                self._start()
-            request = next(self.requests)
-            try:
-                self.conn.send((request, text, strategy))
-                return self._reply(request, time.monotonic() + limit, limit)
-            except BaseException as err:  # past the limit, died, or Ctrl-C: work abandoned
-                self._stop()
-                if isinstance(err, (EOFError, OSError)):
-                    raise _Failed("the scheduler process died") from None
-                raise
-
-    def _reply(self, request: int, deadline: float, limit: float) -> tuple[str, str]:
-        """The reply to `request`; replies to earlier requests are dropped."""
-        while True:
-            if not self.conn.poll(max(0.0, deadline - time.monotonic())):
-                raise _Failed(f"the scheduler ran past {limit:g} s")
-            answer, status, payload = self.conn.recv()
-            if answer == request:
-                return status, payload
-
-    def _start(self) -> None:
-        conn, child = multiprocessing.Pipe()
-        parent = os.getpid()
-        pid = os.fork()
-        if pid == 0:
-            code = 0
-            try:
-                _serve(child, conn, parent)
-            except BaseException:
-                code = 1
-            finally:
-                os._exit(code)
-        child.close()
-        self.pid, self.conn = pid, conn
-
-    def _exited(self) -> bool:
-        """Whether the process ended (it is reaped here: its pid may not be signalled again)."""
-        try:
-            return os.waitpid(self.pid, os.WNOHANG)[0] != 0
-        except ChildProcessError:  # reaped by someone else (os.wait in the application)
-            return True
-
-    def _stop(self) -> None:
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-            os.waitpid(self.pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass  # reaped by someone else
-        self._drop()
-
-    def _drop(self) -> None:
-        self.conn.close()
-        self.pid = self.conn = None
-
-    def _forget(self) -> None:
-        """In a forked child: the scheduling process is the parent's, and so is the lock's
-        holder if a thread of the parent held it; the child forks its own on first use."""
-        if self.conn is not None:
-            self.conn.close()
-        self.lock = threading.Lock()
-        self.pid = self.conn = None
-
-
-_scheduler = _Scheduler()
-os.register_at_fork(after_in_child=_scheduler._forget)
+# Forking once per compilation cost 20-25 ms here; a request to a running process costs
+# about a millisecond. The process is killed (and forked again on the next request) when a
+# request runs past its time limit or is interrupted.
+_scheduler = ForkedServer(_schedule_text, "scheduler")
 
 
 def _in_worker(scop: Scop, deps: Dependences, strategy: str, limit: float) -> isl.Schedule:
     """Run the scheduler in the scheduling process, given up after `limit` seconds."""
-    status, payload = _scheduler.schedule(_constraints(scop, deps).to_str(), strategy, limit)
-    if status != "ok":
-        raise _Failed(f"isl gave up ({payload[:120]})")
-    return isl.Schedule.read_from_str(scop.ctx, payload)
+    try:
+        text = _scheduler.call((_constraints(scop, deps).to_str(), strategy), limit)
+    except RequestFailed as failure:
+        raise _Failed(f"isl gave up ({str(failure)[:120]})") from None
+    except ServerError as failure:  # past the limit, died, or could not be forked
+        raise _Failed(str(failure)) from None
+    return isl.Schedule.read_from_str(scop.ctx, text)
 
 
 def original_schedule(scop: Scop) -> isl.Schedule:

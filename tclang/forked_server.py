@@ -1,0 +1,164 @@
+"""A forked helper process that answers requests: work that may run away (isl's scheduler)
+or that leaks native memory (llvmlite's optimizer) runs there, not in the compiler's process.
+
+Guarantees, for every user of ForkedServer:
+- The process is forked with os.fork, not multiprocessing.Process: a daemonic process (a
+  multiprocessing.Pool worker) may not have multiprocessing children, and a Process object
+  belongs to the process that started it.
+- Each request carries an id, and replies to earlier requests are dropped: a reply to a
+  request the compiler gave up (Ctrl-C while it waited) never answers another request.
+- On any BaseException while waiting (time limit, Ctrl-C, the process died) the process is
+  killed and reaped; the next request forks a new one.
+- Ctrl-C reaches the whole process group: the helper ignores it, the compiler decides.
+- The helper ends with the compiler's process: it closes its copy of the parent's end of
+  the pipe (else no EOF ever comes) and checks its parent every second (a process forked
+  later from the parent may hold that end too). A leftover helper would hold the caller's
+  stdout open: a CI job would wait for it.
+- A process forked from the compiler (os.fork, a "fork" Pool) starts with no helper of its
+  own: it forks its own on first use.
+- With `max_requests`, the helper is replaced after that many requests, so whatever it
+  accumulates is given back to the system.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from typing import Any, Callable
+
+
+class ServerError(Exception):
+    """The request got no answer; the message says why."""
+
+
+class ServerUnavailable(ServerError):
+    """The helper process could not be forked (no memory, process limit)."""
+
+
+class RequestFailed(ServerError):
+    """The handler raised: `kind` is its exception's class name, `message` its text."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(f"{kind}: {message}")
+        self.kind, self.message = kind, message
+
+
+class ForkedServer:
+    """`call(request)` runs `handler(request)` in the helper process and returns its result.
+    Requests and results go through a pipe (pickled). Meant for module-level instances: each
+    registers an at-fork hook for the life of the process."""
+
+    def __init__(self, handler: Callable[[Any], Any], name: str,
+                 max_requests: int | None = None):
+        self.handler, self.name, self.max_requests = handler, name, max_requests
+        self.lock = threading.Lock()  # one request at a time; compilations may be threaded
+        self.pid = self.conn = None
+        self.served = 0
+        self.requests = itertools.count()
+        os.register_at_fork(after_in_child=self._forget)
+
+    def call(self, request: Any, limit: float | None = None) -> Any:
+        """The handler's result; ServerError when there is none (RequestFailed when the
+        handler raised). `limit` is in seconds of wall-clock time, None for no limit."""
+        with self.lock:
+            if self.pid is not None and self._exited():
+                self._drop()
+            if self.pid is None:
+                self._start()
+            request_id = next(self.requests)
+            try:
+                self.conn.send((request_id, request))
+                status, payload = self._reply(request_id, limit)
+            except BaseException as err:  # past the limit, died, or Ctrl-C: work abandoned
+                self._stop()
+                if isinstance(err, (EOFError, OSError)):
+                    raise ServerError(f"the {self.name} process died") from None
+                raise
+            self.served += 1
+            if self.max_requests is not None and self.served >= self.max_requests:
+                self._stop()
+            if status == "error":
+                raise RequestFailed(*payload)
+            return payload
+
+    def _reply(self, request_id: int, limit: float | None) -> tuple[str, Any]:
+        """The reply to `request_id`; replies to earlier requests are dropped."""
+        deadline = None if limit is None else time.monotonic() + limit
+        while True:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not self.conn.poll(wait):
+                raise ServerError(f"the {self.name} ran past {limit:g} s")
+            answer, status, payload = self.conn.recv()
+            if answer == request_id:
+                return status, payload
+
+    def _start(self) -> None:
+        conn, child = multiprocessing.Pipe()
+        parent = os.getpid()
+        try:
+            pid = os.fork()
+        except OSError as err:
+            conn.close()
+            child.close()
+            raise ServerUnavailable(f"the {self.name} process could not start: {err}") \
+                from None
+        if pid == 0:
+            code = 0
+            try:
+                _serve(self.handler, child, conn, parent)
+            except BaseException:
+                code = 1
+            finally:
+                os._exit(code)
+        child.close()
+        self.pid, self.conn, self.served = pid, conn, 0
+
+    def _exited(self) -> bool:
+        """Whether the process ended (it is reaped here: its pid may not be signalled again)."""
+        try:
+            return os.waitpid(self.pid, os.WNOHANG)[0] != 0
+        except ChildProcessError:  # reaped by someone else (os.wait in the application)
+            return True
+
+    def _stop(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass  # reaped by someone else
+        self._drop()
+
+    def _drop(self) -> None:
+        self.conn.close()
+        self.pid = self.conn = None
+
+    def _forget(self) -> None:
+        """In a forked child: the helper is the parent's, and so is the lock's holder if a
+        thread of the parent held it; the child forks its own helper on first use."""
+        if self.conn is not None:
+            self.conn.close()
+        self.lock = threading.Lock()
+        self.pid = self.conn = None
+
+
+def _serve(handler, conn, parent_end, parent: int) -> None:
+    """The helper's loop: (request id, request) in, (request id, "ok", result) or (request
+    id, "error", (exception class name, text)) out, until the parent goes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent_end.close()
+    while True:
+        try:
+            while not conn.poll(1.0):
+                if os.getppid() != parent:
+                    return
+            request_id, request = conn.recv()
+        except (EOFError, OSError):
+            return  # the compiler's process has gone
+        try:
+            conn.send((request_id, "ok", handler(request)))
+        except Exception as err:  # reported to the parent, which decides
+            conn.send((request_id, "error", (type(err).__name__, str(err))))
