@@ -23,6 +23,7 @@ import weakref
 import llvmlite.binding as llvm
 
 from tclang.errors import TCCompileError
+from tclang.forked_server import ForkedServer, RequestFailed, ServerError, ServerUnavailable
 
 # LLVM's global state (one context for every module) is not thread-safe. Reentrant: the
 # garbage collector may free an engine (which takes the lock) inside a locked section.
@@ -79,9 +80,40 @@ def check_code_size(ir_text: str, kernel: str) -> None:
             "the limit is set by TCLANG_MAX_LLVM_IR_MB")
 
 
+OPTIMIZER_MAX_MODULES = 200
+"""Modules one optimizer process handles before it is replaced. llvmlite leaks ~70 KB of
+native memory per optimization run (its PassBuilder's instrumentation is never freed, and
+reusing one PassBuilder across modules trips an LLVM assertion), so the process that runs
+them grows ~14 MB per 200 modules, and that memory goes back to the system with it. A fork
+costs a few milliseconds; spread over 200 modules it is nothing."""
+
+
 def optimize(ir_text: str, vectorize: bool = True) -> tuple[str, bytes]:
     """(optimised IR text, object code) for one module of generated IR; `vectorize`
-    False (Options(vectorize=False)) keeps LLVM's loop and SLP vectorizers off."""
+    False (Options(vectorize=False)) keeps LLVM's loop and SLP vectorizers off.
+
+    The work runs in the optimizer process (see the module docstring), or here when that
+    process cannot be forked."""
+    with _lock:  # held while forking: no other thread is inside LLVM then
+        target_machine()  # LLVM initialised before the fork: the process inherits it
+        try:
+            return _optimizer.call((ir_text, vectorize))
+        except RequestFailed as failure:
+            if failure.kind == "TCCompileError":
+                raise TCCompileError(failure.message) from None
+            raise TCCompileError(f"LLVM failed on the generated IR ({failure}); please "
+                                 "report it with the definition") from None
+        except ServerUnavailable:
+            return _optimize_here((ir_text, vectorize))
+        except ServerError as failure:  # LLVM crashed (an assertion, a signal)
+            raise TCCompileError(f"{failure} while optimizing the generated IR: please "
+                                 "report it with the definition, and try "
+                                 "Options(vectorize=False)") from None
+
+
+def _optimize_here(request: tuple[str, bool]) -> tuple[str, bytes]:
+    """parse, verify, O3, emit: optimize()'s LLVM work, in whichever process runs it."""
+    ir_text, vectorize = request
     with _lock:
         # A context of its own, freed with the module: the global context would keep every
         # constant, type and metadata string of every kernel ever compiled.
@@ -90,6 +122,7 @@ def optimize(ir_text: str, vectorize: bool = True) -> tuple[str, bytes]:
             module = llvm.parse_assembly(ir_text, context)
             module.verify()
         except RuntimeError as err:
+            context.close()
             raise TCCompileError(f"LLVM rejected the generated IR: {str(err)[:500]}") from err
         try:
             tm = target_machine()
@@ -107,6 +140,9 @@ def optimize(ir_text: str, vectorize: bool = True) -> tuple[str, bytes]:
         finally:
             module.close()  # before its context, and under the lock
             context.close()
+
+
+_optimizer = ForkedServer(_optimize_here, "LLVM optimizer", max_requests=OPTIMIZER_MAX_MODULES)
 
 
 # LLVM's diagnostic handler writes to file descriptor 2 when a loop hint of ours (vectorize,
