@@ -7,6 +7,16 @@ into a fresh MCJIT engine needs no compilation.
 Each loaded kernel has its own engine, freed with the last reference to its `LoadedCode`
 (backend.py's run closure holds it): a process that compiles many kernels and drops them
 does not keep their code.
+
+optimize()'s LLVM work (parse, verify, O3, emit) runs in a forked optimizer process
+(tclang/forked_server.py), replaced every OPTIMIZER_MAX_MODULES modules: llvmlite leaks
+~70 KB of native memory per optimization run that no code in the process can give back, so
+a process that compiles thousands of kernels would grow by hundreds of megabytes. The
+compiler's process sends the IR (after check_code_size) and gets the optimised IR and the
+object code back; LLVM rejecting the IR is still a TCCompileError with LLVM's message, an
+interrupted optimization kills the process (the next compile forks a new one), and where no
+process can be forked the work runs in-process. Loading object code (LoadedCode) stays
+in-process: it does not leak.
 """
 
 from __future__ import annotations
