@@ -153,6 +153,15 @@ def test_invalid_ir_is_a_compile_error_from_the_optimizer(fresh_optimizer):
     assert jit._optimizer.pid == serving
 
 
+def test_an_llvm_crash_is_a_compile_error_not_a_dead_process(monkeypatch, fresh_optimizer):
+    """LLVM aborting (a failed assertion) ends the optimizer process, not the compiler's."""
+    monkeypatch.setattr(jit._optimizer, "handler", lambda request: os._exit(134))
+    with pytest.raises(tc.TCCompileError, match="LLVM optimizer process died.*vectorize"):
+        compile_new("crashing", 3.0)
+    monkeypatch.undo()
+    compile_new("after_crash", 3.0)
+
+
 def test_optimizes_in_process_when_no_process_can_be_forked(monkeypatch, fresh_optimizer):
     def refused():
         raise OSError(11, "Resource temporarily unavailable")
