@@ -237,11 +237,11 @@ def _parse(data: bytes, digest: str, key: tuple,
         header = json.loads(body[8:8 + header_len].decode())
     except (UnicodeDecodeError, json.JSONDecodeError):
         return "corrupted header", {}
-    if not isinstance(header, dict) or header.get("key") != repr(key):
-        return "written for another kernel (foreign entry)", {}
-    table = header.get("blobs")
-    if not _is_blob_table(table):
+    if not isinstance(header, dict) or not _is_blob_table(header.get("blobs")):
         return "malformed header", {}
+    if header.get("key") != repr(key):
+        return "written for another kernel (foreign entry)", {}
+    table = header["blobs"]
     contents = body[8 + header_len:]
     blobs = {name: contents[start:start + length] for name, (start, length) in table.items()}
     if any(len(blobs[name]) != length for name, (_, length) in table.items()):
