@@ -186,7 +186,8 @@ def _restore(backend: Backend, blobs: dict[str, bytes], key: tuple):
         import warnings
         from tclang.errors import TCWarning
         warnings.warn(TCWarning(f"discarding an unusable compile cache entry "
-                                f"({type(err).__name__}: {err}); rebuilding it"), stacklevel=4)
+                                f"({type(err).__name__}: {err}); rebuilding it"),
+                      stacklevel=4)
         return None
 
 
@@ -212,12 +213,14 @@ def _check_buffer(buffer: L.Buffer, shape: tuple) -> None:
     (rank, dtype) of a shape-generic one's."""
     extents, dtype = shape[0], shape[1]
     rank = len(extents) if isinstance(extents, tuple) else extents
+    name = buffer.name
     if np.dtype(dtype).newbyteorder("=") != np.dtype(buffer.dtype.numpy).newbyteorder("="):
-        raise ValueError(f"input {buffer.name} stored as {buffer.dtype.value}, called with {dtype}")
+        raise ValueError(f"input {name} stored as {buffer.dtype.value}, called with {dtype}")
     if len(buffer.shape) != rank:
-        raise ValueError(f"input {buffer.name} stored with rank {len(buffer.shape)}, not {rank}")
-    if isinstance(extents, tuple) and tuple(buffer.shape) != tuple(L.Int(e) for e in extents):
-        raise ValueError(f"input {buffer.name} stored for another shape than {extents}")
+        raise ValueError(f"input {name} stored with rank {len(buffer.shape)}, not {rank}")
+    if isinstance(extents, tuple) and any(isinstance(d, L.Int) and d.value != e
+                                          for d, e in zip(buffer.shape, extents)):
+        raise ValueError(f"input {name} stored for another shape than {extents}")
 
 
 def _compile(defn: Definition, sizes, options: Options, backend: Backend, layouts) -> Compiled:
