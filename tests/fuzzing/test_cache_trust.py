@@ -253,3 +253,29 @@ def test_parents_are_created_private(tmp_path, monkeypatch, cache):
     for path in (nested, nested.parent, nested.parent.parent):
         assert stat.S_IMODE(path.stat().st_mode) == 0o700, path
 
+
+
+RACE = r'''
+import sys
+from pathlib import Path
+from tclang import diskcache
+print(diskcache.secret_key(Path(sys.argv[1])).hex())
+'''
+
+
+def test_racing_processes_agree_on_one_key(cache, tmp_path):
+    """Each creates its key aside and links it into place: the first wins, the others
+    read its key, and none reads a half-written one."""
+    cache.mkdir(mode=0o700)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    children = [subprocess.Popen([sys.executable, "-c", RACE, str(cache)], env=env, cwd=ROOT,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for _ in range(6)]
+    keys = []
+    for child in children:
+        out, err = child.communicate(timeout=120)
+        assert child.returncode == 0, err[-2000:]
+        keys.append(out.strip())
+    key_file = tmp_path / "config" / "cache.key"
+    assert set(keys) == {key_file.read_bytes().hex()}
+    assert [p.name for p in key_file.parent.iterdir()] == ["cache.key"]
