@@ -64,7 +64,7 @@ def cache_dir() -> Path:
         import platformdirs
         path = Path(platformdirs.user_cache_dir("tclang", appauthor=False))
     _make_private_dirs(path)
-    _require_private(path, "compile cache directory",
+    require_private(path, "compile cache directory",
                      "run `chmod 700` on it, or set TCLANG_CACHE_DIR to a private directory")
     return path
 
@@ -85,7 +85,7 @@ def _make_private_dirs(path: Path) -> None:
             pass
 
 
-def _require_private(path: Path, what: str, remedy: str) -> None:
+def require_private(path: Path, what: str, remedy: str) -> None:
     """Owned by this user and writable by no one else (mode & 0o022 == 0), or refused."""
     info = os.stat(path)
     if info.st_uid != os.getuid():

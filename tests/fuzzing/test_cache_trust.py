@@ -279,3 +279,20 @@ def test_racing_processes_agree_on_one_key(cache, tmp_path):
     key_file = tmp_path / "config" / "cache.key"
     assert set(keys) == {key_file.read_bytes().hex()}
     assert [p.name for p in key_file.parent.iterdir()] == ["cache.key"]
+
+
+def test_the_emulated_gpu_never_builds_in_a_directory_others_can_write(cache, tmp_path,
+                                                                        monkeypatch):
+    """With the cache refused, emulated-CUDA libraries (loaded into the process) went to
+    /tmp/tclang-cuda-emulation-<uid> whoever had made it; a planted one is now passed by."""
+    from backends.cuda.emulation import build
+    cache.mkdir(parents=True)
+    cache.chmod(0o777)
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    planted = tmp_path / f"tclang-cuda-emulation-{os.getuid()}"
+    planted.mkdir()
+    planted.chmod(0o777)
+    chosen = build.default_cache_dir()
+    assert chosen not in (planted, cache / "cuda-emulation")
+    info = os.stat(chosen)
+    assert info.st_uid == os.getuid() and stat.S_IMODE(info.st_mode) & 0o077 == 0
