@@ -200,6 +200,45 @@ def test_fuzzer_found_scheduler_blowup_is_gone():
     assert result.strategy == "preserve_parallel" and result.fallback is None
 
 
+# found by `tclang fuzz` (seed 0, program 612): the ILP ran past 30 s with unbounded
+# schedule coefficients (0.2 s with scheduler.MAX_COEFFICIENT)
+UNBOUNDED_COEFFICIENTS = """def f(bool(N) A, float(P, N, N) B) -> (float32(N, N, N, N) O1, O3, O4) {
+    T0(k, j) +=! B(i, j, j) where exists A(k);
+    O1(i, k, l, m) +=! tanh((((fma(T0(i, i), B(j, k, l), 0.25) * (A(i) ? 1.5 : -0.5)) < 1e30) ? (fma(T0(i, i), B(j, k, l), 0.25) * (A(i) ? 1.5 : -0.5)) : (-0.75))) where m in 0:N
+    T2(k, j) *=! (1.0 + 0.01 * tanh((A(N - 1 - j) ? (A(j) ? 1.5 : -0.5) : hypot((pow(fabs((A(N - 1 - j) ? 1.5 : -0.5)) + 1.0, 1.5) * ((((O1(j, j, j, N - 1 - j) < 1e30) != (i <= k)) ? 0.5 : (A(j) ? 1.5 : -0.5)) / (fabs(fabs((A(j) ? 1.5 : -0.5))) + 1.0))), B(i, j, k + l))))) where l in 0:2
+    O3(i, k) +=! min((((((A(N - 1 - k) && A(N - 1)) ? (((2*j - 4 >= 0 && 2*j - 4 < N) ? O1(2*j - 4, N - 1 - k, k, k) : 0.0) < 1e30) : true) ? (((k + i >= 0 && k + i <= N - 1 && !(k + 1 < 0 || k + 1 >= N)) ? O1(k + i, k, k, k + 1) : 1) < 1e30) : (T2(0, N - 1 - k) < 1e30)) ? (i == 1) : (T0(k, k) < 1e30)) ? T0(k, k) : double(k)), T0(i + j, k)) where j in 0:3
+    O4(l, k, i, j) = (fmax(fma(erf(((false ? false : (T0(l, i) < 1e30)) ? 2.0 : double(P))), T2(0, j), 0.25), double(int32(((k - j >= 0 && k - j <= N - 1) ? A(k - j) : false)))) * O1(i, j, k, l))
+}"""
+
+# found by `tclang fuzz` (seed 0, program 1072) with specialize=False: the lexmin of the
+# nearest-consumer proximity took 18 s with symbolic sizes (now under an operation limit)
+SYMBOLIC_LEXMIN = """def kernel(float(P, Q) A, float32(N, P, L) B) -> (O0, O1, O2) {
+    O0(i, k, l, j) = (((B(k, l, L - 1) * A(i, j)) < 1e30) ? float((k - 1)) : (B(k, l, L - 1) * A(i, j)))
+    O1(k) +=! tanh(x) where x = fma((((((!(P - k < 0 || P - k >= P) && i - j >= 0 && i - j < N && j + 2 >= 0 && j + 2 <= P - 1) ? O0(P - k, i - j, j + 2, j) : 0) - double(L)) * ((((!(2*k - 4 < 0 || 2*k - 4 >= N) && !(i - j < 0 || i - j >= P)) ? O0(i, 2*k - 4, i - j, j) : 0) < 1e30) ? float32(j) : 0.25)) * (fma(((!(k + j < 0 || k + j >= N) && 2*i - 1 >= 0 && 2*i - 1 <= P - 1 && k - j >= 0 && k - j < Q) ? O0(i, k + j, 2*i - 1, k - j) : 0), ((!(k - 1 < 0 || k - 1 >= N) && k - j >= 0 && k - j <= P - 1) ? O0(i, k - 1, k - j, j) : 0), 0.25) / (fabs(hypot(0.25, A(i, j))) + 1.0))), A(i, j), 0.25), k in 0:Q + 1
+    O2(i, m, n, k) *=! (1.0 + 0.01 * tanh(min(O0(l, m, n, k), A(j + i*3, k)))) where j in 0:1;
+}"""
+
+
+@pytest.mark.filterwarnings("ignore::tclang.errors.TCWarning")
+@pytest.mark.parametrize("source, sizes", [(UNBOUNDED_COEFFICIENTS, dict(N=3, P=2)),
+                                           (SYMBOLIC_LEXMIN, None)],
+                         ids=["coefficients", "symbolic-lexmin"])
+def test_fuzzer_found_scheduler_timeouts_are_gone(source, sizes):
+    """Both ran past the scheduler's time limit for every strategy (20 s and more, then
+    program order); now PPCG's options schedule them at once, legally (TCLANG_VERIFY)."""
+    defn = check_source(source).definitions[0]
+    result = schedule_definition(defn, sizes, tc.Options(), CPU)
+    assert result.strategy == "preserve_parallel" and result.fallback is None
+
+
+def test_the_nearest_consumer_proximity_gives_up_past_its_operation_limit(monkeypatch):
+    """Past LEXMIN_OPERATIONS the full proximity is kept, and scheduling goes on."""
+    monkeypatch.setattr(scheduler, "LEXMIN_OPERATIONS", 1)
+    defn = check_source(PROGRAMS["mlp2"][0]).definitions[0]
+    result = schedule_definition(defn, PROGRAMS["mlp2"][1], tc.Options(), CPU)
+    assert result.strategy == "preserve_parallel" and result.fallback is None
+
+
 def test_scheduler_operation_guard_falls_back(monkeypatch):
     """isl giving up in-process (here: an operation limit of 1, on a one-statement scop,
     the only kind scheduled in-process) ends at program order, not an error."""
