@@ -13,7 +13,7 @@ from polyhedral.pipeline import schedule_definition
 from tclang.frontend import check_source
 from tclang.target import Target
 
-from .loops import enclosing_loops, nest_of, top_level, uses
+from .loops import enclosing_loops, executed_instances, nest_of, top_level, uses
 
 CPU = Target("cpu", "threads", cores=4, vector_bytes=32)
 
@@ -211,6 +211,26 @@ def test_scheduler_operation_guard_falls_back(monkeypatch):
     mod = tc.define(PROGRAMS["matmul"][0], backend="reference")
     A, B = np.ones((3, 2), np.float32), np.ones((2, 4), np.float32)
     np.testing.assert_array_equal(mod.matmul(A, B), A @ B)
+
+
+@pytest.mark.parametrize("extents", [(2, 2, 2, 2), (3, 2, 2, 2), (2, 3, 1, 2)])
+def test_program_order_reduction_runs_every_instance_once(extents):
+    """With reductions in program order isl's scheduler linearizes a 2x2x2x2 reduction to
+    8j + 4k + 2l + m and adds j, k, l for full rank; isl's AST generator then ran only the
+    instances with l = 0 (fuzz program 262). The lowering drops the members after an
+    injective prefix: every instance runs once, in program order."""
+    defn = check_source("def f(float(J, K, L, M) A) -> (O) {"
+                        " O(n) +=! A(j, k, l, m) where n in 0:2 }").definitions[0]
+    sizes = dict(zip("JKLM", extents))
+    options = tc.Options(fusion="min", tile=(), reorder_reductions=False)
+    runs = executed_instances(schedule_definition(defn, sizes, options, CPU).kernel)
+    J, K, L_, M = extents
+    in_order = [(n, j, k, l, m) for n in range(2) for j in range(J) for k in range(K)
+                for l in range(L_) for m in range(M)]
+    assert sorted(runs["S0"]) == in_order
+    for n in range(2):  # each output's terms in program order
+        assert [r for r in runs["S0"] if r[0] == n] == in_order[n * J * K * L_ * M:
+                                                               (n + 1) * J * K * L_ * M]
 
 
 def test_gpu_mapping_runs_every_instance_once():
