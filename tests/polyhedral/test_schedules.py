@@ -233,6 +233,34 @@ def test_program_order_reduction_runs_every_instance_once(extents):
                                                                (n + 1) * J * K * L_ * M]
 
 
+def test_members_after_an_injective_prefix_are_dropped():
+    """Within one band too: after the linearized member nothing is left to order, while
+    an ordinary band keeps every member (the pass leaves it alone)."""
+    import islpy as isl
+    from polyhedral.lowering import drop_members_after_injective_prefix
+
+    def band_members(members: str) -> list[int]:
+        ctx = isl.Context()
+        tree = isl.Schedule.read_from_str(ctx, (
+            'domain: "{ S[j, k, l, m] : 0 <= j, k, l, m <= 1 }"\n'
+            f'child:\n  schedule: "[{members}]"\n  permutable: 1\n'))
+        found = []
+
+        def visit(node: isl.ScheduleNode) -> bool:
+            if node.get_type() == isl.schedule_node_type.band:
+                found.append(node.band_n_member())
+            return True
+
+        drop_members_after_injective_prefix(tree).get_root().foreach_descendant_top_down(visit)
+        return found
+
+    linearized = ", ".join(f"{{ S[j, k, l, m] -> [({e})] }}"
+                           for e in ("8j + 4k + 2l + m", "j", "k", "l"))
+    assert band_members(linearized) == [1]
+    plain = ", ".join(f"{{ S[j, k, l, m] -> [({e})] }}" for e in "jklm")
+    assert band_members(plain) == [4]
+
+
 def test_gpu_mapping_runs_every_instance_once():
     """The block and thread filters partition the domain: interpreting the GPU-mapped
     kernel (every CUDA thread a generator) gives NumPy's results, for block shapes that do
