@@ -13,7 +13,7 @@ from polyhedral.pipeline import schedule_definition
 from tclang.frontend import check_source
 from tclang.target import Target
 
-from .loops import enclosing_loops, nest_of, top_level, uses
+from .loops import enclosing_loops, executed_instances, nest_of, top_level, uses
 
 CPU = Target("cpu", "threads", cores=4, vector_bytes=32)
 
@@ -250,6 +250,54 @@ def test_scheduler_operation_guard_falls_back(monkeypatch):
     mod = tc.define(PROGRAMS["matmul"][0], backend="reference")
     A, B = np.ones((3, 2), np.float32), np.ones((2, 4), np.float32)
     np.testing.assert_array_equal(mod.matmul(A, B), A @ B)
+
+
+@pytest.mark.parametrize("extents", [(2, 2, 2, 2), (3, 2, 2, 2), (2, 3, 1, 2)])
+def test_program_order_reduction_runs_every_instance_once(extents):
+    """With reductions in program order isl's scheduler linearizes a 2x2x2x2 reduction to
+    8j + 4k + 2l + m and adds j, k, l for full rank; isl's AST generator then ran only the
+    instances with l = 0 (fuzz program 262). The lowering drops the members after an
+    injective prefix: every instance runs once, in program order."""
+    defn = check_source("def f(float(J, K, L, M) A) -> (O) {"
+                        " O(n) +=! A(j, k, l, m) where n in 0:2 }").definitions[0]
+    sizes = dict(zip("JKLM", extents))
+    options = tc.Options(fusion="min", tile=(), reorder_reductions=False)
+    runs = executed_instances(schedule_definition(defn, sizes, options, CPU).kernel)
+    J, K, L_, M = extents
+    in_order = [(n, j, k, l, m) for n in range(2) for j in range(J) for k in range(K)
+                for l in range(L_) for m in range(M)]
+    assert sorted(runs["S0"]) == in_order
+    for n in range(2):  # each output's terms in program order
+        assert [r for r in runs["S0"] if r[0] == n] == in_order[n * J * K * L_ * M:
+                                                               (n + 1) * J * K * L_ * M]
+
+
+def test_members_after_an_injective_prefix_are_dropped():
+    """Within one band too: after the linearized member nothing is left to order, while
+    an ordinary band keeps every member (the pass leaves it alone)."""
+    import islpy as isl
+    from polyhedral.lowering import drop_members_after_injective_prefix
+
+    def band_members(members: str) -> list[int]:
+        ctx = isl.Context()
+        tree = isl.Schedule.read_from_str(ctx, (
+            'domain: "{ S[j, k, l, m] : 0 <= j, k, l, m <= 1 }"\n'
+            f'child:\n  schedule: "[{members}]"\n  permutable: 1\n'))
+        found = []
+
+        def visit(node: isl.ScheduleNode) -> bool:
+            if node.get_type() == isl.schedule_node_type.band:
+                found.append(node.band_n_member())
+            return True
+
+        drop_members_after_injective_prefix(tree).get_root().foreach_descendant_top_down(visit)
+        return found
+
+    linearized = ", ".join(f"{{ S[j, k, l, m] -> [({e})] }}"
+                           for e in ("8j + 4k + 2l + m", "j", "k", "l"))
+    assert band_members(linearized) == [1]
+    plain = ", ".join(f"{{ S[j, k, l, m] -> [({e})] }}" for e in "jklm")
+    assert band_members(plain) == [4]
 
 
 def test_gpu_mapping_runs_every_instance_once():
