@@ -153,6 +153,7 @@ def fresh_scheduler():
     so that a test's patches reach the process it runs and go with it."""
     if scheduler._scheduler.pid is not None:
         scheduler._scheduler._stop()
+    scheduler._answers.clear()
     yield
     if scheduler._scheduler.pid is not None:
         scheduler._scheduler._stop()
@@ -237,6 +238,42 @@ def test_the_nearest_consumer_proximity_gives_up_past_its_operation_limit(monkey
     defn = check_source(PROGRAMS["mlp2"][0]).definitions[0]
     result = schedule_definition(defn, PROGRAMS["mlp2"][1], tc.Options(), CPU)
     assert result.strategy == "preserve_parallel" and result.fallback is None
+
+
+def test_one_scop_is_scheduled_once_for_every_target(monkeypatch, fresh_scheduler):
+    """The scheduling process's answer is kept: the CPU and the reference backend (and
+    manual options that keep the fusion) reuse it instead of asking isl again."""
+    from tclang.target import reference_target
+    asked, real = [], scheduler._ask
+    monkeypatch.setattr(scheduler, "_ask", lambda *a: asked.append(a[1]) or real(*a))
+    defn = check_source(PROGRAMS["mlp2"][0]).definitions[0]
+    sizes = dict(B=5, I=7, H=3, O=2)
+    for target, options in ((CPU, tc.Options()), (reference_target(), tc.Options()),
+                            (CPU, tc.Options(tile=4))):
+        result = schedule_definition(defn, sizes, options, target)
+        assert result.strategy == "preserve_parallel" and result.fallback is None
+    assert asked == ["preserve_parallel"]
+
+
+def test_fallbacks_share_the_time_limit(monkeypatch):
+    """A program that blows up under every strategy costs about the time limit in all:
+    the fallback gets what is left (at least FALLBACK_LIMIT), not a limit of its own."""
+    import types
+    readings = iter(range(0, 1000, 9))  # each clock reading 9 s after the last
+    monkeypatch.setattr(scheduler, "time", types.SimpleNamespace(
+        perf_counter=lambda: next(readings)))
+    limits = []
+
+    def timing_out(scop, deps, strategy, limit):
+        limits.append((strategy, limit))
+        raise scheduler._Failed(f"the scheduler ran past {limit:g} s")
+
+    monkeypatch.setattr(scheduler, "_in_worker", timing_out)
+    defn = check_source(PROGRAMS["mlp2"][0]).definitions[0]
+    result = schedule_definition(defn, dict(B=4, I=4, H=4, O=4), tc.Options(), CPU)
+    assert result.strategy == "original"
+    assert limits == [("preserve_parallel", scheduler.TIME_LIMIT),
+                      ("min", scheduler.FALLBACK_LIMIT)]
 
 
 def test_scheduler_operation_guard_falls_back(monkeypatch):
