@@ -65,7 +65,7 @@ class _Lowering:
 
         build, self._keep = build.set_before_each_for(before_for)
         self.promoting: dict[str, tuple] = {}  # kernel -> its shared tiles, while inside it
-        return build.node_from_schedule(schedule)
+        return build.node_from_schedule(drop_members_after_injective_prefix(schedule))
 
     # ---- AST -> loop IR ----
     def node(self, ast: isl.AstNode) -> L.Node:
@@ -197,6 +197,71 @@ class _Lowering:
         for arg in args[1:]:  # min and max are n-ary in isl
             result = L.Op(name, (result, arg))
         return result
+
+
+def drop_members_after_injective_prefix(schedule: isl.Schedule) -> isl.Schedule:
+    """The schedule without the band members that come after an injective prefix.
+
+    Once the outer schedule dimensions tell every instance apart, later members order
+    nothing: every loop they give is degenerate, so dropping them keeps the order. They
+    must go because isl's AST generator miscompiles some of them: when isl's scheduler
+    carries a reduction in program order (`reorder_reductions=False`) it linearizes the
+    indices into one dimension (`8j + 4k + 2l + m` over 2x2x2x2), then adds the members
+    `j, k, l` for full rank; from that tree isl's AST generator (islpy 2026.2) emits a
+    guard that runs only the instances with `l = 0` (fuzz program 262). Without the
+    redundant members it recovers every index from the linearized one correctly.
+    The trigger is a member that combines indices (the linearization): schedules
+    without one (nearly all) skip the injectivity tests, which would cost up to a
+    quarter of the AST stage."""
+    if not _combines_indices(schedule):
+        return schedule
+
+    def visit(node: isl.ScheduleNode) -> isl.ScheduleNode:
+        if node.get_type() != isl.schedule_node_type.band:
+            return node
+        needed = _members_needed(node)
+        if needed == 0:
+            return node.delete()
+        if needed < node.band_n_member():
+            return node.band_split(needed).child(0).delete().parent()
+        return node
+
+    return schedule.map_schedule_node_bottom_up(visit)
+
+
+def _combines_indices(schedule: isl.Schedule) -> bool:
+    """Whether some band member is a function of two or more indices of a statement."""
+    found = []
+
+    def piece(_: isl.Set, aff: isl.Aff) -> None:
+        used = sum(aff.involves_dims(isl.dim_type.in_, k, 1)
+                   for k in range(aff.dim(isl.dim_type.in_)))
+        if used > 1:
+            found.append(aff)
+
+    def visit(node: isl.ScheduleNode) -> bool:
+        if not found and node.get_type() == isl.schedule_node_type.band:
+            partial = node.band_get_partial_schedule()
+            for k in range(node.band_n_member()):
+                partial.get_at(k).foreach_pw_aff(lambda pa: pa.foreach_piece(piece))
+        return not found
+
+    schedule.get_root().foreach_descendant_top_down(visit)
+    return bool(found)
+
+
+def _members_needed(band: isl.ScheduleNode) -> int:
+    """How many leading members of `band`, after its prefix, tell its instances apart
+    (all of them when even the whole band does not)."""
+    domain = band.get_domain()
+    time = band.get_prefix_schedule_union_map().intersect_domain(domain)
+    partial = band.band_get_partial_schedule()
+    for needed in range(band.band_n_member()):
+        if time.is_injective():
+            return needed
+        member = isl.UnionMap.from_union_pw_aff(partial.get_at(needed))
+        time = time.flat_range_product(member.intersect_domain(domain))
+    return band.band_n_member()
 
 
 def _carries_nothing(schedule_map: isl.UnionMap, deps: isl.UnionMap) -> bool:

@@ -28,10 +28,13 @@ import islpy as isl
 
 from polyhedral.dependences import Dependences
 from polyhedral.scop import Scop
-from tclang.forked_server import ForkedServer, RequestFailed, ServerError
+from tclang.forked_server import ForkedServer, RequestFailed, ServerError, ServerTimeout
+from tclang.recent import Recent
 
-TIME_LIMIT = 10.0  # seconds for one scheduler run in a worker
+TIME_LIMIT = 10.0  # seconds for the scheduler runs of one compilation, in a worker
+FALLBACK_LIMIT = 2.0  # seconds at least for each fallback strategy
 MAX_OPERATIONS = 20_000_000  # in-process guard (isl's counter, reset before scheduling)
+LEXMIN_OPERATIONS = 200_000  # for the nearest-consumer proximity (see _nearest_proximity)
 
 
 @dataclass
@@ -42,7 +45,19 @@ class ScheduleResult:
     seconds: float
 
 
+MAX_COEFFICIENT = 8
+"""Bound on every schedule coefficient (isl's default: none). Found by the fuzzer: a
+5-statement program whose ILP ran past 30 s unbounded is scheduled in 0.2 s with it; every
+benchmark and example operator and the 179 multi-statement programs among fuzz programs
+200-399 (seed 0) get the same schedules with and without it (and 176 of 0-199 with 4) (skews by more than a few are never what a tensor
+program wants). isl's running time is not monotone in the bound: 4 made another program
+(HANGS in the tests) run past every limit where 2 and 8 did not. A bound on the constant
+shifts instead breaks epilogue fusion once sizes exceed it (the shift that places an
+epilogue after its reduction grows with the reduction's extent)."""
+
+
 def _set_options(ctx: isl.Context, fusion: str) -> None:
+    ctx.set_schedule_max_coefficient(MAX_COEFFICIENT)
     ctx.set_schedule_whole_component(0)
     ctx.set_schedule_maximize_band_depth(1)
     ctx.set_schedule_maximize_coincidence(0 if fusion == "max" else 1)
@@ -67,19 +82,37 @@ def _nearest_proximity(sc: isl.ScheduleConstraints) -> isl.ScheduleConstraints:
     the distance to the first consumer is what keeps a producer next to its consumers.
     Bounding the distance to every consumer made isl's ILP many times larger: conv2d's
     init -> update pairs range over all c, kh, kw (~100 ms -> ~10 ms, same schedule).
-    Computed here, in the guarded process, because a lexmin has its own costs."""
-    return sc.set_proximity(sc.get_proximity().lexmin().coalesce())
+    Computed here, in the guarded process, because a lexmin has its own costs: with
+    symbolic sizes it can split into a case per relation of the sizes (a 4-statement
+    generated program: 18 s, then an ILP over hundreds of pieces). Every benchmark and
+    example operator needs under 10,000 of isl's counted operations for it, so past
+    LEXMIN_OPERATIONS the full proximity is kept (0.1 s for that program)."""
+    ctx = sc.get_ctx()
+    ctx.reset_operations()
+    ctx.set_max_operations(LEXMIN_OPERATIONS)
+    try:
+        return sc.set_proximity(sc.get_proximity().lexmin().coalesce())
+    except isl.Error:
+        return sc
+    finally:
+        ctx.set_max_operations(0)
+        ctx.reset_operations()
 
 
 def compute_schedule(scop: Scop, deps: Dependences, fusion: str,
                      time_limit: float = TIME_LIMIT) -> ScheduleResult:
+    """The first strategy of the chain gets `time_limit`; the fallbacks share what is left
+    of it, at least FALLBACK_LIMIT each, so a program that blows up costs about
+    `time_limit` in all rather than `time_limit` per strategy."""
     start = time.perf_counter()
     chain = [fusion] + [f for f in ("min",) if f != fusion]
     reasons = []
-    for strategy in chain:
+    for step, strategy in enumerate(chain):
+        limit = time_limit if step == 0 else \
+            max(FALLBACK_LIMIT, time_limit - (time.perf_counter() - start))
         try:
             if scop.domain.n_set() > 1:
-                schedule = _in_worker(scop, deps, strategy, time_limit)
+                schedule = _in_worker(scop, deps, strategy, limit)
             else:
                 schedule = _in_process(scop, deps, strategy)
         except _Failed as failure:
@@ -99,10 +132,11 @@ class _Failed(Exception):
 def _in_process(scop: Scop, deps: Dependences, strategy: str) -> isl.Schedule:
     ctx = scop.ctx
     _set_options(ctx, strategy)
+    constraints = _nearest_proximity(_constraints(scop, deps))  # under its own limit
     ctx.reset_operations()
     ctx.set_max_operations(MAX_OPERATIONS)
     try:
-        return _nearest_proximity(_constraints(scop, deps)).compute_schedule()
+        return constraints.compute_schedule()
     except isl.Error as err:
         raise _Failed(f"isl gave up ({str(err).splitlines()[0][:120]})") from None
     finally:
@@ -125,15 +159,40 @@ def _schedule_text(request: tuple[str, str]) -> str:
 _scheduler = ForkedServer(_schedule_text, "scheduler")
 
 
+_answers = Recent(256)
+"""(constraints text, strategy) -> (status, schedule text or why not, time limit): the
+scheduling process's answers. One scop is scheduled again for every backend it is compiled
+for, for manual options that keep its fusion (tile sizes, unrolling: what tuning varies)
+and after a kernel's variant was evicted; isl's scheduler is deterministic, so its answer
+is kept, and so is running out of time (again for no longer a limit). A process that died
+is not an answer."""
+
+
 def _in_worker(scop: Scop, deps: Dependences, strategy: str, limit: float) -> isl.Schedule:
     """Run the scheduler in the scheduling process, given up after `limit` seconds."""
+    text = _constraints(scop, deps).to_str()
+    answer = _answers.get((text, strategy))
+    if answer is None or (answer[0] == "timeout" and answer[2] < limit):
+        try:
+            answer = _ask(text, strategy, limit)
+        except ServerError as failure:  # died, or could not be forked
+            raise _Failed(str(failure)) from None
+        _answers.put((text, strategy), answer)
+    status, payload, _ = answer
+    if status != "ok":
+        raise _Failed(payload)
+    return isl.Schedule.read_from_str(scop.ctx, payload)
+
+
+def _ask(text: str, strategy: str, limit: float) -> tuple[str, str, float]:
+    """(status, schedule text or why not, limit); ServerError (not an answer to keep) when
+    the process died or could not be forked."""
     try:
-        text = _scheduler.call((_constraints(scop, deps).to_str(), strategy), limit)
+        return "ok", _scheduler.call((text, strategy), limit), limit
+    except ServerTimeout as failure:
+        return "timeout", str(failure), limit
     except RequestFailed as failure:
-        raise _Failed(f"isl gave up ({str(failure)[:120]})") from None
-    except ServerError as failure:  # past the limit, died, or could not be forked
-        raise _Failed(str(failure)) from None
-    return isl.Schedule.read_from_str(scop.ctx, text)
+        return "error", f"isl gave up ({str(failure)[:120]})", limit
 
 
 def original_schedule(scop: Scop) -> isl.Schedule:

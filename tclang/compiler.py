@@ -169,7 +169,7 @@ def compile_definition(defn: Definition, sizes: dict[str, int] | None, options: 
     start = time.perf_counter()
     blobs = diskcache.load(digest, key)
     if blobs is not None:
-        restored = _restore(backend, blobs)
+        restored = _restore(backend, blobs, key)
         if restored is not None:
             compiled = Compiled(restored[0], restored[1], None,
                                 {"cache load": time.perf_counter() - start}, "disk")
@@ -187,16 +187,53 @@ def _remember(key: tuple, compiled: Compiled) -> None:
     _recent.put(key, compiled)
 
 
-def _restore(backend: Backend, blobs: dict[str, bytes]):
+def _restore(backend: Backend, blobs: dict[str, bytes], key: tuple):
+    """The cached kernel, or None after warning: an entry that authenticated can still be
+    unusable (written by a buggy or other tclang), and any failure here means rebuild,
+    never crash; the rebuilt entry then replaces it."""
     try:
         info = KernelInfo.from_json(blobs["info"])
+        _check_info(info, key)
         return info, backend.restore(blobs, info)
-    except (KeyError, ValueError, TypeError, TCCompileError) as err:
+    except Exception as err:
         import warnings
         from tclang.errors import TCWarning
-        warnings.warn(TCWarning(f"discarding an unusable compile cache entry ({err}); "
-                                "rebuilding it"), stacklevel=4)
+        warnings.warn(TCWarning(f"discarding an unusable compile cache entry "
+                                f"({type(err).__name__}: {err}); rebuilding it"),
+                      stacklevel=4)
         return None
+
+
+def _check_info(info: KernelInfo, key: tuple) -> None:
+    """ValueError unless the kernel summary agrees with the key (its name, and the rank,
+    dtype and, for a specialized kernel, shape of each input): the sizes in it decide how
+    much memory a call allocates and the kernel touches."""
+    parts = dict(key)
+    if info.name != parts["entry"]:
+        raise ValueError(f"kernel {info.name!r} stored for {parts['entry']!r}")
+    inputs = [b for b in info.buffers if b.kind == "input"]
+    if len(inputs) != len(parts["shapes"]):
+        raise ValueError(f"{len(inputs)} inputs stored for {len(parts['shapes'])}")
+    for buffer, shape in zip(inputs, parts["shapes"]):
+        _check_buffer(buffer, shape)
+    for buffer in info.buffers:
+        if any(isinstance(d, L.Int) and d.value < 0 for d in buffer.shape):
+            raise ValueError(f"buffer {buffer.name} has a negative extent")
+
+
+def _check_buffer(buffer: L.Buffer, shape: tuple) -> None:
+    """`shape` is the key's (extents, dtype, strides) of a specialized kernel's input or
+    (rank, dtype) of a shape-generic one's."""
+    extents, dtype = shape[0], shape[1]
+    rank = len(extents) if isinstance(extents, tuple) else extents
+    name = buffer.name
+    if np.dtype(dtype).newbyteorder("=") != np.dtype(buffer.dtype.numpy).newbyteorder("="):
+        raise ValueError(f"input {name} stored as {buffer.dtype.value}, called with {dtype}")
+    if len(buffer.shape) != rank:
+        raise ValueError(f"input {name} stored with rank {len(buffer.shape)}, not {rank}")
+    if isinstance(extents, tuple) and any(isinstance(d, L.Int) and d.value != e
+                                          for d, e in zip(buffer.shape, extents)):
+        raise ValueError(f"input {name} stored for another shape than {extents}")
 
 
 def _compile(defn: Definition, sizes, options: Options, backend: Backend, layouts) -> Compiled:

@@ -1,42 +1,170 @@
 """The on-disk compile cache: one file per compiled kernel, shared between processes.
 
-The directory is `TCLANG_CACHE_DIR` or the user cache directory (platformdirs), created
-private (0700). An entry is a small binary container: a magic line, a JSON header holding
-the full cache key and a SHA-256 per blob, then the blobs (object code, generated source,
-stage texts, the kernel summary). Writes go to a temporary file in the same directory,
-then `os.replace`: readers never see half an entry. A truncated, corrupted, unreadable or
-foreign entry (one written for another key) is detected, discarded with a `TCWarning`, and
-rebuilt; a full disk or read-only directory only costs a warning. Nothing is unpickled.
+An entry holds object code that is linked into the process and run, so whoever can write
+the cache can run code as the user. The cache therefore trusts nothing it reads:
+
+- The directory is `TCLANG_CACHE_DIR` or the user cache directory (platformdirs); the
+  directories tclang creates are private (0700). A directory not owned by the user, or
+  writable by group or others, is refused (like OpenSSH's StrictModes): a `TCWarning` says
+  so once and tclang runs without the disk cache. An entry file owned by someone else is
+  discarded.
+- Every entry is authenticated: an HMAC-SHA256, under a per-user secret key, over the
+  entry's file name and contents. The key lives outside the cache directory
+  (`TCLANG_CACHE_KEY_FILE`, default `cache.key` in the user config directory), is created
+  0600 on first use, and is refused like the directory when it is not private. The HMAC is
+  checked before anything in the entry is parsed, so an entry planted, copied from another
+  kernel's file or signed with another key is never parsed, let alone linked.
+- The container: a magic line, the HMAC, a JSON header holding the full cache key and
+  where each blob lies, then the blobs (object code, generated source, stage texts, the
+  kernel summary). Writes go to a temporary file in the same directory, then `os.replace`:
+  readers never see half an entry. A truncated, corrupted, unreadable, malformed or foreign
+  entry is discarded with a `TCWarning` and rebuilt (tclang.compiler also discards one its
+  backend cannot load); a full disk or read-only directory only costs a warning. Nothing
+  is unpickled.
+- The directory is kept under `TCLANG_CACHE_MAX_BYTES` (default 512 MiB): after each store
+  the least recently used entries (a hit touches an entry's mtime) are evicted, and
+  temporary files left by killed writers for over an hour are swept.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import os
+import secrets
+import stat
 import struct
 import tempfile
+import time
 import warnings
 from pathlib import Path
 
 from tclang.errors import TCWarning
 
-MAGIC = b"TCLANG-CACHE-1\n"
+MAGIC = b"TCLANG-CACHE-2\n"
+TAG_BYTES = 32  # HMAC-SHA256
+KEY_BYTES = 32
+DEFAULT_MAX_BYTES = 512 * 1024 * 1024
+STALE_TEMP_SECONDS = 3600
+
+_warned: set[str] = set()  # refusals already reported in this process
+
+
+class UntrustedCache(OSError):
+    """The cache directory or key file could be written by someone else: not used."""
 
 
 def cache_dir() -> Path:
+    """The cache directory, created private; UntrustedCache when others could write it."""
     configured = os.environ.get("TCLANG_CACHE_DIR")
     if configured:
         path = Path(configured)
     else:
         import platformdirs
         path = Path(platformdirs.user_cache_dir("tclang", appauthor=False))
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _make_private_dirs(path)
+    require_private(path, "compile cache directory",
+                     "run `chmod 700` on it, or set TCLANG_CACHE_DIR to a private directory")
     return path
 
 
-def entry_path(digest: str) -> Path:
-    return cache_dir() / f"{digest}.tck"
+def _make_private_dirs(path: Path) -> None:
+    """Create `path` and its missing parents, each 0700 (Path.mkdir would give the parents
+    the umask's mode)."""
+    missing = []
+    while not path.exists():
+        missing.append(path)
+        if path.parent == path:
+            break
+        path = path.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
+
+
+def require_private(path: Path, what: str, remedy: str) -> None:
+    """Owned by this user and writable by no one else (mode & 0o022 == 0), or refused."""
+    info = os.stat(path)
+    if info.st_uid != os.getuid():
+        raise UntrustedCache(f"the {what} {path} is owned by another user (uid "
+                             f"{info.st_uid}); {remedy}")
+    if info.st_mode & 0o022:
+        raise UntrustedCache(f"the {what} {path} is writable by group or others (mode "
+                             f"{stat.S_IMODE(info.st_mode):o}); {remedy}")
+
+
+def key_path() -> Path:
+    configured = os.environ.get("TCLANG_CACHE_KEY_FILE")
+    if configured:
+        return Path(configured)
+    import platformdirs
+    return Path(platformdirs.user_config_dir("tclang", appauthor=False)) / "cache.key"
+
+
+def secret_key(directory: Path) -> bytes:
+    """This user's cache key, created on first use; UntrustedCache when it is not private
+    or lies inside the cache directory (whoever writes the cache would know it)."""
+    path = key_path()
+    remedy = "set TCLANG_CACHE_KEY_FILE to a private file outside the cache directory"
+    if path.resolve().is_relative_to(directory.resolve()):
+        raise UntrustedCache(f"the compile cache key file {path} is inside the cache "
+                             f"directory; {remedy}")
+    _make_private_dirs(path.parent)
+    if not path.exists():
+        _create_key(path)
+    return _read_key(path, remedy)
+
+
+def _create_key(path: Path) -> None:
+    """Write a fresh key to a temporary file and link it into place: the link fails if a
+    racing process created the key first (then its key is used), and no reader ever sees
+    a half-written key."""
+    fd, temp = tempfile.mkstemp(prefix=".cache.key.", dir=path.parent)  # mode 0600
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(secrets.token_bytes(KEY_BYTES))
+            f.flush()
+            os.fsync(f.fileno())
+        os.link(temp, path)
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(temp)
+
+
+def _read_key(path: Path, remedy: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if info.st_uid != os.getuid() or info.st_mode & 0o077:
+            raise UntrustedCache(f"the compile cache key file {path} is not private to "
+                                 f"this user (uid {info.st_uid}, mode "
+                                 f"{stat.S_IMODE(info.st_mode):o}); {remedy}")
+        key = f.read(KEY_BYTES + 1)
+    if len(key) != KEY_BYTES:
+        raise UntrustedCache(f"the compile cache key file {path} is not a tclang key; "
+                             f"delete it (a new one is made) or {remedy}")
+    return key
+
+
+def _trusted() -> tuple[Path, bytes] | None:
+    """(directory, key), or None after warning (once per problem) that the disk cache is
+    off; OSError when there is no usable directory."""
+    try:
+        directory = cache_dir()
+        return directory, secret_key(directory)
+    except UntrustedCache as err:
+        _warn_once(f"{err}; running without the disk compile cache")
+        return None
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        warnings.warn(TCWarning(message), stacklevel=5)
 
 
 def enabled() -> bool:
@@ -48,69 +176,105 @@ def load(digest: str, key: tuple) -> dict[str, bytes] | None:
     if not enabled():
         return None
     try:
-        path = entry_path(digest)
+        trusted = _trusted()
     except OSError:
         return None  # no usable cache directory: storing will say so
+    if trusted is None:
+        return None
+    directory, secret = trusted
+    path = directory / f"{digest}.tck"
     try:
-        data = path.read_bytes()
+        data = _read_own_file(path)
     except FileNotFoundError:
         return None
     except OSError as err:
-        _discard(path, f"unreadable ({err.strerror})")
+        _discard(path, f"unreadable ({err.strerror or err})")
         return None
-    problem, blobs = _parse(data, key)
+    problem, blobs = _parse(data, digest, key, secret)
     if problem is not None:
         _discard(path, problem)
         return None
+    _touch(path)
     return blobs
 
 
-def _parse(data: bytes, key: tuple) -> tuple[str | None, dict[str, bytes]]:
-    if not data.startswith(MAGIC):
-        return "not a tclang cache entry", {}
-    offset = len(MAGIC)
-    if len(data) < offset + 8:
-        return "truncated", {}
-    (header_len,) = struct.unpack_from("<Q", data, offset)
-    offset += 8
-    if len(data) < offset + header_len:
-        return "truncated", {}
+def _read_own_file(path: Path) -> bytes:
+    """The file's contents; PermissionError when another user owns it (they could have
+    written anything there)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as f:
+        owner = os.fstat(f.fileno()).st_uid
+        if owner != os.getuid():
+            raise PermissionError(0, f"owned by another user, uid {owner}")
+        return f.read()
+
+
+def _touch(path: Path) -> None:
+    """Mark the entry as used now: eviction removes the least recently used first."""
     try:
-        header = json.loads(data[offset:offset + header_len].decode())
+        os.utime(path)
+    except OSError:
+        pass
+
+
+def _tag(secret: bytes, digest: str, body: bytes) -> bytes:
+    """The entry's HMAC: over its file name too, so an entry copied over another kernel's
+    file does not authenticate."""
+    return hmac.new(secret, digest.encode() + b"\n" + body, hashlib.sha256).digest()
+
+
+def _parse(data: bytes, digest: str, key: tuple,
+           secret: bytes) -> tuple[str | None, dict[str, bytes]]:
+    if not data.startswith(MAGIC):
+        return "not a tclang cache entry (or an older format)", {}
+    tag, body = data[len(MAGIC):len(MAGIC) + TAG_BYTES], data[len(MAGIC) + TAG_BYTES:]
+    if not hmac.compare_digest(tag, _tag(secret, digest, body)):
+        return "not authenticated by this user's cache key (tampered, copied or damaged)", {}
+    if len(body) < 8:
+        return "truncated", {}
+    (header_len,) = struct.unpack_from("<Q", body)
+    try:
+        header = json.loads(body[8:8 + header_len].decode())
     except (UnicodeDecodeError, json.JSONDecodeError):
         return "corrupted header", {}
-    offset += header_len
+    if not isinstance(header, dict) or not _is_blob_table(header.get("blobs")):
+        return "malformed header", {}
     if header.get("key") != repr(key):
         return "written for another kernel (foreign entry)", {}
-    blobs = {}
-    for name, (start, length, digest) in header.get("blobs", {}).items():
-        piece = data[offset + start:offset + start + length]
-        if len(piece) != length:
-            return "truncated", {}
-        if hashlib.sha256(piece).hexdigest() != digest:
-            return "corrupted contents", {}
-        blobs[name] = piece
+    table = header["blobs"]
+    contents = body[8 + header_len:]
+    blobs = {name: contents[start:start + length] for name, (start, length) in table.items()}
+    if any(len(blobs[name]) != length for name, (_, length) in table.items()):
+        return "truncated", {}
     return None, blobs
 
 
+def _is_blob_table(table) -> bool:
+    """{name: [start, length]} with non-negative integers."""
+    return isinstance(table, dict) and all(
+        isinstance(place, list) and len(place) == 2
+        and all(type(n) is int and n >= 0 for n in place) for place in table.values())
+
+
 def store(digest: str, key: tuple, blobs: dict[str, bytes]) -> None:
-    """Write an entry atomically; failures (disk full, read-only) only warn."""
+    """Write an entry atomically, then evict down to the size cap; failures (disk full,
+    read-only) only warn."""
     if not enabled():
         return
-    header, body, position = {"key": repr(key), "blobs": {}}, [], 0
-    for name, blob in blobs.items():
-        header["blobs"][name] = (position, len(blob), hashlib.sha256(blob).hexdigest())
-        body.append(blob)
-        position += len(blob)
-    head = json.dumps(header).encode()
-    payload = MAGIC + struct.pack("<Q", len(head)) + head + b"".join(body)
     temp = None
     try:
-        directory = cache_dir()
+        trusted = _trusted()
+        if trusted is None:
+            return
+        directory, secret = trusted
+        body = _body(key, blobs)
+        payload = MAGIC + _tag(secret, digest, body) + body
         fd, temp = tempfile.mkstemp(prefix=f".{digest}.", suffix=".tmp", dir=directory)
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
         os.replace(temp, directory / f"{digest}.tck")
+        temp = None
+        evict(directory, max_bytes())
     except OSError as err:
         if temp is not None:
             try:
@@ -122,10 +286,63 @@ def store(digest: str, key: tuple, blobs: dict[str, bytes]) -> None:
                                 "process will compile it again"), stacklevel=4)
 
 
-def _discard(path: Path, problem: str) -> None:
-    warnings.warn(TCWarning(f"discarding compile cache entry {path.name}: {problem}; "
-                            "rebuilding it"), stacklevel=5)
+def _body(key: tuple, blobs: dict[str, bytes]) -> bytes:
+    table, position = {}, 0
+    for name, blob in blobs.items():
+        table[name] = [position, len(blob)]
+        position += len(blob)
+    head = json.dumps({"key": repr(key), "blobs": table}).encode()
+    return struct.pack("<Q", len(head)) + head + b"".join(blobs.values())
+
+
+def max_bytes() -> int:
+    """TCLANG_CACHE_MAX_BYTES, or the default (with a warning) when it is not a
+    non-negative integer."""
+    configured = os.environ.get("TCLANG_CACHE_MAX_BYTES", "").strip()
+    if not configured:
+        return DEFAULT_MAX_BYTES
+    try:
+        value = int(configured)
+    except ValueError:
+        value = -1
+    if value < 0:
+        _warn_once(f"TCLANG_CACHE_MAX_BYTES={configured!r} is not a non-negative number of "
+                   f"bytes; using the default {DEFAULT_MAX_BYTES}")
+        return DEFAULT_MAX_BYTES
+    return value
+
+
+def evict(directory: Path, limit: int) -> None:
+    """Remove the least recently used entries until the directory's entries total at most
+    `limit` bytes, and temporary files older than STALE_TEMP_SECONDS (their writer was
+    killed)."""
+    now, entries = time.time(), []
+    for path in directory.iterdir():
+        try:
+            info = path.lstat()
+        except OSError:
+            continue  # removed meanwhile by another process
+        if path.name.endswith(".tmp") and now - info.st_mtime > STALE_TEMP_SECONDS:
+            _unlink(path)
+        elif path.suffix == ".tck" and stat.S_ISREG(info.st_mode):
+            entries.append((info.st_mtime, info.st_size, path))
+    total = sum(size for _, size, _ in entries)
+    for _, size, path in sorted(entries, key=lambda e: e[0]):
+        if total <= limit:
+            break
+        _unlink(path)
+        total -= size
+
+
+def _unlink(path: Path) -> None:
     try:
         path.unlink()
     except OSError:
         pass
+
+
+def _discard(path: Path, problem: str) -> None:
+    warnings.warn(TCWarning(f"discarding compile cache entry {path.name}: {problem}; "
+                            "rebuilding it"), stacklevel=5)
+    _unlink(path)
+

@@ -28,11 +28,16 @@ import os
 import signal
 import threading
 import time
+import weakref
 from typing import Any, Callable
 
 
 class ServerError(Exception):
     """The request got no answer; the message says why."""
+
+
+class ServerTimeout(ServerError):
+    """The request ran past its time limit (the helper was killed)."""
 
 
 class ServerUnavailable(ServerError):
@@ -47,6 +52,15 @@ class RequestFailed(ServerError):
         self.kind, self.message = kind, message
 
 
+_servers: weakref.WeakSet = weakref.WeakSet()
+
+
+def helper_pids() -> list[int]:
+    """The helper processes running now (tclang fuzz adds their peak memory to its
+    worker's: a program's LLVM and isl work happens in them)."""
+    return [server.pid for server in list(_servers) if server.pid is not None]
+
+
 class ForkedServer:
     """`call(request)` runs `handler(request)` in the helper process and returns its result.
     Requests and results go through a pipe (pickled). Meant for module-level instances: each
@@ -58,6 +72,7 @@ class ForkedServer:
         self.lock = threading.Lock()  # one request at a time; compilations may be threaded
         self.pid = self.conn = None
         self.served = 0
+        _servers.add(self)
         self.requests = itertools.count()
         os.register_at_fork(after_in_child=self._forget)
 
@@ -91,7 +106,7 @@ class ForkedServer:
         while True:
             wait = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not self.conn.poll(wait):
-                raise ServerError(f"the {self.name} ran past {limit:g} s")
+                raise ServerTimeout(f"the {self.name} ran past {limit:g} s")
             answer, status, payload = self.conn.recv()
             if answer == request_id:
                 return status, payload

@@ -25,6 +25,7 @@ import contextlib
 import ctypes
 import functools
 import os
+import struct
 import sys
 import tempfile
 import threading
@@ -194,6 +195,7 @@ class LoadedCode:
 
     def __init__(self, object_code: bytes, symbol: str):
         global _live_engines
+        check_object(object_code)
         with _lock:
             engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""),
                                                 _new_target_machine())
@@ -216,6 +218,35 @@ def _dispose(engine) -> None:
 def live_engines() -> int:
     """How many engines hold loaded code now (for tests and memory diagnostics)."""
     return _live_engines
+
+
+def check_object(object_code: bytes) -> None:
+    """TCCompileError unless `object_code` looks like an object this host's target machine
+    emits: LLVM trusts the headers it is given and can crash the process on anything else
+    (object code comes back from the disk cache)."""
+    reference = _reference_object()
+    if reference[:4] != b"\x7fELF":  # not an ELF host: the leading header fields only
+        if object_code[:16] != reference[:16]:
+            raise TCCompileError("the object code is not for this machine")
+        return
+    if len(object_code) < 64 or object_code[:4] != b"\x7fELF":
+        raise TCCompileError("the object code is not an ELF object")
+    # class, byte order, version; then type (relocatable) and machine
+    if object_code[4:7] != reference[4:7] or object_code[16:20] != reference[16:20]:
+        raise TCCompileError("the object code is an ELF object for another machine")
+    if reference[4] != 2:  # ELF32: the class and machine checks are enough
+        return
+    order = "<" if reference[5] == 1 else ">"
+    section_table, entry_size, count = struct.unpack_from(order + "Q10xHH", object_code, 40)
+    if entry_size != 64 or section_table + entry_size * count > len(object_code):
+        raise TCCompileError("the object code's section table lies outside it")
+
+
+@functools.lru_cache(maxsize=1)
+def _reference_object() -> bytes:
+    """The object code of an empty module: the header every object for this host has."""
+    with _lock:
+        return target_machine().emit_object(llvm.parse_assembly(""))
 
 
 def prototype(n_buffers: int):

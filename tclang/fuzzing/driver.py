@@ -260,11 +260,21 @@ def _serve(conn) -> None:
 
 
 def _peak_rss_mb() -> float:
-    """This process's peak resident memory, or its children's (the scheduling process)
-    if larger; Linux reports kilobytes."""
+    """The largest peak resident memory of this process, its finished children and its
+    live helper processes (the scheduler and the LLVM optimizer: tclang.forked_server);
+    Linux reports kilobytes."""
     import resource
-    return max(resource.getrusage(who).ru_maxrss
-               for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) / 1024
+    from tclang.forked_server import helper_pids
+    peaks = [resource.getrusage(who).ru_maxrss / 1024
+             for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    for pid in helper_pids():
+        try:
+            with open(f"/proc/{pid}/status") as status:
+                peaks += [int(line.split()[1]) / 1024 for line in status
+                          if line.startswith("VmHWM:")]
+        except OSError:
+            pass  # it has just ended (counted with the finished children) or no /proc
+    return max(peaks)
 
 
 # ---- source fuzzing -----------------------------------------------------------------------

@@ -79,6 +79,7 @@ def test_masked_arrays_are_refused_in_and_out():
         kernel(a.data, out=np.ma.masked_array(np.empty(4, np.float32)))
 
 
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
 def test_matrix_inputs_are_taken_as_plain_arrays():
     mm = "def t(float(M,N) A) -> (B) {\n  B(j, i) = A(i, j)\n}"
     a = np.matrix(np.arange(6, dtype=np.float32).reshape(2, 3))

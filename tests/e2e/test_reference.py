@@ -169,3 +169,32 @@ def test_fortran_inputs_are_copies():
     for a, b in zip(c_inputs, f_inputs):
         np.testing.assert_array_equal(a, b)
         assert b.flags.f_contiguous
+
+
+PROGRAM_ORDER = tclang.Options(fusion="min", tile=(), reorder_reductions=False)
+
+
+@pytest.mark.parametrize("L", [2, 3])
+def test_program_order_reduction_over_a_where_range_and_a_where_local(L: int):
+    """Fuzz program 262: a reduction in program order over j (a where range), k, l and m,
+    all of extent 2, whose where-local x reads B(i + j, k). isl linearizes the reduction to
+    8j + 4k + 2l + m and its AST generator then ran only the instances with l = 0, so the
+    fuzzer's oracle (this very schedule) returned about half the sum."""
+    source = """
+def f(float(M) A, int32(L, M) B, float(L, M) W) -> (O) {
+    O(i, n) +=! (x / (fabs(W(l, m)) + 1.0)) where j in 0:2, n in 0:L + 1,
+        x = (A(k) / (fabs(float32(B(i + j, k))) + 1.0))
+}
+"""
+    M = 2
+    rng = np.random.default_rng(262)
+    A = rng.uniform(0.5, 1.5, M).astype(np.float32)
+    B = rng.integers(-3, 4, (L, M)).astype(np.int32)
+    W = rng.uniform(-2.0, 2.0, (L, M)).astype(np.float32)
+    x = np.stack([A / (np.abs(B[i:i + 2].astype(np.float32)) + 1.0)
+                  for i in range(L - 1)])  # (i, j, k)
+    total = x.sum(axis=(1, 2)) * (1.0 / (np.abs(W) + 1.0)).sum()
+    expected = np.repeat(total[:, None], L + 1, axis=1)
+    for options in (PROGRAM_ORDER, None):
+        got = tclang.define(source, backend="reference", options=options).f(A, B, W)
+        np.testing.assert_allclose(got, expected, rtol=1e-5)

@@ -86,3 +86,16 @@ REGRESSIONS.append((
     "22 vectorized the k loop's llvm.minnum reduction with a NaN check whose no-NaN path "
     "left the loop after one vector step, skipping k = 5..7. Reductions now use "
     "llvm.minimumnum/maximumnum (same NaN rule), which vectorize without that check"))
+
+REGRESSIONS.append((
+    "def fuzz(float(M) A, int32(L, M) B, int32(L, M, L, M) C) -> (O0, O1, O2) {\n"
+    "    O0(j, i) max=! C(j, i, j, i)\n"
+    "    O1(j, i) +=! ((O0(i, j) < 1e30) ? 0 : 0);\n"
+    "    O2(i, n) +=! (x / (fabs(O1(l, m)) + 1.0)) where j in 0:2, n in 0:L + 1, "
+    "x = (A(k) / (fabs(float32(B(i + j, k))) + 1.0))\n}\n", "fuzz", {"L": 2, "M": 2},
+    "FIXED isl-ast-drops-degenerate-instances (found by `tclang fuzz --seed 0`, program "
+    "262): every configuration disagreed with the oracle on O2 (here 0.0753 instead of "
+    "0.0377 at seed 0); the oracle was wrong. Under reorder_reductions=False isl's "
+    "scheduler linearized the reduction to 8j + 4k + 2l + m and added the members j, k, l; "
+    "from that tree isl's AST generator ran only the instances with l = 0. The lowering "
+    "now drops the band members after an injective prefix (polyhedral/lowering.py)"))

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tclang.diskcache import MAGIC
+from tclang.diskcache import MAGIC, TAG_BYTES
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = r'''
@@ -87,8 +87,9 @@ def entries(cache: Path) -> dict[str, Path]:
     found = {}
     for path in cache.glob("*.tck"):
         data = path.read_bytes()
-        (length,) = struct.unpack_from("<Q", data, len(MAGIC))
-        key = json.loads(data[len(MAGIC) + 8:len(MAGIC) + 8 + length])["key"]
+        start = len(MAGIC) + TAG_BYTES
+        (length,) = struct.unpack_from("<Q", data, start)
+        key = json.loads(data[start + 8:start + 8 + length])["key"]
         name = next(k for k in KERNELS if f"'{k}'" in key)
         found[name] = path
     return found
@@ -117,7 +118,7 @@ def test_concurrent_processes_and_damaged_entries(tmp_path):
     data = found["mm"].read_bytes()
     found["mm"].write_bytes(data[:len(data) // 2])                 # truncated
     found["softmax"].write_bytes(b"\0" * len(found["softmax"].read_bytes()))  # zeroed
-    bad = {"mm": "truncated", "softmax": "not a tclang cache entry"}
+    bad = {"mm": "not authenticated", "softmax": "not a tclang cache entry"}
     second = run_children(cache)
     for name, problem in bad.items():
         assert any(problem in w and found[name].name in w for r in second
@@ -132,7 +133,7 @@ def test_concurrent_processes_and_damaged_entries(tmp_path):
     how = make_unreadable(found["softmax"])                        # unreadable
     third = run_children(cache)
     warnings = [w for r in third for w in r["warnings"]]
-    assert any("another kernel" in w and found["mm"].name in w for w in warnings), warnings
+    assert any("not authenticated" in w and found["mm"].name in w for w in warnings), warnings
     assert any("unreadable" in w and found["softmax"].name in w for w in warnings), warnings
     if how == "directory":  # nothing could replace it: the writers warned instead
         assert any("could not write" in w for w in warnings), warnings

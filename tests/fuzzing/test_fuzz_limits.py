@@ -39,3 +39,22 @@ def test_shape_generic_code_is_in_the_default_mix():
     defn = check_source("def f(float(N) A) -> (B) { B(i) = A(i) }")["f"]
     configs = default_configs(defn, random.Random(0), ("cpu", "reference"))
     assert ("cpu", tclang.Options(specialize=False)) in configs
+
+
+def test_peak_memory_counts_the_live_helper_processes(monkeypatch):
+    """The LLVM optimizer and the scheduler are helper processes (tclang.forked_server):
+    a program's memory spent there counts against --program-memory-mb too."""
+    import subprocess
+    import sys
+    from tclang import forked_server
+    from tclang.fuzzing import driver
+    helper = subprocess.Popen([sys.executable, "-c", "x = bytearray(400 * 2**20); "
+                               "print(1, flush=True); import time; time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        helper.stdout.readline()  # its memory is touched
+        monkeypatch.setattr(forked_server, "helper_pids", lambda: [helper.pid])
+        assert driver._peak_rss_mb() >= 400
+    finally:
+        helper.kill()
+        helper.wait()

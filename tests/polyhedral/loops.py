@@ -36,3 +36,30 @@ def nest_of(kernel: L.Kernel, statement: str):
 
 def uses(e: L.IExpr, var: str) -> bool:
     return var in L.variables(e)
+
+
+def executed_instances(kernel: L.Kernel) -> dict[str, list[tuple[int, ...]]]:
+    """Every statement instance a specialized kernel runs, in order, found by walking its
+    loops (loop variables only: the sizes are numbers in a specialized kernel)."""
+    found: dict[str, list[tuple[int, ...]]] = {}
+
+    def walk(node, env):
+        match node:
+            case L.Run(statement=s, indices=args):
+                found.setdefault(s, []).append(tuple(L.evaluate(a, env) for a in args))
+            case L.For(var=v, lo=lo, hi=hi, step=step, body=b):
+                for value in range(L.evaluate(lo, env), L.evaluate(hi, env), step):
+                    walk(b, {**env, v: value})
+            case L.If(cond=c, then=t, other=o):
+                if L.evaluate(c, env):
+                    walk(t, env)
+                elif o is not None:
+                    walk(o, env)
+            case L.Block(body=items):
+                for item in items:
+                    walk(item, env)
+            case L.Launch():
+                raise ValueError("executed_instances walks CPU kernels only")
+
+    walk(kernel.body, {})
+    return found

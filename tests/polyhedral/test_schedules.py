@@ -13,7 +13,7 @@ from polyhedral.pipeline import schedule_definition
 from tclang.frontend import check_source
 from tclang.target import Target
 
-from .loops import enclosing_loops, nest_of, top_level, uses
+from .loops import enclosing_loops, executed_instances, nest_of, top_level, uses
 
 CPU = Target("cpu", "threads", cores=4, vector_bytes=32)
 
@@ -153,6 +153,7 @@ def fresh_scheduler():
     so that a test's patches reach the process it runs and go with it."""
     if scheduler._scheduler.pid is not None:
         scheduler._scheduler._stop()
+    scheduler._answers.clear()
     yield
     if scheduler._scheduler.pid is not None:
         scheduler._scheduler._stop()
@@ -200,6 +201,81 @@ def test_fuzzer_found_scheduler_blowup_is_gone():
     assert result.strategy == "preserve_parallel" and result.fallback is None
 
 
+# found by `tclang fuzz` (seed 0, program 612): the ILP ran past 30 s with unbounded
+# schedule coefficients (0.2 s with scheduler.MAX_COEFFICIENT)
+UNBOUNDED_COEFFICIENTS = """def f(bool(N) A, float(P, N, N) B) -> (float32(N, N, N, N) O1, O3, O4) {
+    T0(k, j) +=! B(i, j, j) where exists A(k);
+    O1(i, k, l, m) +=! tanh((((fma(T0(i, i), B(j, k, l), 0.25) * (A(i) ? 1.5 : -0.5)) < 1e30) ? (fma(T0(i, i), B(j, k, l), 0.25) * (A(i) ? 1.5 : -0.5)) : (-0.75))) where m in 0:N
+    T2(k, j) *=! (1.0 + 0.01 * tanh((A(N - 1 - j) ? (A(j) ? 1.5 : -0.5) : hypot((pow(fabs((A(N - 1 - j) ? 1.5 : -0.5)) + 1.0, 1.5) * ((((O1(j, j, j, N - 1 - j) < 1e30) != (i <= k)) ? 0.5 : (A(j) ? 1.5 : -0.5)) / (fabs(fabs((A(j) ? 1.5 : -0.5))) + 1.0))), B(i, j, k + l))))) where l in 0:2
+    O3(i, k) +=! min((((((A(N - 1 - k) && A(N - 1)) ? (((2*j - 4 >= 0 && 2*j - 4 < N) ? O1(2*j - 4, N - 1 - k, k, k) : 0.0) < 1e30) : true) ? (((k + i >= 0 && k + i <= N - 1 && !(k + 1 < 0 || k + 1 >= N)) ? O1(k + i, k, k, k + 1) : 1) < 1e30) : (T2(0, N - 1 - k) < 1e30)) ? (i == 1) : (T0(k, k) < 1e30)) ? T0(k, k) : double(k)), T0(i + j, k)) where j in 0:3
+    O4(l, k, i, j) = (fmax(fma(erf(((false ? false : (T0(l, i) < 1e30)) ? 2.0 : double(P))), T2(0, j), 0.25), double(int32(((k - j >= 0 && k - j <= N - 1) ? A(k - j) : false)))) * O1(i, j, k, l))
+}"""
+
+# found by `tclang fuzz` (seed 0, program 1072) with specialize=False: the lexmin of the
+# nearest-consumer proximity took 18 s with symbolic sizes (now under an operation limit)
+SYMBOLIC_LEXMIN = """def kernel(float(P, Q) A, float32(N, P, L) B) -> (O0, O1, O2) {
+    O0(i, k, l, j) = (((B(k, l, L - 1) * A(i, j)) < 1e30) ? float((k - 1)) : (B(k, l, L - 1) * A(i, j)))
+    O1(k) +=! tanh(x) where x = fma((((((!(P - k < 0 || P - k >= P) && i - j >= 0 && i - j < N && j + 2 >= 0 && j + 2 <= P - 1) ? O0(P - k, i - j, j + 2, j) : 0) - double(L)) * ((((!(2*k - 4 < 0 || 2*k - 4 >= N) && !(i - j < 0 || i - j >= P)) ? O0(i, 2*k - 4, i - j, j) : 0) < 1e30) ? float32(j) : 0.25)) * (fma(((!(k + j < 0 || k + j >= N) && 2*i - 1 >= 0 && 2*i - 1 <= P - 1 && k - j >= 0 && k - j < Q) ? O0(i, k + j, 2*i - 1, k - j) : 0), ((!(k - 1 < 0 || k - 1 >= N) && k - j >= 0 && k - j <= P - 1) ? O0(i, k - 1, k - j, j) : 0), 0.25) / (fabs(hypot(0.25, A(i, j))) + 1.0))), A(i, j), 0.25), k in 0:Q + 1
+    O2(i, m, n, k) *=! (1.0 + 0.01 * tanh(min(O0(l, m, n, k), A(j + i*3, k)))) where j in 0:1;
+}"""
+
+
+@pytest.mark.filterwarnings("ignore::tclang.errors.TCWarning")
+@pytest.mark.parametrize("source, sizes", [(UNBOUNDED_COEFFICIENTS, dict(N=3, P=2)),
+                                           (SYMBOLIC_LEXMIN, None)],
+                         ids=["coefficients", "symbolic-lexmin"])
+def test_fuzzer_found_scheduler_timeouts_are_gone(source, sizes):
+    """Both ran past the scheduler's time limit for every strategy (20 s and more, then
+    program order); now PPCG's options schedule them at once, legally (TCLANG_VERIFY)."""
+    defn = check_source(source).definitions[0]
+    result = schedule_definition(defn, sizes, tc.Options(), CPU)
+    assert result.strategy == "preserve_parallel" and result.fallback is None
+
+
+def test_the_nearest_consumer_proximity_gives_up_past_its_operation_limit(monkeypatch):
+    """Past LEXMIN_OPERATIONS the full proximity is kept, and scheduling goes on."""
+    monkeypatch.setattr(scheduler, "LEXMIN_OPERATIONS", 1)
+    defn = check_source(PROGRAMS["mlp2"][0]).definitions[0]
+    result = schedule_definition(defn, PROGRAMS["mlp2"][1], tc.Options(), CPU)
+    assert result.strategy == "preserve_parallel" and result.fallback is None
+
+
+def test_one_scop_is_scheduled_once_for_every_target(monkeypatch, fresh_scheduler):
+    """The scheduling process's answer is kept: the CPU and the reference backend (and
+    manual options that keep the fusion) reuse it instead of asking isl again."""
+    from tclang.target import reference_target
+    asked, real = [], scheduler._ask
+    monkeypatch.setattr(scheduler, "_ask", lambda *a: asked.append(a[1]) or real(*a))
+    defn = check_source(PROGRAMS["mlp2"][0]).definitions[0]
+    sizes = dict(B=5, I=7, H=3, O=2)
+    for target, options in ((CPU, tc.Options()), (reference_target(), tc.Options()),
+                            (CPU, tc.Options(tile=4))):
+        result = schedule_definition(defn, sizes, options, target)
+        assert result.strategy == "preserve_parallel" and result.fallback is None
+    assert asked == ["preserve_parallel"]
+
+
+def test_fallbacks_share_the_time_limit(monkeypatch):
+    """A program that blows up under every strategy costs about the time limit in all:
+    the fallback gets what is left (at least FALLBACK_LIMIT), not a limit of its own."""
+    import types
+    readings = iter(range(0, 1000, 9))  # each clock reading 9 s after the last
+    monkeypatch.setattr(scheduler, "time", types.SimpleNamespace(
+        perf_counter=lambda: next(readings)))
+    limits = []
+
+    def timing_out(scop, deps, strategy, limit):
+        limits.append((strategy, limit))
+        raise scheduler._Failed(f"the scheduler ran past {limit:g} s")
+
+    monkeypatch.setattr(scheduler, "_in_worker", timing_out)
+    defn = check_source(PROGRAMS["mlp2"][0]).definitions[0]
+    result = schedule_definition(defn, dict(B=4, I=4, H=4, O=4), tc.Options(), CPU)
+    assert result.strategy == "original"
+    assert limits == [("preserve_parallel", scheduler.TIME_LIMIT),
+                      ("min", scheduler.FALLBACK_LIMIT)]
+
+
 def test_scheduler_operation_guard_falls_back(monkeypatch):
     """isl giving up in-process (here: an operation limit of 1, on a one-statement scop,
     the only kind scheduled in-process) ends at program order, not an error."""
@@ -211,6 +287,54 @@ def test_scheduler_operation_guard_falls_back(monkeypatch):
     mod = tc.define(PROGRAMS["matmul"][0], backend="reference")
     A, B = np.ones((3, 2), np.float32), np.ones((2, 4), np.float32)
     np.testing.assert_array_equal(mod.matmul(A, B), A @ B)
+
+
+@pytest.mark.parametrize("extents", [(2, 2, 2, 2), (3, 2, 2, 2), (2, 3, 1, 2)])
+def test_program_order_reduction_runs_every_instance_once(extents):
+    """With reductions in program order isl's scheduler linearizes a 2x2x2x2 reduction to
+    8j + 4k + 2l + m and adds j, k, l for full rank; isl's AST generator then ran only the
+    instances with l = 0 (fuzz program 262). The lowering drops the members after an
+    injective prefix: every instance runs once, in program order."""
+    defn = check_source("def f(float(J, K, L, M) A) -> (O) {"
+                        " O(n) +=! A(j, k, l, m) where n in 0:2 }").definitions[0]
+    sizes = dict(zip("JKLM", extents))
+    options = tc.Options(fusion="min", tile=(), reorder_reductions=False)
+    runs = executed_instances(schedule_definition(defn, sizes, options, CPU).kernel)
+    J, K, L_, M = extents
+    in_order = [(n, j, k, l, m) for n in range(2) for j in range(J) for k in range(K)
+                for l in range(L_) for m in range(M)]
+    assert sorted(runs["S0"]) == in_order
+    for n in range(2):  # each output's terms in program order
+        assert [r for r in runs["S0"] if r[0] == n] == in_order[n * J * K * L_ * M:
+                                                               (n + 1) * J * K * L_ * M]
+
+
+def test_members_after_an_injective_prefix_are_dropped():
+    """Within one band too: after the linearized member nothing is left to order, while
+    an ordinary band keeps every member (the pass leaves it alone)."""
+    import islpy as isl
+    from polyhedral.lowering import drop_members_after_injective_prefix
+
+    def band_members(members: str) -> list[int]:
+        ctx = isl.Context()
+        tree = isl.Schedule.read_from_str(ctx, (
+            'domain: "{ S[j, k, l, m] : 0 <= j, k, l, m <= 1 }"\n'
+            f'child:\n  schedule: "[{members}]"\n  permutable: 1\n'))
+        found = []
+
+        def visit(node: isl.ScheduleNode) -> bool:
+            if node.get_type() == isl.schedule_node_type.band:
+                found.append(node.band_n_member())
+            return True
+
+        drop_members_after_injective_prefix(tree).get_root().foreach_descendant_top_down(visit)
+        return found
+
+    linearized = ", ".join(f"{{ S[j, k, l, m] -> [({e})] }}"
+                           for e in ("8j + 4k + 2l + m", "j", "k", "l"))
+    assert band_members(linearized) == [1]
+    plain = ", ".join(f"{{ S[j, k, l, m] -> [({e})] }}" for e in "jklm")
+    assert band_members(plain) == [4]
 
 
 def test_gpu_mapping_runs_every_instance_once():

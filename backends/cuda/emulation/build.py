@@ -90,18 +90,26 @@ def _compiler_identity(cxx: str) -> str:
 
 def default_cache_dir() -> Path:
     """cuda-emulation/ in tclang's cache directory (tclang.diskcache.cache_dir: TCLANG_CACHE_DIR
-    or the user cache), or a per-user temporary directory when that is not writable."""
-    from tclang.diskcache import cache_dir
+    or the user cache), or a per-user temporary directory when that is not usable. The
+    libraries built here are loaded into the process, so a directory someone else could
+    write is never used: the temporary one is checked like the cache, and if another user
+    planted it, a fresh private directory is made for this process instead."""
+    from tclang.diskcache import cache_dir, require_private
     try:
         path = cache_dir() / "cuda-emulation"
         path.mkdir(exist_ok=True, mode=0o700)
+        require_private(path, "emulation build directory", "")
         if os.access(path, os.W_OK):
             return path
-    except OSError:
+    except OSError:  # including an untrusted cache directory
         pass
     path = Path(tempfile.gettempdir()) / f"tclang-cuda-emulation-{os.getuid()}"
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return path
+    try:
+        path.mkdir(exist_ok=True, mode=0o700)
+        require_private(path, "emulation build directory", "")
+        return path
+    except OSError:
+        return Path(tempfile.mkdtemp(prefix="tclang-cuda-emulation-"))
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
