@@ -22,6 +22,8 @@ import pytest
 import tclang as tc
 from polyhedral import scheduler
 
+from .interrupting import interrupt_next_wait
+
 ROOT = Path(__file__).resolve().parents[2]
 MATMUL = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }"
 MLP = ("def mlp(float(B,I) X, float(O,I) W, float(O) b) -> (Y) {\n"
@@ -49,13 +51,7 @@ def test_ctrl_c_while_scheduling_leaves_no_stale_reply(monkeypatch):
     ones = np.ones((2, 3), np.float32), np.ones((3, 4), np.float32)
     tc.define(MATMUL).mm(*ones)  # the scheduling process is running
     conn = scheduler._scheduler.conn
-    real_poll = conn.poll
-
-    def interrupted_once(timeout):
-        monkeypatch.setattr(conn, "poll", real_poll)
-        raise KeyboardInterrupt  # Ctrl-C after the request was sent
-
-    monkeypatch.setattr(conn, "poll", interrupted_once)
+    interrupt_next_wait(monkeypatch, conn)  # Ctrl-C after the request was sent
     with pytest.raises(KeyboardInterrupt):
         tc.define(MATMUL.replace("mm", "mm_interrupted")).mm_interrupted(
             np.ones((5, 6), np.float32), np.ones((6, 7), np.float32))

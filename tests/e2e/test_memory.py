@@ -22,6 +22,8 @@ import pytest
 import tclang as tc
 from backends.llvm import jit
 
+from .interrupting import interrupt_next_wait
+
 ROOT = Path(__file__).resolve().parents[2]
 SOAK = ROOT / "tests" / "soak" / "rss_soak.py"
 
@@ -99,13 +101,7 @@ def test_ctrl_c_during_optimization_replaces_the_optimizer(monkeypatch, fresh_op
     next compile forks a new one and gets its own module's code."""
     compile_new("before_ctrl_c", 3.0)
     first, conn = jit._optimizer.pid, jit._optimizer.conn
-    real_poll = conn.poll
-
-    def interrupted_once(timeout):
-        monkeypatch.setattr(conn, "poll", real_poll)
-        raise KeyboardInterrupt  # Ctrl-C after the IR was sent
-
-    monkeypatch.setattr(conn, "poll", interrupted_once)
+    interrupt_next_wait(monkeypatch, conn)  # Ctrl-C after the request was sent
     with pytest.raises(KeyboardInterrupt):
         compile_new("interrupted", 5.0)
     assert jit._optimizer.pid is None and exited(first)
