@@ -6,22 +6,21 @@
 
 from __future__ import annotations
 
-import dataclasses
-
+from backends.contract import Artifact
 from backends.interpreter import compile_kernel
 from polyhedral import loop_ir as L
+from tclang.target import Target, reference_target
 
 
 class ReferenceBackend:
     name = "reference"
+    device_arrays = False
 
-    def target(self, options):
-        from tclang.target import bounds_checking, reference_target
-        return dataclasses.replace(reference_target(), bounds_checked=bounds_checking(options))
+    def target(self) -> Target:
+        return reference_target()
 
-    def build(self, kernel: L.Kernel, options, layouts):
-        from tclang.target import bounds_checking
-        run = compile_kernel(kernel, bounds_checking(options))
+    def build(self, kernel: L.Kernel, target: Target) -> Artifact:
+        run = compile_kernel(kernel, kernel.choices.check_bounds)
         return _artifact(run.source, [b.name for b in kernel.buffers], list(kernel.sizes),
                          run)
 
@@ -33,7 +32,6 @@ class ReferenceBackend:
 
 
 def _artifact(source: str, buffer_names, size_names, run):
-    from tclang.compiler import Artifact
 
     def execute(arrays, sizes):
         run(dict(zip(buffer_names, arrays)), dict(zip(size_names, sizes)))

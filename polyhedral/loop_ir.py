@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tclang import sizes as Z
 from tclang.dtypes import DType
 from tclang.program import Expr
 
@@ -73,6 +74,57 @@ def variables(e: IExpr) -> set[str]:
     return set()
 
 
+def size_index(e: Z.SizeExpr, sizes: dict[str, int] | None) -> IExpr:
+    """A size expression as an index expression (a number when `sizes` are given)."""
+    if sizes is not None:
+        return Int(e.evaluate(sizes))
+    match e:
+        case Z.Poly(terms=terms):
+            result: IExpr = Int(0)
+            for monomial, coef in terms:
+                term: IExpr = Int(coef)
+                for name in monomial:
+                    term = Var(name) if term == Int(1) else Op("mul", (term, Var(name)))
+                result = term if result == Int(0) else add(result, term)
+            return result
+        case Z.FloorDiv(numerator=n, divisor=d):
+            return Op("floordiv", (size_index(n, None), Int(d)))
+        case Z.MinMax(kind=k, args=args):
+            result = size_index(args[0], None)
+            for a in args[1:]:
+                result = Op(k, (result, size_index(a, None)))
+            return result
+        case Z.Sum(poly=poly, parts=parts):
+            result = size_index(poly, None)
+            for part, coef in parts:
+                result = add(result, Op("mul", (Int(coef), size_index(part, None))))
+            return result
+    raise TypeError(e)
+
+
+def iexpr_to_json(e: IExpr):
+    """An index expression as JSON data: a number, a variable's name, or [op, args...]."""
+    if isinstance(e, Int):
+        return e.value
+    if isinstance(e, Var):
+        return e.name
+    return [e.op, *(iexpr_to_json(a) for a in e.args)]
+
+
+def iexpr_from_json(x) -> IExpr:
+    """The inverse of `iexpr_to_json`; ValueError on anything else (the disk cache's data
+    is checked, not trusted)."""
+    if isinstance(x, bool):
+        raise ValueError(f"not an index expression: {x!r}")
+    if isinstance(x, int):
+        return Int(x)
+    if isinstance(x, str):
+        return Var(x)
+    if isinstance(x, list) and x and x[0] in OPS and len(x) - 1 == OPS[x[0]]:
+        return Op(x[0], tuple(iexpr_from_json(a) for a in x[1:]))
+    raise ValueError(f"not an index expression: {x!r}")
+
+
 # ---- buffers and statements -------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -84,6 +136,10 @@ class Buffer:
     dtype: DType
     shape: tuple[IExpr, ...]
     kind: str
+    #: strides in elements when they are constants of the code (a specialized kernel: an
+    #: input's are the caller's layout, which the compile cache key includes; the runtime
+    #: allocates the others row-major); None: the kernel reads them at run time
+    strides: tuple[int, ...] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -210,12 +266,33 @@ Node = For | If | Block | Run | Copy | Combine | Barrier | Launch
 
 
 @dataclass(frozen=True)
+class CodeChoices:
+    """What the schedule leaves to code generation, decided by the driver from the user's
+    options and the target, so that a backend reads the kernel and nothing else.
+
+    check_bounds: every array access checked at run time. reassociate: a float reduction in
+    a loop marked `reduction` may be reordered (fast-math reassoc on its steps).
+    always_threaded: parallel loops go to threads however little work they have (else the
+    backend runs small ones serially). vectorize: the backend's vectorizers run;
+    vector_width: the lanes to ask them for (0: their choice). private_memory: GPU
+    accumulators live in registers (else in global memory).
+    """
+
+    check_bounds: bool = False
+    reassociate: bool = True
+    always_threaded: bool = False
+    vectorize: bool = True
+    vector_width: int = 0
+    private_memory: bool = True
+
+
+@dataclass(frozen=True)
 class Kernel:
     """One definition, scheduled: the unit each backend compiles.
 
     sizes are the size names; in a specialized kernel `size_values` gives each one's value
     and the loops use the numbers directly. `zero_fill` lists outputs not written at every
-    point, which the runtime must allocate zero-filled.
+    point, which the runtime must allocate zero-filled. `choices` say how to emit it.
     """
 
     name: str
@@ -225,6 +302,7 @@ class Kernel:
     statements: tuple[StatementDef, ...]
     body: Node
     zero_fill: tuple[str, ...] = ()
+    choices: CodeChoices = CodeChoices()
 
     def buffer(self, name: str) -> Buffer:
         for b in self.buffers:

@@ -17,7 +17,6 @@ from polyhedral.affexpr import pw_aff_expr
 from polyhedral.dependences import Dependences
 from polyhedral.scop import Scop, tensor_box
 from tclang import program as P
-from tclang import sizes as Z
 from tclang.dtypes import identity
 
 _BINARY = {
@@ -43,7 +42,7 @@ class _Lowering:
         self.unroll = unroll
         self.parallel = parallel  # False: Options(parallel=False), no loop runs on threads
         self.launches = launches or {}
-        self.derived = {name: size_index(e, None) for name, e in scop.derived.items()}
+        self.derived = {name: L.size_index(e, None) for name, e in scop.derived.items()}
 
     # ---- AST generation with parallelism annotations ----
     def ast(self, schedule: isl.Schedule, extra_context: isl.Set | None = None) -> isl.AstNode:
@@ -131,7 +130,7 @@ class _Lowering:
             rest = L.Op("div_nonneg", (rest, L.Int(tile.box[d])))
             element = L.add(offset[d], local)
             index.insert(0, element)
-            extent = size_index(self.scop.extents[tile.tensor][d], self.scop.sizes)
+            extent = L.size_index(self.scop.extents[tile.tensor][d], self.scop.sizes)
             inside = L.Op("and", (L.Op("ge", (element, L.Int(0))), L.Op("lt", (element, extent))))
             cond = inside if cond is None else L.Op("and", (cond, inside))
         copy = L.Copy(tile.buffer, tile.tensor, "in", tuple(index), offset)
@@ -278,32 +277,6 @@ def _carries_nothing(schedule_map: isl.UnionMap, deps: isl.UnionMap) -> bool:
     return relation.is_subset(same)
 
 
-def size_index(e: Z.SizeExpr, sizes: dict[str, int] | None) -> L.IExpr:
-    """A size expression as a loop-IR index expression (a number when specialized)."""
-    if sizes is not None:
-        return L.Int(e.evaluate(sizes))
-    match e:
-        case Z.Poly(terms=terms):
-            result: L.IExpr = L.Int(0)
-            for monomial, coef in terms:
-                term: L.IExpr = L.Int(coef)
-                for name in monomial:
-                    term = L.Var(name) if term == L.Int(1) else L.Op("mul", (term, L.Var(name)))
-                result = term if result == L.Int(0) else L.add(result, term)
-            return result
-        case Z.FloorDiv(numerator=n, divisor=d):
-            return L.Op("floordiv", (size_index(n, None), L.Int(d)))
-        case Z.MinMax(kind=k, args=args):
-            result = size_index(args[0], None)
-            for a in args[1:]:
-                result = L.Op(k, (result, size_index(a, None)))
-            return result
-        case Z.Sum(poly=poly, parts=parts):
-            result = size_index(poly, None)
-            for part, coef in parts:
-                result = L.add(result, L.Op("mul", (L.Int(coef), size_index(part, None))))
-            return result
-    raise TypeError(e)
 
 
 def statement_defs(scop: Scop) -> tuple[L.StatementDef, ...]:
@@ -322,7 +295,7 @@ def statement_defs(scop: Scop) -> tuple[L.StatementDef, ...]:
 
 def buffers(scop: Scop) -> tuple[L.Buffer, ...]:
     d = scop.definition
-    return tuple(L.Buffer(t.name, t.dtype, tuple(size_index(e, scop.sizes) for e in t.shape),
+    return tuple(L.Buffer(t.name, t.dtype, tuple(L.size_index(e, scop.sizes) for e in t.shape),
                           t.role) for t in d.inputs + d.outputs + d.temporaries)
 
 

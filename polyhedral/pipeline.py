@@ -8,6 +8,7 @@
     tree = transform_bands(...) / map_to_gpu(...)   # loop order, tiling, intra-tile order
     check_legality(tree, deps, scop)                # every dependence still goes forward
     kernel = lower_to_loops(scop, tree, deps)       # isl AST -> loop IR
+    kernel = with_choices(kernel, options, target, layouts)  # what the backend emits
 
 Errors from isl never reach the user as isl errors: they become a `TCCompileError` that
 names the stage.
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 import islpy as isl
@@ -56,8 +57,10 @@ def verify_enabled() -> bool:
 
 
 def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
-                        options: Options, target: Target) -> ScheduledKernel:
-    """Schedule one definition for `target`, for concrete `sizes` or (None) for all sizes."""
+                        options: Options, target: Target,
+                        layouts: tuple[tuple[int, ...], ...] | None = None) -> ScheduledKernel:
+    """Schedule one definition for `target`, for concrete `sizes` or (None) for all sizes.
+    `layouts`: each input's strides in elements, when the code may assume them."""
     timings: dict[str, float] = {}
     stage = "scop"
     try:
@@ -96,6 +99,7 @@ def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
         kernel = lower_to_loops(scop, tree, deps, defn.name, unroll=options.unroll or 0,
                                 launches=plans, parallel=options.parallel is not False,
                                 vectorize=options.vectorize is not False)
+        kernel = with_choices(kernel, options, target, layouts)
         _tick(timings, "ast", clock)
     except TCError:
         raise
@@ -105,6 +109,39 @@ def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
                              ) from err
     return ScheduledKernel(kernel, schedule_text(tree), result.strategy, result.fallback,
                            bounds, tuple(reports), timings)
+
+
+def with_choices(kernel: L.Kernel, options: Options, target: Target,
+                 layouts: tuple[tuple[int, ...], ...] | None) -> L.Kernel:
+    """The kernel with every decision the options make for code generation written on it,
+    and its buffers' strides where they are constants: backends read only the kernel."""
+    choices = L.CodeChoices(
+        check_bounds=target.bounds_checked,
+        reassociate=options.reorder_reductions is not False,
+        always_threaded=bool(options.parallel),
+        vectorize=options.vectorize is not False,
+        vector_width=options.vector_width or 0,
+        private_memory=options.private_memory is not False)
+    sizes = dict(kernel.size_values) if kernel.size_values else None
+    buffers, inputs = [], 0
+    for buffer in kernel.buffers:
+        strides = None
+        if buffer.kind == "input":
+            if layouts is not None and inputs < len(layouts):
+                strides = tuple(layouts[inputs])
+            inputs += 1
+        elif sizes is not None:  # outputs and temporaries: the runtime allocates them
+            strides = _row_major([L.evaluate(d, sizes) for d in buffer.shape])
+        buffers.append(replace(buffer, strides=strides))
+    return replace(kernel, buffers=tuple(buffers), choices=choices)
+
+
+def _row_major(shape: list[int]) -> tuple[int, ...]:
+    strides, step = [], 1
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= max(extent, 1)
+    return tuple(reversed(strides))
 
 
 def _tick(timings: dict[str, float], name: str, since: float) -> float:

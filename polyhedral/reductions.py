@@ -15,7 +15,7 @@ from __future__ import annotations
 import islpy as isl
 
 from polyhedral import loop_ir as L
-from polyhedral.lowering import size_index
+from polyhedral.loop_ir import size_index
 from polyhedral.scop import Scop, ScopStatement
 from tclang import program as P
 from tclang.dtypes import identity

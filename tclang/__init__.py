@@ -9,9 +9,13 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from typing import TYPE_CHECKING
+
 from tclang.errors import (TCArgumentError, TCCompileError, TCError, TCIndexError,
                            TCScheduleError, TCSemanticError, TCSyntaxError, TCWarning)
-from tclang.options import Options
+
+if TYPE_CHECKING:
+    from tclang.options import Options
 
 __all__ = ["define", "compile", "Options", "TCError", "TCSyntaxError", "TCSemanticError",
            "TCArgumentError", "TCIndexError", "TCCompileError", "TCScheduleError",
@@ -27,6 +31,7 @@ def define(source: str, backend: str = "cpu", options: Options | None = None):
     """
     from tclang.compiler import BACKENDS
     from tclang.frontend import check_source
+    from tclang.options import Options
     from tclang.runtime import Module
 
     if backend not in BACKENDS:
@@ -35,6 +40,20 @@ def define(source: str, backend: str = "cpu", options: Options | None = None):
     if options is not None and not isinstance(options, Options):
         raise TCError(f"options must be a tclang.Options, not {type(options).__name__}")
     return Module(check_source(source), backend, options or Options())
+
+
+def __getattr__(name: str):
+    """`tc.Options` is loaded on first use: the backends import `tclang.dtypes` and
+    `tclang.errors` through this package and must not pull in the driver's options
+    (docs/architecture.md, import rules)."""
+    if name == "Options":
+        from tclang.options import Options
+        return Options
+    raise AttributeError(f"module 'tclang' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | {"Options"})
 
 
 def compile(source: str, entry: str, *args, backend: str = "cpu",

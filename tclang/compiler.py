@@ -1,8 +1,9 @@
 """The compile driver: the only place that sees the front end's output, the polyhedral
 layer and a backend together.
 
-    scheduled = schedule_definition(defn, sizes, options, target)  # polyhedral middle end
-    artifact = backend.build(scheduled.kernel, options, layouts)    # code generation + JIT
+    target = compile_target(backend, options)                      # once per compile
+    scheduled = schedule_definition(defn, sizes, options, target, layouts)  # middle end
+    artifact = backend.build(scheduled.kernel, target)              # code generation + JIT
 
 in front of two caches: an in-memory map (same key, same process: nothing is redone) and
 the disk cache (another process compiled it: the object code is loaded, nothing is
@@ -12,16 +13,17 @@ fine and only `backend="cuda"` needs PyCUDA.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import threading
 import time
 import weakref
-from dataclasses import dataclass, field
-from typing import Callable, Protocol, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
+from backends.contract import Artifact, Backend
 from polyhedral import loop_ir as L
 from tclang import diskcache
 from tclang.cachekey import key_digest
@@ -31,7 +33,7 @@ from tclang.options import Options
 from tclang.parser import recursion_room
 from tclang.program import Definition
 from tclang.recent import Recent, max_variants
-from tclang.target import Target
+from tclang.target import Target, bounds_checking
 
 #: backend name -> module whose `backend()` returns the Backend
 BACKENDS = {
@@ -40,31 +42,6 @@ BACKENDS = {
     "cuda-emulated": "backends.cuda.emulated",
     "reference": "backends.reference",
 }
-
-
-@dataclass
-class Artifact:
-    """What a backend builds from one kernel.
-
-    run(arrays, sizes) executes it on arrays in the order of the kernel's buffers and the
-    size values in the order of its sizes. `source` is the generated code; `stages` maps
-    stage names (llvm, llvm-opt, cuda, ptx, python) to their text.
-    """
-
-    source: str
-    run: Callable[[Sequence, Sequence[int]], None]
-    stages: dict[str, str] = field(default_factory=dict)
-    blobs: dict[str, bytes] = field(default_factory=dict)  # what the disk cache keeps
-
-
-class Backend(Protocol):
-    name: str
-
-    def target(self, options: Options) -> Target: ...
-
-    def build(self, kernel: L.Kernel, options: Options, layouts) -> Artifact: ...
-
-    def restore(self, blobs: dict[str, bytes], info: "KernelInfo") -> Artifact: ...
 
 
 _loaded: dict[str, Backend] = {}
@@ -78,6 +55,13 @@ def get_backend(name: str) -> Backend:
         module = importlib.import_module(BACKENDS[name])
         _loaded[name] = module.backend()
     return _loaded[name]
+
+
+def compile_target(backend_name: str, options: Options) -> Target:
+    """The one Target of a compile: the backend's machine, with the bounds-check mode the
+    options (or TCLANG_CHECK_BOUNDS) ask for. The cache key and every stage use it."""
+    machine = get_backend(backend_name).target()
+    return dataclasses.replace(machine, bounds_checked=bounds_checking(options))
 
 
 @dataclass(frozen=True)
@@ -99,7 +83,7 @@ class KernelInfo:
     def to_json(self) -> bytes:
         return json.dumps({
             "name": self.name, "sizes": self.sizes,
-            "buffers": [[b.name, b.dtype.value, [_iexpr_json(d) for d in b.shape], b.kind]
+            "buffers": [[b.name, b.dtype.value, [L.iexpr_to_json(d) for d in b.shape], b.kind]
                         for b in self.buffers],
             "zero_fill": self.zero_fill, "statements": self.statements, "loops": self.loops,
             "schedule": self.schedule, "strategy": self.strategy, "fallback": self.fallback,
@@ -112,28 +96,12 @@ class KernelInfo:
         d = json.loads(data.decode())
         return KernelInfo(
             name=d["name"], sizes=tuple(d["sizes"]),
-            buffers=tuple(L.Buffer(n, DType(t), tuple(_iexpr_from(x) for x in shape), k)
+            buffers=tuple(L.Buffer(n, DType(t), tuple(L.iexpr_from_json(x) for x in shape), k)
                           for n, t, shape, k in d["buffers"]),
             zero_fill=tuple(d["zero_fill"]),
             statements=tuple(tuple(s) for s in d["statements"]), loops=d["loops"],
             schedule=d["schedule"], strategy=d["strategy"], fallback=d["fallback"],
             bounds=tuple(BoundsCondition(b, m, Span(*s)) for b, m, s in d["bounds"]))
-
-
-def _iexpr_json(e: L.IExpr):
-    if isinstance(e, L.Int):
-        return e.value
-    if isinstance(e, L.Var):
-        return e.name
-    return [e.op, *(_iexpr_json(a) for a in e.args)]
-
-
-def _iexpr_from(x) -> L.IExpr:
-    if isinstance(x, int):
-        return L.Int(x)
-    if isinstance(x, str):
-        return L.Var(x)
-    return L.Op(x[0], tuple(_iexpr_from(a) for a in x[1:]))
 
 
 @dataclass
@@ -158,8 +126,10 @@ _memory_lock = threading.Lock()
 
 
 def compile_definition(defn: Definition, sizes: dict[str, int] | None, options: Options,
-                       backend_name: str, key: tuple, layouts) -> Compiled:
-    """Compile one definition for `sizes` (None: shape-generic), through both caches."""
+                       backend_name: str, target: Target, key: tuple, layouts) -> Compiled:
+    """Compile one definition for `sizes` (None: shape-generic) and `target` (from
+    `compile_target`), through both caches. `layouts`: each input's strides in elements
+    when specialized (the key includes them), else None."""
     with _memory_lock:
         hit = _memory.get(key)
     if hit is not None:
@@ -175,7 +145,7 @@ def compile_definition(defn: Definition, sizes: dict[str, int] | None, options: 
                                 {"cache load": time.perf_counter() - start}, "disk")
             _remember(key, compiled)
             return compiled
-    compiled = _compile(defn, sizes, options, backend, layouts)
+    compiled = _compile(defn, sizes, options, backend, target, layouts)
     diskcache.store(digest, key, dict(compiled.artifact.blobs, info=compiled.info.to_json()))
     _remember(key, compiled)
     return compiled
@@ -236,15 +206,16 @@ def _check_buffer(buffer: L.Buffer, shape: tuple) -> None:
         raise ValueError(f"input {name} stored for another shape than {extents}")
 
 
-def _compile(defn: Definition, sizes, options: Options, backend: Backend, layouts) -> Compiled:
+def _compile(defn: Definition, sizes, options: Options, backend: Backend, target: Target,
+             layouts) -> Compiled:
     from polyhedral.loop_format import format_kernel
     from polyhedral.pipeline import schedule_definition  # isl loads on the first compile
 
     with recursion_room():  # lowering, code generation and the printer recurse per level
-        scheduled = schedule_definition(defn, sizes, options, backend.target(options))
+        scheduled = schedule_definition(defn, sizes, options, target, layouts)
         kernel = scheduled.kernel
         start = time.perf_counter()
-        artifact = backend.build(kernel, options, layouts)
+        artifact = backend.build(kernel, target)
         loops = format_kernel(kernel)
     timings = dict(scheduled.timings)
     timings["backend"] = time.perf_counter() - start

@@ -21,7 +21,8 @@ import numpy as np
 from polyhedral import loop_ir as L
 from tclang.arguments import Binding, DeviceArray, bind_arguments, check_out, float_fits
 from tclang.cachekey import cache_key, canonical_source
-from tclang.compiler import Compiled, allocate, compile_definition, get_backend
+from tclang.compiler import (Compiled, allocate, compile_definition, compile_target,
+                             get_backend)
 from tclang.errors import TCArgumentError, TCError
 from tclang.options import Options
 from tclang.parser import recursion_room
@@ -33,8 +34,12 @@ class CompiledKernel:
     """One definition compiled for one set of shapes (or for all, if shape-generic)."""
 
     def __init__(self, compiled: Compiled, definition: Definition, backend: str,
-                 options: Options, sizes: dict[str, int] | None, shape_key: tuple | None):
+                 options: Options, sizes: dict[str, int] | None, shape_key: tuple | None,
+                 target=None, layouts=None):
         self._c = compiled
+        self._target = target  # the Target it was compiled for, and the inputs' strides
+        self._layouts = layouts
+        self._device = get_backend(backend).device_arrays
         self.definition = definition
         self.backend = backend
         self.options = options
@@ -72,10 +77,11 @@ class CompiledKernel:
         hit it is scheduled again on first use (the object code is not rebuilt)."""
         if self._c.kernel is None:
             from polyhedral.pipeline import schedule_definition
-            target = get_backend(self.backend).target(self.options)
+            target = self._target or compile_target(self.backend, self.options)
             with recursion_room():
                 self._c.kernel = schedule_definition(self.definition, self.sizes,
-                                                     self.options, target).kernel
+                                                     self.options, target,
+                                                     self._layouts).kernel
         return self._c.kernel
 
     @property
@@ -102,13 +108,12 @@ class CompiledKernel:
 
     # ---- running ----
     def __call__(self, *args, out=None):
-        device = self.backend == "cuda"
-        hot = hot_key(args, self._expected) if out is None and not device else None
+        hot = hot_key(args, self._expected) if out is None and not self._device else None
         if hot is not None:
             prepared = self._hot.get(hot[1])
             if prepared is not None:
                 return self.run_prepared(hot[0], prepared)
-        binding = bind_arguments(self.definition, args, device)
+        binding = bind_arguments(self.definition, args, self._device)
         if hot is not None and _bound_as_given(args, binding):
             self._hot.put(hot[1], self.prepare(binding))
         return self.run(binding, out)
@@ -165,7 +170,8 @@ class CompiledKernel:
         if like is None:
             return self._allocate
         backend = get_backend(self.backend)
-        return lambda buf, shape, zero: backend.allocate(shape, buf.dtype.numpy, zero, like)
+        return lambda buf, shape, zero: DeviceArray(
+            backend.allocate(shape, buf.dtype.numpy, zero, like.obj))
 
     def _allocate(self, buf: L.Buffer, shape: tuple[int, ...], zero: bool) -> np.ndarray:
         """A new host array; one too big for memory is the caller's error, located at the
@@ -297,12 +303,13 @@ class Kernel:
         options, backend = self.module.options, self.module.backend
         sizes = dict(binding.sizes) if options.specialize else None
         layouts = tuple(strides for _, _, strides in fast) if options.specialize else None
-        target = get_backend(backend).target(options)
+        target = compile_target(backend, options)
         key = cache_key(canonical_source(self.definition), self.name, fast, options,
                         backend, target)
-        compiled = compile_definition(self.definition, sizes, options, backend, key, layouts)
+        compiled = compile_definition(self.definition, sizes, options, backend, target, key,
+                                      layouts)
         return CompiledKernel(compiled, self.definition, backend, options, sizes,
-                              fast if options.specialize else None)
+                              fast if options.specialize else None, target, layouts)
 
     @property
     def signature(self) -> str:
@@ -319,7 +326,8 @@ class Module:
         self.program = program
         self.backend = backend
         self.options = options
-        self.on_device = backend == "cuda"  # GPU arrays are taken as they are
+        # GPU arrays are taken as they are (the backend is loaded here, not at import)
+        self.on_device = get_backend(backend).device_arrays
         self._kernels = {d.name: Kernel(self, d) for d in program.definitions}
 
     def __getitem__(self, name: str) -> Kernel:

@@ -60,5 +60,4 @@ def bounds_checking(options=None) -> bool:
 
 def reference_target() -> Target:
     """The target the reference interpreter uses: a plain sequential CPU."""
-    return Target(name="interpreter", mapping="threads", arch="python", cores=1,
-                  bounds_checked=bounds_checking())
+    return Target(name="interpreter", mapping="threads", arch="python", cores=1)

@@ -15,11 +15,12 @@ import functools
 
 import numpy as np
 
+from backends.contract import Artifact
 from backends.cuda import launches as LT
 from backends.cuda.codegen import generate
 from polyhedral import loop_ir as L
 from tclang.errors import TCCompileError
-from tclang.target import Target, bounds_checking
+from tclang.target import Target
 
 
 @functools.lru_cache(maxsize=1)
@@ -44,8 +45,9 @@ def _device():
 
 class CudaBackend:
     name = "cuda"
+    device_arrays = True
 
-    def target(self, options) -> Target:
+    def target(self) -> Target:
         cuda, device, _ = _device()
         a = cuda.device_attribute
         major, minor = device.compute_capability()
@@ -60,12 +62,12 @@ class CudaBackend:
                       device.get_attribute(a.MAX_GRID_DIM_Y),
                       device.get_attribute(a.MAX_GRID_DIM_Z)),
             shared_bytes=device.get_attribute(a.MAX_SHARED_MEMORY_PER_BLOCK),
-            warp=device.get_attribute(a.WARP_SIZE), bounds_checked=bounds_checking(options))
+            warp=device.get_attribute(a.WARP_SIZE))
 
-    def build(self, kernel: L.Kernel, options, layouts):
+    def build(self, kernel: L.Kernel, target: Target) -> Artifact:
         from pycuda.compiler import compile as nvcc
         cuda, device, _ = _device()
-        source = generate(kernel, bounds_checking(options), options.private_memory is not False)
+        source = generate(kernel)
         major, minor = device.compute_capability()
         try:
             cubin = nvcc(source.text, arch=f"sm_{major}{minor}", no_extern_c=True,
@@ -85,7 +87,6 @@ class CudaBackend:
 
 
 def _artifact(cubin: bytes, text: str, entries, buffers, statements, size_names):
-    from tclang.compiler import Artifact
     cuda, _, _ = _device()
     module = cuda.module_from_buffer(cubin)
     functions = [(e, module.get_function(e.function)) for e in entries]
@@ -130,11 +131,11 @@ def _artifact(cubin: bytes, text: str, entries, buffers, statements, size_names)
 
 
 def device_empty(shape, dtype: np.dtype, zero: bool, like):
-    """A new device array of the library `like` comes from (GPUArray if none is known)."""
-    module = type(getattr(like, "obj", like)).__module__.split(".")[0]
+    """A new device array of the library `like` (the user's object) comes from (GPUArray
+    if none is known); the runtime wraps it as it wraps the inputs."""
+    module = type(like).__module__.split(".")[0]
     make = {"torch": _torch_empty, "cupy": _cupy_empty}.get(module, _gpuarray_empty)
-    from tclang.arguments import DeviceArray
-    return DeviceArray(make(shape, dtype, zero, getattr(like, "obj", like)))
+    return make(shape, dtype, zero, like)
 
 
 def _torch_empty(shape, dtype, zero, like):

@@ -79,11 +79,11 @@ class KernelSource:
     launches: tuple[tuple[str, L.Launch, L.IExpr | None], ...]
 
 
-def generate(kernel: L.Kernel, check_bounds: bool = False,
-             private_memory: bool = True) -> KernelSource:
-    """`private_memory` False (Options(private_memory=False)) keeps accumulators in
-    global memory instead of registers."""
-    return _Generator(kernel, check_bounds, private_memory).run()
+def generate(kernel: L.Kernel) -> KernelSource:
+    """The CUDA C of `kernel`, as its `choices` say (bounds checks; accumulators in
+    registers or, without `private_memory`, in global memory)."""
+    return _Generator(kernel, kernel.choices.check_bounds,
+                      kernel.choices.private_memory).run()
 
 
 class _Generator:
@@ -367,8 +367,7 @@ class _Values:
 
     def affine(self, a) -> str:
         """A quasi-affine subscript in 64-bit arithmetic."""
-        from polyhedral.lowering import size_index
-        parts = [self.gen.index(size_index(a.offset, self.gen.specialized))]
+        parts = [self.gen.index(L.size_index(a.offset, self.gen.specialized))]
         for atom, coef in a.terms:
             if isinstance(atom, str):
                 term = f"i_{atom}"

@@ -19,23 +19,24 @@ import ctypes
 
 import numpy as np
 
+from backends.contract import Artifact
 from backends.cuda import launches as LT
 from backends.cuda.codegen import generate
 from polyhedral import loop_ir as L
 from tclang.errors import TCCompileError
-from tclang.target import Target, bounds_checking
+from tclang.target import Target
 
 
 class EmulatedBackend:
     name = "cuda-emulated"
+    device_arrays = False
 
-    def target(self, options) -> Target:
+    def target(self) -> Target:
         return Target(name="cuda-emulated", mapping="grid", arch="emulated sm_80",
-                      max_threads_per_block=1024, shared_bytes=48 * 1024,
-                      bounds_checked=bounds_checking(options))
+                      max_threads_per_block=1024, shared_bytes=48 * 1024)
 
-    def build(self, kernel: L.Kernel, options, layouts):
-        source = generate(kernel, bounds_checking(options), options.private_memory is not False)
+    def build(self, kernel: L.Kernel, target: Target) -> Artifact:
+        source = generate(kernel)
         entries = LT.table(source)
         return _artifact(source.text, entries, kernel.buffers,
                          [(s.id, s.text, s.line) for s in kernel.statements], kernel.sizes)
@@ -47,7 +48,6 @@ class EmulatedBackend:
 
 def _artifact(text: str, entries, buffers, statements, size_names):
     from backends.cuda.emulation.build import EmulationBuildError, compile_emulated
-    from tclang.compiler import Artifact
 
     try:
         library = compile_emulated(text)

@@ -40,16 +40,14 @@ def table(source: KernelSource) -> tuple[LaunchEntry, ...]:
 
 
 def to_json(entries) -> bytes:
-    from tclang.compiler import _iexpr_json
-    return json.dumps([[e.function, [_iexpr_json(g) for g in e.grid], list(e.block),
-                        _iexpr_json(e.condition) if e.condition is not None else None]
+    return json.dumps([[e.function, [L.iexpr_to_json(g) for g in e.grid], list(e.block),
+                        L.iexpr_to_json(e.condition) if e.condition is not None else None]
                        for e in entries]).encode()
 
 
 def from_json(data: bytes) -> tuple[LaunchEntry, ...]:
-    from tclang.compiler import _iexpr_from
-    return tuple(LaunchEntry(f, tuple(_iexpr_from(g) for g in grid), tuple(block),
-                             _iexpr_from(c) if c is not None else None)
+    return tuple(LaunchEntry(f, tuple(L.iexpr_from_json(g) for g in grid), tuple(block),
+                             L.iexpr_from_json(c) if c is not None else None)
                  for f, grid, block, c in json.loads(data.decode()))
 
 

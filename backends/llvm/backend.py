@@ -1,6 +1,6 @@
 """The CPU backend: loop IR -> LLVM IR -> O3 for the host CPU -> object code -> a call.
 
-    module = KernelModule(kernel, layouts, ...).build()   # loop IR -> LLVM IR (llvmlite)
+    module = KernelModule(kernel, triple, ...).build()    # loop IR -> LLVM IR (llvmlite)
     optimised, object_code = optimize(str(module))        # O3, vectorizers on, host CPU
     loaded = LoadedCode(object_code, "tclang_main")       # MCJIT; the disk cache keeps it
 
@@ -15,33 +15,31 @@ from __future__ import annotations
 
 import ctypes
 
-from backends.llvm import jit, threads
 from backends.access_errors import ERR_FIELDS, raise_access_error
-from backends.llvm.functions import PARALLEL_WORK, KernelModule
+from backends.contract import Artifact
+from backends.llvm import jit, threads
+from backends.llvm.functions import KernelModule
 from backends.llvm.pointers import data_pointer
 from polyhedral import loop_ir as L
-from tclang.target import Target, available_cores, bounds_checking
+from tclang.target import Target, available_cores
 
 
 class LLVMBackend:
     name = "cpu"
+    device_arrays = False
 
-    def target(self, options) -> Target:
+    def target(self) -> Target:
         triple, cpu, features = jit.host()
         vector_bytes = 64 if "+avx512f" in features else 32 if "+avx" in features else 16
         return Target(name="cpu", mapping="threads", arch=f"{triple} {cpu} {features}",
-                      cores=available_cores(), vector_bytes=vector_bytes,
-                      bounds_checked=bounds_checking(options))
+                      cores=available_cores(), vector_bytes=vector_bytes)
 
-    def build(self, kernel: L.Kernel, options, layouts):
-        km = KernelModule(kernel, layouts, bounds_checking(options), jit.host()[0],
-                          jit.data_layout(), reassociate=options.reorder_reductions is not False,
-                          parallel_work=0 if options.parallel else PARALLEL_WORK,
-                          vector_width=options.vector_width or 0,
-                          unrolled_width=max(2, self.target(options).vector_bytes // 4))
+    def build(self, kernel: L.Kernel, target: Target) -> Artifact:
+        km = KernelModule(kernel, jit.host()[0], jit.data_layout(),
+                          unrolled_width=max(2, target.vector_bytes // 4))
         text = str(km.build())
         jit.check_code_size(text, kernel.name)
-        optimised, object_code = jit.optimize(text, vectorize=options.vectorize is not False)
+        optimised, object_code = jit.optimize(text, vectorize=kernel.choices.vectorize)
         names = _names(kernel.buffers, [(s.id, s.text, s.line) for s in kernel.statements])
         return _artifact(object_code, text, optimised, names, km.static)
 
@@ -59,8 +57,6 @@ def _names(buffers, statements):
 def _artifact(object_code: bytes, text: str, optimised: str, names, static: bool):
     """`static`: the sizes and every stride are constants in the code (a specialized
     kernel), so a call passes neither: it is just the data pointers."""
-    from tclang.compiler import Artifact
-
     buffer_names, _, statements = names
     loaded = jit.LoadedCode(object_code, "tclang_main")
     function = jit.prototype(len(buffer_names))(loaded.address)

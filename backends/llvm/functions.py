@@ -26,21 +26,22 @@ PARALLEL_WORK = 1 << 15  # statement instances below which a loop stays on one t
 class KernelModule:
     """Builds the LLVM module of one kernel."""
 
-    def __init__(self, kernel: L.Kernel, layouts, check_bounds: bool, triple: str,
-                 layout: str, reassociate: bool = True, parallel_work: int = PARALLEL_WORK,
-                 vector_width: int = 0, unrolled_width: int = 8):
+    def __init__(self, kernel: L.Kernel, triple: str, layout: str, unrolled_width: int = 8):
+        """`unrolled_width`: lanes for a vectorized loop that also has an unroll count (see
+        metadata_for); the kernel's `choices` decide the rest."""
+        choices = kernel.choices
         self.kernel = kernel
-        self.parallel_work = parallel_work  # 0: Options(parallel=True), always threaded
-        self.vector_width = vector_width  # lanes to ask the vectorizer for (0: its choice)
-        # lanes for a vectorized loop that also has an unroll count (see metadata_for)
+        # statement instances below which a parallel loop stays on one thread
+        self.parallel_work = 0 if choices.always_threaded else PARALLEL_WORK
+        self.vector_width = choices.vector_width  # lanes to ask the vectorizer for (0: its choice)
         self.unrolled_width = unrolled_width
-        self.reassociate = reassociate  # float reductions may be reordered (fast-math reassoc)
+        self.reassociate = choices.reassociate  # float reductions may be reordered (fast-math)
         self.module = ir.Module(name=f"tclang_{kernel.name}")
         self.module.triple = triple
         self.module.data_layout = layout
-        self.check_bounds = check_bounds
+        self.check_bounds = choices.check_bounds
         self.specialized = dict(kernel.size_values) if kernel.size_values else None
-        self.strides = _strides(kernel, layouts, self.specialized)
+        self.strides = [b.strides for b in kernel.buffers]
         # every size and stride is a constant in the code: calls need not pass them
         self.static = self.specialized is not None and all(s is not None for s in self.strides)
         self.regions = 0
@@ -93,28 +94,6 @@ class KernelModule:
         node = self.module.add_metadata([None] + self.loop_metadata[key])
         node.operands = (node, *self.loop_metadata[key])  # a loop ID refers to itself
         return node
-
-
-def _strides(kernel: L.Kernel, layouts, sizes) -> list:
-    """Per buffer: constant strides (in elements) when known, else None (read at run time).
-
-    Inputs take the caller's layout (the compile cache key includes it); outputs and
-    temporaries are allocated row-major by the runtime."""
-    out = []
-    n_inputs = sum(1 for b in kernel.buffers if b.kind == "input")
-    for k, b in enumerate(kernel.buffers):
-        if k < n_inputs and layouts is not None:
-            out.append(tuple(layouts[k]))
-        elif k >= n_inputs and sizes is not None:
-            shape = [L.evaluate(d, sizes) for d in b.shape]
-            strides, step = [], 1
-            for extent in reversed(shape):
-                strides.append(step)
-                step *= max(extent, 1)
-            out.append(tuple(reversed(strides)))
-        else:
-            out.append(None)
-    return out
 
 
 class FunctionBuilder:
@@ -178,8 +157,7 @@ class FunctionBuilder:
     def size_value(self, e: Z.SizeExpr) -> ir.Value:
         if self.km.specialized is not None:
             return ir.Constant(T.I64, e.evaluate(self.km.specialized))
-        from polyhedral.lowering import size_index
-        return self.index(size_index(e, None))
+        return self.index(L.size_index(e, None))
 
     def dtype_of(self, tensor: str) -> DType:
         return self.buffers[tensor][1].dtype

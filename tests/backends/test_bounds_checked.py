@@ -17,7 +17,7 @@ import tclang as tc
 from backends.cuda.emulation.build import available
 from polyhedral import loop_ir as L
 from polyhedral.pipeline import schedule_definition
-from tclang.compiler import get_backend
+from tclang.compiler import compile_target, get_backend
 from tclang.frontend import check_source
 
 SOURCE = "def scale(float(N, M) A) -> (B) {\n  B(i, j) = A(i, j) * 2\n}"
@@ -40,11 +40,12 @@ def overrun(node: L.Node) -> L.Node:
 def test_every_access_is_checked(backend):
     options = tc.Options(check_bounds=True, block=(1, 1))
     chosen = get_backend(backend)
-    target = chosen.target(options)
+    target = compile_target(backend, options)
     defn = check_source(SOURCE).definitions[0]
-    kernel = schedule_definition(defn, dict(N=3, M=4), options, target).kernel
+    kernel = schedule_definition(defn, dict(N=3, M=4), options, target, ((4, 1),)).kernel
+    assert kernel.choices.check_bounds
     broken = dataclasses.replace(kernel, body=overrun(kernel.body))
-    artifact = chosen.build(broken, options, ((4, 1),))
+    artifact = chosen.build(broken, target)
     a = np.ones((3, 4), np.float32)
     b = np.zeros((3, 4), np.float32)
     with pytest.raises(tc.TCIndexError) as info:

@@ -41,7 +41,7 @@ def test_independent_statements_still_compute():
 def test_shared_index_subexpressions_are_emitted_once():
     compiled = tc.define("def many(float(N) A) -> (B) { B(i) = A(i) }",
                          options=tc.Options(specialize=False)).many.compile(np.ones(4, np.float32))
-    km = KernelModule(compiled.loop_ir, None, False, jit.host()[0], jit.data_layout())
+    km = KernelModule(compiled.loop_ir, jit.host()[0], jit.data_layout())
     fn = ir.Function(km.module, ir.FunctionType(ir.IntType(32), km.buffer_types +
                                                 [ir.IntType(64).as_pointer()] * 3), "probe")
     fb = FunctionBuilder(km, fn, {}, None, tuple(b.name for b in km.kernel.buffers))

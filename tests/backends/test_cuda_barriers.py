@@ -43,7 +43,8 @@ def barriers(node: L.Node) -> int:
 
 def run_emulated(kernel: L.Kernel, arrays: dict, sizes: dict) -> dict:
     from backends.cuda.emulated import EmulatedBackend
-    artifact = EmulatedBackend().build(kernel, Options(), None)
+    backend = EmulatedBackend()
+    artifact = backend.build(kernel, backend.target())
     ordered = [arrays[b.name] for b in kernel.buffers]
     artifact.run(ordered, [sizes[s] for s in kernel.sizes])
     return arrays
