@@ -16,15 +16,6 @@ from polyhedral.scop import Scop, tensor_box
 from tclang.errors import Span, TCArgumentError
 
 
-@dataclass(frozen=True)
-class BoundsCondition:
-    """For shape-generic kernels: the sizes (isl text of a params set) that break a read."""
-
-    bad_sizes: str
-    message: str
-    span: Span
-
-
 def _violations(scop: Scop):
     for (sid, ref), access in scop.ref_reads.items():
         st = scop.statement(sid)

@@ -1,16 +1,27 @@
 """Per-call bounds checks of shape-generic kernels: do these sizes make a read leave its
-tensor? The sets of bad sizes were computed by isl when the kernel was compiled."""
+tensor? The sets of bad sizes were computed by isl when the kernel was compiled. isl
+loads on the first check, not with this module: a disk-cache hit reads `BoundsCondition`."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Mapping
 
-import islpy as isl
+from tclang.errors import Span, TCArgumentError
 
-from tclang.errors import TCArgumentError
+
+@dataclass(frozen=True)
+class BoundsCondition:
+    """For shape-generic kernels: the sizes (isl text of a params set) that break a read."""
+
+    bad_sizes: str
+    message: str
+    span: Span
 
 
 def check_generic_bounds(conditions, sizes: Mapping[str, int], source: str) -> None:
+    import islpy as isl
+
     for cond in conditions:
         bad = isl.Set(cond.bad_sizes)
         for k in range(bad.dim(isl.dim_type.param)):

@@ -24,7 +24,8 @@ from typing import Mapping
 import islpy as isl
 
 from polyhedral import loop_ir as L
-from polyhedral.bounds import BoundsCondition, bounds_conditions, check_bounds
+from polyhedral.bounds import bounds_conditions, check_bounds
+from polyhedral.bounds_runtime import BoundsCondition
 from polyhedral.dependences import compute_dependences
 from polyhedral.legality import check_legality
 from polyhedral.lowering import lower_to_loops

@@ -92,7 +92,7 @@ class KernelInfo:
 
     @staticmethod
     def from_json(data: bytes) -> "KernelInfo":
-        from polyhedral.bounds import BoundsCondition
+        from polyhedral.bounds_runtime import BoundsCondition
         d = json.loads(data.decode())
         return KernelInfo(
             name=d["name"], sizes=tuple(d["sizes"]),
