@@ -17,7 +17,7 @@ from tclang.options import Options
 from tclang.program import Definition
 from tclang.target import Target
 
-CACHE_FORMAT = 2  # bump when the layout of cache entries changes
+CACHE_FORMAT = 3  # bump when the layout of cache entries changes
 
 
 def canonical_source(defn: Definition) -> str:

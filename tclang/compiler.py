@@ -87,7 +87,9 @@ class KernelInfo:
                         for b in self.buffers],
             "zero_fill": self.zero_fill, "statements": self.statements, "loops": self.loops,
             "schedule": self.schedule, "strategy": self.strategy, "fallback": self.fallback,
-            "bounds": [[c.bad_sizes, c.message, list(c.span)] for c in self.bounds],
+            "bounds": [[c.bad_sizes, c.message, list(c.span),
+                        None if c.predicate is None else L.iexpr_to_json(c.predicate)]
+                       for c in self.bounds],
         }).encode()
 
     @staticmethod
@@ -101,12 +103,15 @@ class KernelInfo:
             zero_fill=tuple(d["zero_fill"]),
             statements=tuple(tuple(s) for s in d["statements"]), loops=d["loops"],
             schedule=d["schedule"], strategy=d["strategy"], fallback=d["fallback"],
-            bounds=tuple(BoundsCondition(b, m, Span(*s)) for b, m, s in d["bounds"]))
+            bounds=tuple(BoundsCondition(b, m, Span(*s),
+                                         None if p is None else L.iexpr_from_json(p))
+                         for b, m, s, p in d["bounds"]))
 
 
 @dataclass
 class Compiled:
-    """One compilation's results; `kernel` is None when it came from the disk cache."""
+    """One compilation's results. From the disk cache, `kernel` is None and `kernel_blob`
+    holds its stored loop IR, read on first use (`loop_ir()`): a call needs only `info`."""
 
     info: KernelInfo
     artifact: Artifact
@@ -114,6 +119,22 @@ class Compiled:
     timings: dict[str, float]
     cache: str  # "compiled", "memory" or "disk"
     shares: "Compiled | None" = None  # the in-memory map's entry a "memory" hit reuses
+    kernel_blob: bytes | None = None
+
+    def loop_ir(self) -> L.Kernel | None:
+        """The loop IR, read back from the disk cache's bytes if need be (no isl, no
+        scheduling); None if there is none or it is unreadable (then schedule again)."""
+        source = self.shares or self
+        if source.kernel is None and source.kernel_blob is not None:
+            from polyhedral.loop_serial import kernel_from_json
+            try:
+                kernel = kernel_from_json(source.kernel_blob)
+            except (ValueError, TypeError, KeyError):
+                kernel = None
+            if kernel is not None and kernel.name == source.info.name:
+                source.kernel = kernel
+            source.kernel_blob = None
+        return source.kernel
 
 
 # key -> Compiled, while anything uses it: two modules defining the same source share one
@@ -133,7 +154,7 @@ def compile_definition(defn: Definition, sizes: dict[str, int] | None, options: 
     with _memory_lock:
         hit = _memory.get(key)
     if hit is not None:
-        return Compiled(hit.info, hit.artifact, hit.kernel, {}, "memory", shares=hit)
+        return Compiled(hit.info, hit.artifact, None, {}, "memory", shares=hit)
     backend = get_backend(backend_name)
     digest = key_digest(key)
     start = time.perf_counter()
@@ -142,11 +163,14 @@ def compile_definition(defn: Definition, sizes: dict[str, int] | None, options: 
         restored = _restore(backend, blobs, key)
         if restored is not None:
             compiled = Compiled(restored[0], restored[1], None,
-                                {"cache load": time.perf_counter() - start}, "disk")
+                                {"cache load": time.perf_counter() - start}, "disk",
+                                kernel_blob=blobs.get("loop-ir"))
             _remember(key, compiled)
             return compiled
     compiled = _compile(defn, sizes, options, backend, target, layouts)
-    diskcache.store(digest, key, dict(compiled.artifact.blobs, info=compiled.info.to_json()))
+    from polyhedral.loop_serial import kernel_to_json
+    diskcache.store(digest, key, {**compiled.artifact.blobs, "info": compiled.info.to_json(),
+                                  "loop-ir": kernel_to_json(compiled.kernel)})
     _remember(key, compiled)
     return compiled
 

@@ -74,15 +74,17 @@ class CompiledKernel:
     @property
     def loop_ir(self) -> L.Kernel:
         """The loop IR itself (frozen dataclasses), for tools and tests. After a disk-cache
-        hit it is scheduled again on first use (the object code is not rebuilt)."""
-        if self._c.kernel is None:
+        hit it is read from the entry (no isl); only an entry without a readable one is
+        scheduled again (the object code is not rebuilt)."""
+        kernel = self._c.loop_ir()
+        if kernel is None:
             from polyhedral.pipeline import schedule_definition
             target = self._target or compile_target(self.backend, self.options)
             with recursion_room():
-                self._c.kernel = schedule_definition(self.definition, self.sizes,
-                                                     self.options, target,
-                                                     self._layouts).kernel
-        return self._c.kernel
+                kernel = schedule_definition(self.definition, self.sizes, self.options,
+                                             target, self._layouts).kernel
+            (self._c.shares or self._c).kernel = kernel
+        return kernel
 
     @property
     def stages(self) -> dict[str, str]:

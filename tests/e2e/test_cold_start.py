@@ -1,5 +1,6 @@
 """A process that finds its kernel in the disk cache does no compiler work: no isl, no
-scheduling, no LLVM IR built or optimized, no helper process started. The times are
+scheduling, no LLVM IR built or optimized, no helper process started; its loop IR and a
+shape-generic kernel's bounds checks come from the entry. The times are
 benchmarks/compile_time.py's business; this checks what is loaded and run."""
 
 from __future__ import annotations
@@ -21,9 +22,24 @@ a = np.arange(6, dtype=np.float32).reshape(2, 3)
 b = np.arange(15, dtype=np.float32).reshape(3, 5)
 c = mm.mm(a, b)
 assert np.allclose(c, a @ b)
+compiled = mm.mm.compile(a, b)
+generic = tc.define(
+    "def shifted(float(N) A, float(M) B) -> (C) { C(i) = A(i + 2) + B(2 * i) where i in 0:N-2 }",
+    options=tc.Options(specialize=False)).shifted
+x = np.arange(9, dtype=np.float32)
+assert np.array_equal(generic(x, np.ones(20, np.float32)), x[2:] + 1)
+try:
+    generic(x, np.ones(5, np.float32))  # B too short: the call is refused
+    refused = False
+except tc.TCArgumentError:
+    refused = True
+from polyhedral.loop_format import format_kernel
+loops_readable = format_kernel(compiled.loop_ir) == compiled.loops and \
+    generic.compile(x, x).loop_ir.name == "shifted"
 heavy = [m for m in ("islpy", "polyhedral.pipeline", "polyhedral.scop", "polyhedral.lowering",
                      "backends.llvm.functions") if m in sys.modules]
-print(json.dumps(dict(cache=mm.mm.compile(a, b).cache, heavy=heavy, helpers=helper_pids())))
+print(json.dumps(dict(cache=[compiled.cache, generic.compile(x, x).cache], heavy=heavy,
+                      helpers=helper_pids(), refused=refused, loops=loops_readable)))
 """
 
 
@@ -36,7 +52,11 @@ def run_probe(cache_dir: Path) -> dict:
 
 
 def test_a_disk_hit_loads_no_compiler(tmp_path):
+    """Specialized and shape-generic kernels: the second process runs them, checks a
+    shape-generic call's bounds and reads both loop IRs, all without isl."""
     first = run_probe(tmp_path)
-    assert first["cache"] == "compiled" and "islpy" in first["heavy"]
+    assert first["cache"] == ["compiled", "compiled"] and "islpy" in first["heavy"]
+    assert first["refused"] and first["loops"]
     second = run_probe(tmp_path)
-    assert second == dict(cache="disk", heavy=[], helpers=[])
+    assert second == dict(cache=["disk", "disk"], heavy=[], helpers=[], refused=True,
+                          loops=True)
