@@ -48,7 +48,7 @@ STAGES = ("scop", "dependences", "schedule", "transform", "ast")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MATMUL = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }"
 HEAVY = ("islpy", "lark", "llvmlite.binding", "llvmlite.ir", "polyhedral.pipeline",
-         "backends.llvm.functions")
+         "backends.llvm.kernel_module")
 
 # One fresh process: times (ms) of the imports and of define + first call.
 PROBE = f"""

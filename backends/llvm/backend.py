@@ -34,7 +34,7 @@ class LLVMBackend:
                       cores=available_cores(), vector_bytes=vector_bytes)
 
     def build(self, kernel: L.Kernel, target: Target) -> Artifact:
-        from backends.llvm.functions import KernelModule  # llvmlite.ir: not for a cache hit
+        from backends.llvm.kernel_module import KernelModule  # llvmlite.ir: not for a cache hit
         km = KernelModule(kernel, jit.host()[0], jit.data_layout(),
                           unrolled_width=max(2, target.vector_bytes // 4))
         text = str(km.build())

@@ -37,7 +37,7 @@ from polyhedral.loop_format import format_kernel
 loops_readable = format_kernel(compiled.loop_ir) == compiled.loops and \
     generic.compile(x, x).loop_ir.name == "shifted"
 heavy = [m for m in ("islpy", "polyhedral.pipeline", "polyhedral.scop", "polyhedral.lowering",
-                     "backends.llvm.functions") if m in sys.modules]
+                     "backends.llvm.kernel_module") if m in sys.modules]
 print(json.dumps(dict(cache=[compiled.cache, generic.compile(x, x).cache], heavy=heavy,
                       helpers=helper_pids(), refused=refused, loops=loops_readable)))
 """
