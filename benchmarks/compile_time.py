@@ -42,7 +42,7 @@ CASES = [
     ("softmax", K.SOFTMAX, dict(N=4096, D=1024)),
     ("layernorm", K.LAYERNORM, dict(N=4096, D=1024)),
 ]
-STAGES = ("scop", "dependences", "schedule", "transform", "ast")
+STAGES = ("scop", "dependences", "schedule", "transform", "loops")
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -33,6 +33,7 @@ from tclang.options import Options
 from tclang.parser import recursion_room
 from tclang.program import Definition
 from tclang.recent import Recent, max_variants
+from tclang.stages import Stages
 from tclang.target import Target, bounds_checking
 
 #: backend name -> module whose `backend()` returns the Backend
@@ -238,11 +239,14 @@ def _compile(defn: Definition, sizes, options: Options, backend: Backend, target
     with recursion_room():  # lowering, code generation and the printer recurse per level
         scheduled = schedule_definition(defn, sizes, options, target, layouts)
         kernel = scheduled.kernel
-        start = time.perf_counter()
-        artifact = backend.build(kernel, target)
+        stages = Stages(defn.name)
+        with stages("code"):
+            artifact = backend.build(kernel, target)
+        stages.show("code", artifact.source)
+        for name, text in artifact.stages.items():
+            stages.show(name, text)
         loops = format_kernel(kernel)
-    timings = dict(scheduled.timings)
-    timings["backend"] = time.perf_counter() - start
+    timings = {**scheduled.timings, **stages.timings}
     info = KernelInfo(
         name=kernel.name, sizes=kernel.sizes, buffers=kernel.buffers,
         zero_fill=kernel.zero_fill,

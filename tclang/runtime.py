@@ -40,6 +40,7 @@ class CompiledKernel:
         self._target = target  # the Target it was compiled for, and the inputs' strides
         self._layouts = layouts
         self._device = get_backend(backend).device_arrays
+        self._texts: dict[str, str] | None = None  # the polyhedral stages' texts, if asked
         self.definition = definition
         self.backend = backend
         self.options = options
@@ -88,7 +89,32 @@ class CompiledKernel:
 
     @property
     def stages(self) -> dict[str, str]:
+        """The backend's texts by stage name (llvm, llvm-opt; cuda; python)."""
         return dict(self._c.artifact.stages)
+
+    def stage_text(self, name: str) -> str:
+        """The text of one compile stage (tclang.stages.STAGES): the polyhedral ones are
+        made again for the asking (scheduling is deterministic), the others are kept."""
+        from tclang.stages import STAGES, check_names
+        check_names([name])
+        if name == "loops":
+            return self.loops
+        if name == "code":
+            return self.source
+        if name in self._c.artifact.stages:
+            return self._c.artifact.stages[name]
+        if name in ("llvm", "llvm-opt", "cuda", "python"):
+            raise TCError(f"the {self.backend} backend has no {name!r} stage; its stages are "
+                          f"{', '.join(list(STAGES)[:6] + list(self._c.artifact.stages))}")
+        if self._texts is None:
+            from polyhedral.pipeline import schedule_definition
+            texts: dict[str, str] = {}
+            target = self._target or compile_target(self.backend, self.options)
+            with recursion_room():
+                schedule_definition(self.definition, self.sizes, self.options, target,
+                                    self._layouts, collect=texts)
+            self._texts = texts
+        return self._texts[name]
 
     @property
     def strategy(self) -> str:
