@@ -13,9 +13,8 @@ import time
 
 import numpy as np
 
-from tclang.cli import read_source
 from tclang.errors import TCError
-from tclang.inputs import check_sizes, parse_sizes, random_inputs
+from tclang.inputs import check_sizes, parse_sizes, random_inputs, read_source
 from tclang.options import Options
 
 
