@@ -179,21 +179,26 @@ class CompiledKernel:
         starts zeroed, and the size values."""
         self._check_applies(binding)
         sizes = binding.sizes
-        new = tuple((buf.dtype.numpy, tuple(L.evaluate(d, sizes) for d in buf.shape),
-                     buf.name in self._zero) for buf in self._outputs + self._scratch)
+        new = tuple((np.zeros if buf.name in self._zero else np.empty,
+                     tuple(L.evaluate(d, sizes) for d in buf.shape), buf.dtype.numpy)
+                    for buf in self._outputs + self._scratch)
         return new, [sizes[s] for s in self._c.info.sizes], len(self._outputs)
 
     def run_prepared(self, arrays: tuple, prepared: tuple, outs: tuple | None = None):
         """`outs`: the caller's out= arrays, already known to be C-contiguous, writeable and
         apart from every other argument (HotCalls checks): written in place."""
         new, sizes, n_outputs = prepared
-        buffers = self._outputs + self._scratch
-        if outs is None:
-            made = [self._allocate(buf, shape, zero)
-                    for buf, (_, shape, zero) in zip(buffers, new)]
-        else:
-            made = list(outs) + [self._allocate(buf, shape, zero) for buf, (_, shape, zero)
-                                 in zip(buffers[n_outputs:], new[n_outputs:])]
+        try:
+            if outs is None:
+                made = [make(shape, dtype) for make, shape, dtype in new]
+            else:
+                made = list(outs) + [make(shape, dtype) for make, shape, dtype
+                                     in new[n_outputs:]]
+        except (MemoryError, ValueError) as err:  # say which array, as the checked path does
+            buffers = self._outputs + self._scratch
+            failing = next(k for k, (make, shape, dtype) in enumerate(new)
+                           if not _allocates(make, shape, dtype))
+            raise self._too_big(buffers[failing], new[failing][1], err) from None
         self._c.artifact.run(list(arrays) + made, sizes)
         return made[0] if n_outputs == 1 else tuple(made[:n_outputs])
 
@@ -311,6 +316,14 @@ def _hot_outs(out, dtypes, arrays) -> tuple | None:
             if np.may_share_memory(o, other):
                 return None
     return outs
+
+
+def _allocates(make, shape, dtype) -> bool:
+    try:
+        make(shape, dtype)
+        return True
+    except (MemoryError, ValueError):
+        return False
 
 
 def hot_key(args, expected):
