@@ -129,8 +129,9 @@ class Compiled:
         if source.kernel is None and source.kernel_blob is not None:
             from polyhedral.loop_serial import kernel_from_json
             try:
-                kernel = kernel_from_json(source.kernel_blob)
-            except (ValueError, TypeError, KeyError):
+                with recursion_room():
+                    kernel = kernel_from_json(source.kernel_blob)
+            except (ValueError, TypeError, KeyError, RecursionError):
                 kernel = None
             if kernel is not None and kernel.name == source.info.name:
                 source.kernel = kernel
@@ -169,11 +170,24 @@ def compile_definition(defn: Definition, sizes: dict[str, int] | None, options: 
             _remember(key, compiled)
             return compiled
     compiled = _compile(defn, sizes, options, backend, target, layouts)
-    from polyhedral.loop_serial import kernel_to_json
-    diskcache.store(digest, key, {**compiled.artifact.blobs, "info": compiled.info.to_json(),
-                                  "loop-ir": kernel_to_json(compiled.kernel)})
+    blobs = {**compiled.artifact.blobs, "info": compiled.info.to_json()}
+    loop_ir = _serialized(compiled.kernel)
+    if loop_ir is not None:
+        blobs["loop-ir"] = loop_ir
+    diskcache.store(digest, key, blobs)
     _remember(key, compiled)
     return compiled
+
+
+def _serialized(kernel: L.Kernel) -> bytes | None:
+    """The loop IR for the disk cache; None if it cannot be written (then a disk hit that
+    asks for `loop_ir` schedules again): the cache is an optimization, never a failure."""
+    from polyhedral.loop_serial import kernel_to_json
+    try:
+        with recursion_room():  # as deep as the expressions the parser accepts
+            return kernel_to_json(kernel)
+    except (RecursionError, ValueError, TypeError):
+        return None
 
 
 def _remember(key: tuple, compiled: Compiled) -> None:
