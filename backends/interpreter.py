@@ -11,7 +11,7 @@ results here as it would on a GPU.
 from __future__ import annotations
 
 import itertools
-from typing import Callable, Mapping
+from typing import Callable
 
 import numpy as np
 
@@ -38,12 +38,6 @@ def load_source(source: str, name: str) -> Callable:
     run = namespace["run"]
     run.source = source
     return run
-
-
-def run_kernel(kernel: L.Kernel, arrays: Mapping[str, np.ndarray],
-               sizes: Mapping[str, int], check_bounds: bool = False) -> None:
-    """Execute `kernel` in place on `arrays` (inputs, outputs and temporaries by name)."""
-    compile_kernel(kernel, check_bounds)(arrays, sizes)
 
 
 # ---- helpers the generated code calls ---------------------------------------------------

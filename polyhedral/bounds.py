@@ -8,21 +8,14 @@ tests each new shape against them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 import islpy as isl
 
+from polyhedral import loop_ir as L
+from polyhedral.bounds_runtime import BoundsCondition
+from polyhedral.lowering import ast_expr
 from polyhedral.scop import Scop, tensor_box
 from tclang.errors import Span, TCArgumentError
-
-
-@dataclass(frozen=True)
-class BoundsCondition:
-    """For shape-generic kernels: the sizes (isl text of a params set) that break a read."""
-
-    bad_sizes: str
-    message: str
-    span: Span
 
 
 def _violations(scop: Scop):
@@ -59,8 +52,21 @@ def check_bounds(scop: Scop) -> None:
 def bounds_conditions(scop: Scop) -> tuple[BoundsCondition, ...]:
     """For shape-generic scops: each read's out-of-bounds sizes, to test per call."""
     found = []
+    derived = {name: L.size_index(e, None) for name, e in scop.derived.items()}
     for st, read, bad in _violations(scop):
         message = (f"for these sizes, {read.tensor} would be read out of bounds in "
                    f"`{st.source.text}`")
-        found.append(BoundsCondition(str(bad.params()), message, read.span))
+        sizes = bad.params()
+        found.append(BoundsCondition(str(sizes), message, read.span,
+                                     _predicate(sizes, derived)))
     return tuple(found)
+
+
+def _predicate(sizes: isl.Set, derived: dict[str, L.IExpr]) -> L.IExpr | None:
+    """The set of bad sizes as a test on the size values (isl's AST generator writes it),
+    so that a call checks it without isl; None if isl cannot write it."""
+    try:
+        build = isl.AstBuild.from_context(isl.Set.universe(sizes.get_space()))
+        return ast_expr(build.expr_from_set(sizes), derived)
+    except (isl.Error, KeyError):
+        return None

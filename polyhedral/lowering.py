@@ -179,23 +179,29 @@ class _Lowering:
         raise ValueError(f"unexpected loop condition {cond.to_C_str()}")
 
     def expr(self, e: isl.AstExpr) -> L.IExpr:
-        t = e.get_type()
-        if t == isl.ast_expr_type.id:
-            name = e.get_id().get_name()
-            return self.derived.get(name, L.Var(name))
-        if t == isl.ast_expr_type.int:
-            return L.Int(e.get_val().to_python())
-        op = e.get_op_type()
-        args = [self.expr(e.get_op_arg(k)) for k in range(e.get_op_n_arg())]
-        if op == isl.ast_expr_op_type.minus:
-            return L.Op("neg", (args[0],))
-        if op in (isl.ast_expr_op_type.select, isl.ast_expr_op_type.cond):
-            return L.Op("select", tuple(args))
-        name = _BINARY[op]
-        result = args[0]
-        for arg in args[1:]:  # min and max are n-ary in isl
-            result = L.Op(name, (result, arg))
-        return result
+        return ast_expr(e, self.derived)
+
+
+def ast_expr(e: isl.AstExpr, derived: dict[str, L.IExpr]) -> L.IExpr:
+    """An isl AST expression as a loop-IR index expression; `derived` gives the value of
+    each derived parameter (a product of sizes, see polyhedral.scop)."""
+    t = e.get_type()
+    if t == isl.ast_expr_type.id:
+        name = e.get_id().get_name()
+        return derived.get(name, L.Var(name))
+    if t == isl.ast_expr_type.int:
+        return L.Int(e.get_val().to_python())
+    op = e.get_op_type()
+    args = [ast_expr(e.get_op_arg(k), derived) for k in range(e.get_op_n_arg())]
+    if op == isl.ast_expr_op_type.minus:
+        return L.Op("neg", (args[0],))
+    if op in (isl.ast_expr_op_type.select, isl.ast_expr_op_type.cond):
+        return L.Op("select", tuple(args))
+    name = _BINARY[op]
+    result = args[0]
+    for arg in args[1:]:  # min and max are n-ary in isl
+        result = L.Op(name, (result, arg))
+    return result
 
 
 def drop_members_after_injective_prefix(schedule: isl.Schedule) -> isl.Schedule:

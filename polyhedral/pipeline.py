@@ -17,23 +17,24 @@ names the stage.
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 import islpy as isl
 
 from polyhedral import loop_ir as L
-from polyhedral.bounds import BoundsCondition, bounds_conditions, check_bounds
+from polyhedral.bounds import bounds_conditions, check_bounds
+from polyhedral.bounds_runtime import BoundsCondition
 from polyhedral.dependences import compute_dependences
 from polyhedral.legality import check_legality
+from polyhedral.loop_format import format_kernel
 from polyhedral.lowering import lower_to_loops
 from polyhedral.scheduler import compute_schedule, schedule_text
 from polyhedral.scop import build_scop
 from polyhedral.gpu import map_to_gpu
 from polyhedral.tiling import BandReport, apply_loop_order, transform_bands
 from tclang import program as P
-from tclang.errors import TCCompileError, TCError
+from tclang.stages import Stages
 from tclang.options import Options
 from tclang.target import Target
 from tclang.half_accumulators import widen_half_reductions
@@ -58,13 +59,13 @@ def verify_enabled() -> bool:
 
 def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
                         options: Options, target: Target,
-                        layouts: tuple[tuple[int, ...], ...] | None = None) -> ScheduledKernel:
+                        layouts: tuple[tuple[int, ...], ...] | None = None,
+                        collect: dict[str, str] | None = None) -> ScheduledKernel:
     """Schedule one definition for `target`, for concrete `sizes` or (None) for all sizes.
-    `layouts`: each input's strides in elements, when the code may assume them."""
-    timings: dict[str, float] = {}
-    stage = "scop"
-    try:
-        clock = time.perf_counter()
+    `layouts`: each input's strides in elements, when the code may assume them.
+    `collect` receives each stage's text (tclang explain); TCLANG_DUMP prints them."""
+    stages = Stages(defn.name, failures=(isl.Error, ValueError, KeyError), collect=collect)
+    with stages("scop"):
         defn = widen_half_reductions(defn)  # half sums accumulate in float32
         scop = build_scop(widen_indices(defn), sizes)  # index values exact in int64
         if sizes is not None:
@@ -72,14 +73,14 @@ def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
             bounds = ()
         else:
             bounds = bounds_conditions(scop)
-        clock = _tick(timings, "scop", clock)
-        stage = "dependences"
+    stages.show("scop", lambda: scop_text(scop))
+    with stages("dependences"):
         deps = compute_dependences(scop, options.reorder_reductions is not False)
-        clock = _tick(timings, "dependences", clock)
-        stage = "scheduling"
+    stages.show("dependences", lambda: dependences_text(deps))
+    with stages("schedule"):
         result = compute_schedule(scop, deps, options.fusion or "preserve_parallel")
-        clock = _tick(timings, "schedule", clock)
-        stage = "tiling"
+    stages.show("schedule", lambda: schedule_text(result.schedule))
+    with stages("transform"):
         reports: list[BandReport] = []
         tree, plans = result.schedule, None
         if options.loop_order is not None:
@@ -94,21 +95,26 @@ def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
             tree = transform_bands(tree, scop, options, target, reports)
             if check:
                 check_legality(tree, deps, scop, cause)
-        clock = _tick(timings, "transform", clock)
-        stage = "code generation"
+        final_schedule = schedule_text(tree)
+    stages.show("transform", final_schedule)
+    with stages("loops"):
         kernel = lower_to_loops(scop, tree, deps, defn.name, unroll=options.unroll or 0,
                                 launches=plans, parallel=options.parallel is not False,
                                 vectorize=options.vectorize is not False)
         kernel = with_choices(kernel, options, target, layouts)
-        _tick(timings, "ast", clock)
-    except TCError:
-        raise
-    except (isl.Error, ValueError, KeyError) as err:
-        raise TCCompileError(f"the polyhedral {stage} stage failed for {defn.name}: "
-                             f"{str(err).splitlines()[0] if str(err) else type(err).__name__}"
-                             ) from err
-    return ScheduledKernel(kernel, schedule_text(tree), result.strategy, result.fallback,
-                           bounds, tuple(reports), timings)
+    stages.show("loops", lambda: format_kernel(kernel))
+    return ScheduledKernel(kernel, final_schedule, result.strategy, result.fallback,
+                           bounds, tuple(reports), stages.timings)
+
+
+def scop_text(scop) -> str:
+    return (f"context: {scop.context}\ndomain: {scop.domain}\nreads: {scop.reads}\n"
+            f"writes: {scop.writes}")
+
+
+def dependences_text(deps) -> str:
+    return (f"flow: {deps.flow}\nfalse: {deps.false}\nreduction: {deps.reduction}\n"
+            f"fences: {deps.fences}")
 
 
 def with_choices(kernel: L.Kernel, options: Options, target: Target,
@@ -142,9 +148,3 @@ def _row_major(shape: list[int]) -> tuple[int, ...]:
         strides.append(step)
         step *= max(extent, 1)
     return tuple(reversed(strides))
-
-
-def _tick(timings: dict[str, float], name: str, since: float) -> float:
-    now = time.perf_counter()
-    timings[name] = now - since
-    return now

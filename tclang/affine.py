@@ -80,10 +80,6 @@ class Affine:
         return Affine(((Div(self, divisor, "mod"), 1),), Z.const(0))
 
     # ---- queries ----
-    @property
-    def is_constant_in_indices(self) -> bool:
-        return not self.terms
-
     def indices(self) -> frozenset[str]:
         out: set[str] = set()
         for atom, _ in self.terms:

@@ -17,7 +17,7 @@ from tclang.options import Options
 from tclang.program import Definition
 from tclang.target import Target
 
-CACHE_FORMAT = 2  # bump when the layout of cache entries changes
+CACHE_FORMAT = 3  # bump when the layout of cache entries changes
 
 
 def canonical_source(defn: Definition) -> str:
@@ -57,9 +57,26 @@ def code_digest() -> str:
     return digest.hexdigest()[:16]
 
 
+def installed_files(package: str) -> str:
+    """An installed package's identity without importing it: a digest of its top-level
+    files' names, sizes and modification times (islpy's compiled module among them).
+    Importing islpy costs ~50 ms that a disk-cache hit does not otherwise need; a
+    reinstall, even of the same version, changes the key, which is only cautious."""
+    import importlib.util
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return "missing"
+    digest = hashlib.sha256()
+    for root in spec.submodule_search_locations:
+        for path in sorted(Path(root).iterdir()):
+            if path.is_file():
+                stat = path.stat()
+                digest.update(f"{path.name}:{stat.st_size}:{stat.st_mtime_ns};".encode())
+    return digest.hexdigest()[:16]
+
+
 @lru_cache(maxsize=1)
 def versions() -> tuple:
-    import islpy
     import llvmlite
     import numpy
 
@@ -69,7 +86,7 @@ def versions() -> tuple:
         llvm = ".".join(map(str, binding.llvm_version_info))
     except Exception:  # llvmlite without its shared library: the key still differs
         llvm = "unknown"
-    return (("tclang", tclang.__version__), ("islpy", islpy.__version__),
+    return (("tclang", tclang.__version__), ("islpy", installed_files("islpy")),
             ("llvmlite", llvmlite.__version__), ("llvm", llvm), ("numpy", numpy.__version__),
             ("python", platform.python_version()), ("format", CACHE_FORMAT),
             ("code", code_digest()))

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
-from pathlib import Path
 
 from tclang.errors import TCError, TCWarning
 
@@ -50,15 +49,9 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def read_source(path: str) -> str:
-    try:
-        return Path(path).read_text()
-    except OSError as err:
-        raise TCError(f"cannot read {path}: {err.strerror}") from None
-
-
 def _check(args) -> int:
     from tclang.frontend import check_source
+    from tclang.inputs import read_source
     program = check_source(read_source(args.file))
     for d in program.definitions:
         print(describe_definition(d))

@@ -1,6 +1,7 @@
 """The `tclang` commands that need the whole compiler: explain, run, demo.
 
-explain: the compiled kernel's schedule tree, loop nest and generated code, stage by stage.
+explain: the compiled kernel stage by stage (tclang.stages names them: scop, dependences,
+schedule, transform, loops, code, llvm, llvm-opt, cuda, python) and its compile times.
 run: random inputs, the kernel checked against the reference interpreter, and its time.
 demo: matmul, an MLP layer and softmax on the CPU, checked and timed against NumPy.
 """
@@ -12,18 +13,19 @@ import time
 
 import numpy as np
 
-from tclang.cli import read_source
 from tclang.errors import TCError
-from tclang.inputs import check_sizes, parse_sizes, random_inputs
+from tclang.inputs import check_sizes, parse_sizes, random_inputs, read_source
 from tclang.options import Options
 
 
 def add_commands(sub) -> None:
     explain = sub.add_parser("explain", help="show the schedule, loops and generated code")
     _common(explain)
-    explain.add_argument("--stage", default="schedule,loops,code",
-                         help="what to print, in order: schedule, loops, code, timings "
-                              "(default: schedule,loops,code)")
+    explain.add_argument("--stage", default=None,
+                         help="what to print, in order: scop, dependences, schedule, "
+                              "transform, loops, code, llvm, llvm-opt, cuda, python, timings "
+                              "(default: transform,loops and the optimized code: llvm-opt "
+                              "on the cpu backend, code on the others)")
     explain.set_defaults(run=_explain)
 
     run = sub.add_parser("run", help="run on random inputs, check against the reference "
@@ -87,19 +89,17 @@ def _explain(args) -> int:
           f"fusion used: {compiled.strategy}")
     if compiled.fallback:
         print(f"note: the requested schedule was replaced ({compiled.fallback})")
-    for stage in (s.strip() for s in args.stage.split(",") if s.strip()):
-        if stage == "schedule":
-            _section("schedule tree (isl)", compiled.schedule)
-        elif stage == "loops":
-            _section("loops", compiled.loops)
-        elif stage == "code":
-            _section("generated code", compiled.source)
-        elif stage == "timings":
+    from tclang.stages import STAGES, check_names
+    default = "transform,loops," + ("llvm-opt" if args.backend == "cpu" else "code")
+    chosen = [s.strip() for s in (args.stage or default).split(",") if s.strip()]
+    check_names([s for s in chosen if s != "timings"])  # before any slow work
+    for stage in chosen:
+        if stage == "timings":
             _section("compile time", "\n".join(f"{k:>12}: {v * 1e3:8.1f} ms"
-                                               for k, v in compiled.timings.items()))
+                                               for k, v in compiled.timings.items())
+                     or "(loaded from the compile cache: nothing was compiled)")
         else:
-            raise TCError(f"unknown stage {stage!r}; the stages are schedule, loops, code, "
-                          "timings")
+            _section(f"{stage}: {STAGES[stage]}", compiled.stage_text(stage))
     return 0
 
 

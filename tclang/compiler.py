@@ -33,6 +33,7 @@ from tclang.options import Options
 from tclang.parser import recursion_room
 from tclang.program import Definition
 from tclang.recent import Recent, max_variants
+from tclang.stages import Stages
 from tclang.target import Target, bounds_checking
 
 #: backend name -> module whose `backend()` returns the Backend
@@ -87,12 +88,14 @@ class KernelInfo:
                         for b in self.buffers],
             "zero_fill": self.zero_fill, "statements": self.statements, "loops": self.loops,
             "schedule": self.schedule, "strategy": self.strategy, "fallback": self.fallback,
-            "bounds": [[c.bad_sizes, c.message, list(c.span)] for c in self.bounds],
+            "bounds": [[c.bad_sizes, c.message, list(c.span),
+                        None if c.predicate is None else L.iexpr_to_json(c.predicate)]
+                       for c in self.bounds],
         }).encode()
 
     @staticmethod
     def from_json(data: bytes) -> "KernelInfo":
-        from polyhedral.bounds import BoundsCondition
+        from polyhedral.bounds_runtime import BoundsCondition
         d = json.loads(data.decode())
         return KernelInfo(
             name=d["name"], sizes=tuple(d["sizes"]),
@@ -101,12 +104,15 @@ class KernelInfo:
             zero_fill=tuple(d["zero_fill"]),
             statements=tuple(tuple(s) for s in d["statements"]), loops=d["loops"],
             schedule=d["schedule"], strategy=d["strategy"], fallback=d["fallback"],
-            bounds=tuple(BoundsCondition(b, m, Span(*s)) for b, m, s in d["bounds"]))
+            bounds=tuple(BoundsCondition(b, m, Span(*s),
+                                         None if p is None else L.iexpr_from_json(p))
+                         for b, m, s, p in d["bounds"]))
 
 
 @dataclass
 class Compiled:
-    """One compilation's results; `kernel` is None when it came from the disk cache."""
+    """One compilation's results. From the disk cache, `kernel` is None and `kernel_blob`
+    holds its stored loop IR, read on first use (`loop_ir()`): a call needs only `info`."""
 
     info: KernelInfo
     artifact: Artifact
@@ -114,6 +120,23 @@ class Compiled:
     timings: dict[str, float]
     cache: str  # "compiled", "memory" or "disk"
     shares: "Compiled | None" = None  # the in-memory map's entry a "memory" hit reuses
+    kernel_blob: bytes | None = None
+
+    def loop_ir(self) -> L.Kernel | None:
+        """The loop IR, read back from the disk cache's bytes if need be (no isl, no
+        scheduling); None if there is none or it is unreadable (then schedule again)."""
+        source = self.shares or self
+        if source.kernel is None and source.kernel_blob is not None:
+            from polyhedral.loop_serial import kernel_from_json
+            try:
+                with recursion_room():
+                    kernel = kernel_from_json(source.kernel_blob)
+            except (ValueError, TypeError, KeyError, RecursionError):
+                kernel = None
+            if kernel is not None and kernel.name == source.info.name:
+                source.kernel = kernel
+            source.kernel_blob = None
+        return source.kernel
 
 
 # key -> Compiled, while anything uses it: two modules defining the same source share one
@@ -133,7 +156,7 @@ def compile_definition(defn: Definition, sizes: dict[str, int] | None, options: 
     with _memory_lock:
         hit = _memory.get(key)
     if hit is not None:
-        return Compiled(hit.info, hit.artifact, hit.kernel, {}, "memory", shares=hit)
+        return Compiled(hit.info, hit.artifact, None, {}, "memory", shares=hit)
     backend = get_backend(backend_name)
     digest = key_digest(key)
     start = time.perf_counter()
@@ -142,13 +165,29 @@ def compile_definition(defn: Definition, sizes: dict[str, int] | None, options: 
         restored = _restore(backend, blobs, key)
         if restored is not None:
             compiled = Compiled(restored[0], restored[1], None,
-                                {"cache load": time.perf_counter() - start}, "disk")
+                                {"cache load": time.perf_counter() - start}, "disk",
+                                kernel_blob=blobs.get("loop-ir"))
             _remember(key, compiled)
             return compiled
     compiled = _compile(defn, sizes, options, backend, target, layouts)
-    diskcache.store(digest, key, dict(compiled.artifact.blobs, info=compiled.info.to_json()))
+    blobs = {**compiled.artifact.blobs, "info": compiled.info.to_json()}
+    loop_ir = _serialized(compiled.kernel)
+    if loop_ir is not None:
+        blobs["loop-ir"] = loop_ir
+    diskcache.store(digest, key, blobs)
     _remember(key, compiled)
     return compiled
+
+
+def _serialized(kernel: L.Kernel) -> bytes | None:
+    """The loop IR for the disk cache; None if it cannot be written (then a disk hit that
+    asks for `loop_ir` schedules again): the cache is an optimization, never a failure."""
+    from polyhedral.loop_serial import kernel_to_json
+    try:
+        with recursion_room():  # as deep as the expressions the parser accepts
+            return kernel_to_json(kernel)
+    except (RecursionError, ValueError, TypeError):
+        return None
 
 
 def _remember(key: tuple, compiled: Compiled) -> None:
@@ -214,11 +253,14 @@ def _compile(defn: Definition, sizes, options: Options, backend: Backend, target
     with recursion_room():  # lowering, code generation and the printer recurse per level
         scheduled = schedule_definition(defn, sizes, options, target, layouts)
         kernel = scheduled.kernel
-        start = time.perf_counter()
-        artifact = backend.build(kernel, target)
+        stages = Stages(defn.name)
+        with stages("code"):
+            artifact = backend.build(kernel, target)
+        stages.show("code", artifact.source)
+        for name, text in artifact.stages.items():
+            stages.show(name, text)
         loops = format_kernel(kernel)
-    timings = dict(scheduled.timings)
-    timings["backend"] = time.perf_counter() - start
+    timings = {**scheduled.timings, **stages.timings}
     info = KernelInfo(
         name=kernel.name, sizes=kernel.sizes, buffers=kernel.buffers,
         zero_fill=kernel.zero_fill,

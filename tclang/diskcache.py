@@ -35,11 +35,11 @@ import os
 import secrets
 import stat
 import struct
-import tempfile
 import time
 import warnings
 from pathlib import Path
 
+from tclang.atomic_files import write_atomic
 from tclang.errors import TCWarning
 
 MAGIC = b"TCLANG-CACHE-2\n"
@@ -122,17 +122,7 @@ def _create_key(path: Path) -> None:
     """Write a fresh key to a temporary file and link it into place: the link fails if a
     racing process created the key first (then its key is used), and no reader ever sees
     a half-written key."""
-    fd, temp = tempfile.mkstemp(prefix=".cache.key.", dir=path.parent)  # mode 0600
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(secrets.token_bytes(KEY_BYTES))
-            f.flush()
-            os.fsync(f.fileno())
-        os.link(temp, path)
-    except FileExistsError:
-        pass
-    finally:
-        os.unlink(temp)
+    write_atomic(path, secrets.token_bytes(KEY_BYTES), keep_existing=True, sync=True)
 
 
 def _read_key(path: Path, remedy: str) -> bytes:
@@ -261,26 +251,15 @@ def store(digest: str, key: tuple, blobs: dict[str, bytes]) -> None:
     read-only) only warn."""
     if not enabled():
         return
-    temp = None
     try:
         trusted = _trusted()
         if trusted is None:
             return
         directory, secret = trusted
         body = _body(key, blobs)
-        payload = MAGIC + _tag(secret, digest, body) + body
-        fd, temp = tempfile.mkstemp(prefix=f".{digest}.", suffix=".tmp", dir=directory)
-        with os.fdopen(fd, "wb") as f:
-            f.write(payload)
-        os.replace(temp, directory / f"{digest}.tck")
-        temp = None
+        write_atomic(directory / f"{digest}.tck", MAGIC + _tag(secret, digest, body) + body)
         evict(directory, max_bytes())
     except OSError as err:
-        if temp is not None:
-            try:
-                os.unlink(temp)
-            except OSError:
-                pass
         warnings.warn(TCWarning(f"could not write the compile cache entry {digest[:12]}... "
                                 f"({err.strerror or err}); the kernel works, but the next "
                                 "process will compile it again"), stacklevel=4)

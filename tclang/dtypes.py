@@ -40,7 +40,7 @@ class DType(enum.Enum):
 
     @property
     def numpy(self) -> np.dtype:
-        return np.dtype(self.value)
+        return _NUMPY[self]
 
     @property
     def compute(self) -> "DType":
@@ -49,6 +49,9 @@ class DType(enum.Enum):
 
     def __repr__(self) -> str:
         return self.value
+
+
+_NUMPY = {d: np.dtype(d.value) for d in DType}  # built once: the hot call path asks
 
 
 ALIASES = {"half": DType.FLOAT16, "float": DType.FLOAT32, "double": DType.FLOAT64}

@@ -1,4 +1,5 @@
-"""Random arguments for a definition: what `tclang run`, the demo and the fuzzers feed it.
+"""What the command line reads (a source file, `--sizes`) and random arguments for a
+definition: what `tclang run`, the demo and the fuzzers feed it.
 
 Floats are standard normal; an integer tensor used as a gather index gets values inside
 the dimensions it indexes, so the run is valid; other integers are small, of both signs.
@@ -6,10 +7,19 @@ the dimensions it indexes, so the run is valid; other integers are small, of bot
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from tclang import program as P
-from tclang.errors import TCArgumentError
+from tclang.errors import TCArgumentError, TCError
+
+
+def read_source(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError as err:
+        raise TCError(f"cannot read {path}: {err.strerror}") from None
 
 
 def parse_sizes(text: str) -> dict[str, int]:

@@ -2,12 +2,19 @@
 
 Lark's exceptions never leave this module: they become `TCSyntaxError` with the line,
 column, the source line with a caret, and what the parser expected, in the user's words.
+
+Building the LALR tables takes Lark about 200 ms, on every process start: they are built
+once, by `python -m tclang.parser` (run it after changing grammar.lark; a test says when),
+and kept in `grammar_tables.py`, plain Python data that loads in a few milliseconds. They
+are used only for the grammar and the Lark version they were made from; otherwise Lark
+builds them as before.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import sys
 import threading
 from contextlib import contextmanager
@@ -170,10 +177,51 @@ def _climb(operands: list, operators: list):
     return out[0]
 
 
+GRAMMAR = Path(__file__).parent / "grammar.lark"
+TABLES = Path(__file__).parent / "grammar_tables.py"
+_LARK_OPTIONS = dict(parser="lalr", lexer="contextual", maybe_placeholders=True)
+
+
 @functools.cache
 def _lark_parser() -> lark.Lark:
-    grammar = (Path(__file__).parent / "grammar.lark").read_text()
-    return lark.Lark(grammar, parser="lalr", lexer="contextual", maybe_placeholders=True, transformer=_ToSyntax())
+    grammar = GRAMMAR.read_text()
+    kept = _kept_tables(grammar)
+    if kept is not None:
+        try:
+            return lark.Lark._load_from_dict(kept["data"], kept["memo"], transformer=_ToSyntax())
+        except Exception:  # tables Lark cannot read back: build them, as without any
+            pass
+    return lark.Lark(grammar, transformer=_ToSyntax(), **_LARK_OPTIONS)
+
+
+def _kept_tables(grammar: str) -> dict | None:
+    """grammar_tables.TABLES when they were made from this grammar by this Lark."""
+    try:
+        from tclang import grammar_tables
+    except ImportError:
+        return None
+    if grammar_tables.GRAMMAR_SHA256 != _digest(grammar) or \
+            grammar_tables.LARK_VERSION != lark.__version__:
+        return None
+    return grammar_tables.TABLES
+
+
+def _digest(grammar: str) -> str:
+    return hashlib.sha256(grammar.encode()).hexdigest()
+
+
+def tables_source() -> str:
+    """The text of grammar_tables.py for the current grammar and Lark."""
+    from lark.grammar import Rule
+    from lark.lexer import TerminalDef
+    grammar = GRAMMAR.read_text()
+    data, memo = lark.Lark(grammar, **_LARK_OPTIONS).memo_serialize([TerminalDef, Rule])
+    return ('"""Lark\'s LALR tables for grammar.lark, made by `python -m tclang.parser`: do not '
+            'edit.\n\nUsed only while the grammar\'s digest and the Lark version match '
+            '(tclang/parser.py)."""\n\n'
+            f"GRAMMAR_SHA256 = {_digest(grammar)!r}\n"
+            f"LARK_VERSION = {lark.__version__!r}\n"
+            f"TABLES = {dict(data=data, memo=memo)!r}\n")
 
 
 def parse(source: str) -> S.Module:
@@ -364,3 +412,8 @@ def _hint(found: str, expected: set[str]) -> str | None:
     if "DEF" in expected and found != "'def'":
         return "a source holds definitions: def name(float(N) A) -> (B) { ... }"
     return None
+
+
+if __name__ == "__main__":  # python -m tclang.parser: write grammar_tables.py
+    TABLES.write_text(tables_source())
+    print(f"wrote {TABLES}")

@@ -40,6 +40,7 @@ class CompiledKernel:
         self._target = target  # the Target it was compiled for, and the inputs' strides
         self._layouts = layouts
         self._device = get_backend(backend).device_arrays
+        self._texts: dict[str, str] | None = None  # the polyhedral stages' texts, if asked
         self.definition = definition
         self.backend = backend
         self.options = options
@@ -52,8 +53,7 @@ class CompiledKernel:
         self._scratch = info.buffers[n_in + len(definition.outputs):]
         limit = max_variants()
         self._checked_sizes = Recent(limit)  # sizes whose bounds a shape-generic call checked
-        self._hot = Recent(limit)  # hot key -> prepared (see Kernel._hot)
-        self._expected = tuple((t.dtype.numpy, t.rank) for t in definition.inputs)
+        self._hot = HotCalls(definition)  # hot key -> (self, prepared)
 
     # ---- what users read ----
     @property
@@ -74,19 +74,46 @@ class CompiledKernel:
     @property
     def loop_ir(self) -> L.Kernel:
         """The loop IR itself (frozen dataclasses), for tools and tests. After a disk-cache
-        hit it is scheduled again on first use (the object code is not rebuilt)."""
-        if self._c.kernel is None:
+        hit it is read from the entry (no isl); only an entry without a readable one is
+        scheduled again (the object code is not rebuilt)."""
+        kernel = self._c.loop_ir()
+        if kernel is None:
             from polyhedral.pipeline import schedule_definition
             target = self._target or compile_target(self.backend, self.options)
             with recursion_room():
-                self._c.kernel = schedule_definition(self.definition, self.sizes,
-                                                     self.options, target,
-                                                     self._layouts).kernel
-        return self._c.kernel
+                kernel = schedule_definition(self.definition, self.sizes, self.options,
+                                             target, self._layouts).kernel
+            (self._c.shares or self._c).kernel = kernel
+        return kernel
 
     @property
     def stages(self) -> dict[str, str]:
+        """The backend's texts by stage name (llvm, llvm-opt; cuda; python)."""
         return dict(self._c.artifact.stages)
+
+    def stage_text(self, name: str) -> str:
+        """The text of one compile stage (tclang.stages.STAGES): the polyhedral ones are
+        made again for the asking (scheduling is deterministic), the others are kept."""
+        from tclang.stages import STAGES, check_names
+        check_names([name])
+        if name == "loops":
+            return self.loops
+        if name == "code":
+            return self.source
+        if name in self._c.artifact.stages:
+            return self._c.artifact.stages[name]
+        if name in ("llvm", "llvm-opt", "cuda", "python"):
+            raise TCError(f"the {self.backend} backend has no {name!r} stage; its stages are "
+                          f"{', '.join(list(STAGES)[:6] + list(self._c.artifact.stages))}")
+        if self._texts is None:
+            from polyhedral.pipeline import schedule_definition
+            texts: dict[str, str] = {}
+            target = self._target or compile_target(self.backend, self.options)
+            with recursion_room():
+                schedule_definition(self.definition, self.sizes, self.options, target,
+                                    self._layouts, collect=texts)
+            self._texts = texts
+        return self._texts[name]
 
     @property
     def strategy(self) -> str:
@@ -108,15 +135,14 @@ class CompiledKernel:
 
     # ---- running ----
     def __call__(self, *args, out=None):
-        hot = hot_key(args, self._expected) if out is None and not self._device else None
-        if hot is not None:
-            prepared = self._hot.get(hot[1])
-            if prepared is not None:
-                return self.run_prepared(hot[0], prepared)
+        hot = None if self._device else self._hot.look_up(args, out)
+        if hot is not None and hot.entry is not None:
+            return hot.run()
         binding = bind_arguments(self.definition, args, self._device)
-        if hot is not None and _bound_as_given(args, binding):
-            self._hot.put(hot[1], self.prepare(binding))
-        return self.run(binding, out)
+        result = self.run(binding, out)
+        if hot is not None:  # only once the whole call, out= included, was found right
+            self._hot.remember(hot, args, binding, self)
+        return result
 
     def run(self, binding: Binding, out=None):
         self._check_applies(binding)
@@ -153,14 +179,26 @@ class CompiledKernel:
         starts zeroed, and the size values."""
         self._check_applies(binding)
         sizes = binding.sizes
-        new = tuple((buf.dtype.numpy, tuple(L.evaluate(d, sizes) for d in buf.shape),
-                     buf.name in self._zero) for buf in self._outputs + self._scratch)
+        new = tuple((np.zeros if buf.name in self._zero else np.empty,
+                     tuple(L.evaluate(d, sizes) for d in buf.shape), buf.dtype.numpy)
+                    for buf in self._outputs + self._scratch)
         return new, [sizes[s] for s in self._c.info.sizes], len(self._outputs)
 
-    def run_prepared(self, arrays: tuple, prepared: tuple):
+    def run_prepared(self, arrays: tuple, prepared: tuple, outs: tuple | None = None):
+        """`outs`: the caller's out= arrays, already known to be C-contiguous, writeable and
+        apart from every other argument (HotCalls checks): written in place."""
         new, sizes, n_outputs = prepared
-        made = [self._allocate(buf, shape, zero)
-                for buf, (_, shape, zero) in zip(self._outputs + self._scratch, new)]
+        try:
+            if outs is None:
+                made = [make(shape, dtype) for make, shape, dtype in new]
+            else:
+                made = list(outs) + [make(shape, dtype) for make, shape, dtype
+                                     in new[n_outputs:]]
+        except (MemoryError, ValueError) as err:  # say which array, as the checked path does
+            buffers = self._outputs + self._scratch
+            failing = next(k for k, (make, shape, dtype) in enumerate(new)
+                           if not _allocates(make, shape, dtype))
+            raise self._too_big(buffers[failing], new[failing][1], err) from None
         self._c.artifact.run(list(arrays) + made, sizes)
         return made[0] if n_outputs == 1 else tuple(made[:n_outputs])
 
@@ -213,6 +251,81 @@ class CompiledKernel:
         return f"<CompiledKernel {self.definition.name} for {shapes} on {self.backend}>"
 
 
+class HotCalls:
+    """The one hot path of `Kernel` and `CompiledKernel` calls, with or without `out=`.
+
+    A call is hot when it looks exactly like one checked in full before: the same dtypes,
+    shapes and strides of the inputs and, with out=, of the outputs (C-contiguous,
+    writeable, apart from every other argument: then the kernel writes them in place).
+    Every check of a call depends on nothing else, so a hot call skips them all. The map
+    keeps the TCLANG_MAX_VARIANTS most recent kinds of call."""
+
+    def __init__(self, definition: Definition):
+        self._entries = Recent(max_variants())
+        self._expected = tuple((t.dtype.numpy, t.rank) for t in definition.inputs)
+        self._out_dtypes = tuple(t.dtype.numpy for t in definition.outputs)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def look_up(self, args, out) -> "_HotCall | None":
+        """The call's key and, if seen before, its entry; None: not a call the hot path
+        can take (a list, a scalar that does not fit, an out= that needs checking)."""
+        found = hot_key(args, self._expected)
+        if found is None:
+            return None
+        arrays, key = found
+        outs = None
+        if out is not None:
+            outs = _hot_outs(out, self._out_dtypes, arrays)
+            if outs is None:
+                return None
+            key = (key, tuple(o.shape for o in outs))
+        return _HotCall(key, arrays, outs, self._entries.get(key))
+
+    def remember(self, call: "_HotCall", args, binding: Binding, compiled) -> None:
+        if _bound_as_given(args, binding):
+            self._entries.put(call.key, (compiled, compiled.prepare(binding)))
+
+
+class _HotCall:
+    __slots__ = ("key", "arrays", "outs", "entry")
+
+    def __init__(self, key, arrays, outs, entry):
+        self.key, self.arrays, self.outs, self.entry = key, arrays, outs, entry
+
+    def run(self):
+        compiled, prepared = self.entry
+        return compiled.run_prepared(self.arrays, prepared, self.outs)
+
+
+def _hot_outs(out, dtypes, arrays) -> tuple | None:
+    """The out= arrays if the kernel may write them in place with no check: exact ndarrays
+    of the declared dtypes, C-contiguous, writeable, sharing no memory with any other
+    argument (NumPy's cheap bounds test; a maybe goes the checked way)."""
+    outs = out if type(out) is tuple else (out,)
+    if len(outs) != len(dtypes):
+        return None
+    for k, (o, dtype) in enumerate(zip(outs, dtypes)):
+        if type(o) is not np.ndarray or o.dtype != dtype:
+            return None
+        flags = o.flags
+        if not (flags.c_contiguous and flags.writeable):
+            return None
+        for other in arrays + outs[k + 1:]:
+            if np.may_share_memory(o, other):
+                return None
+    return outs
+
+
+def _allocates(make, shape, dtype) -> bool:
+    try:
+        make(shape, dtype)
+        return True
+    except (MemoryError, ValueError):
+        return False
+
+
 def hot_key(args, expected):
     """(arrays, key) when every argument is a NumPy array (or a Python float for a float
     scalar) of the declared dtype and rank; None sends the call down the checked path.
@@ -263,23 +376,20 @@ class Kernel:
         limit = max_variants()
         self._compiled = Recent(limit)  # what the code depends on -> CompiledKernel
         self._lock = threading.Lock()
-        # the hot path: (shapes, strides) of a call already checked in full ->
-        # (CompiledKernel, what running it again needs)
-        self._hot = Recent(limit)
-        self._expected = tuple((t.dtype.numpy, t.rank) for t in definition.inputs)
+        # the hot path: a call like one already checked in full -> (CompiledKernel, what
+        # running it again needs)
+        self._hot = HotCalls(definition)
 
     def __call__(self, *args, out=None):
-        hot = hot_key(args, self._expected) if out is None and not self.module.on_device \
-            else None
-        if hot is not None:
-            entry = self._hot.get(hot[1])
-            if entry is not None:
-                return entry[0].run_prepared(hot[0], entry[1])
+        hot = None if self.module.on_device else self._hot.look_up(args, out)
+        if hot is not None and hot.entry is not None:
+            return hot.run()
         binding = bind_arguments(self.definition, args, self.module.on_device)
         compiled = self._for(binding)
-        if hot is not None and _bound_as_given(args, binding):
-            self._hot.put(hot[1], (compiled, compiled.prepare(binding)))
-        return compiled.run(binding, out)
+        result = compiled.run(binding, out)
+        if hot is not None:  # only once the whole call, out= included, was found right
+            self._hot.remember(hot, args, binding, compiled)
+        return result
 
     def compile(self, *args) -> CompiledKernel:
         """Compile for the shapes and dtypes of `args` (inputs), without running."""

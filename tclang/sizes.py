@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -21,7 +22,7 @@ def _floordiv(a: int, b: int) -> int:
     return a // b
 
 
-class SizeExpr:
+class SizeExpr(ABC):
     """Base class; subclasses are frozen dataclasses in canonical form."""
 
     def __add__(self, other: "SizeExpr | int") -> "SizeExpr":
@@ -57,19 +58,19 @@ class SizeExpr:
         """The value if the expression does not depend on any size."""
         return None
 
-    def names(self) -> frozenset[str]:
-        raise NotImplementedError
+    @abstractmethod
+    def names(self) -> frozenset[str]: ...
 
-    def evaluate(self, sizes: Mapping[str, int]) -> int:
-        raise NotImplementedError
+    @abstractmethod
+    def evaluate(self, sizes: Mapping[str, int]) -> int: ...
 
+    @abstractmethod
     def bounds(self) -> tuple[float, float]:
         """(lowest, highest) value over all sizes >= 1; infinities where unbounded."""
-        raise NotImplementedError
 
+    @abstractmethod
     def to_isl(self) -> str:
         """isl's syntax for the expression (the polyhedral layer parses it)."""
-        raise NotImplementedError
 
 
 @dataclass(frozen=True)
@@ -84,10 +85,6 @@ class Poly(SizeExpr):
         if len(terms) == 1 and not terms[0][0]:
             return terms[0][1]
         return None
-
-    @property
-    def is_affine(self) -> bool:
-        return all(len(m) <= 1 for m, _ in self.terms)
 
     def coefficient(self, monomial: Monomial) -> int:
         return dict(self.terms).get(monomial, 0)

@@ -18,7 +18,6 @@ import ctypes
 from backends.access_errors import ERR_FIELDS, raise_access_error
 from backends.contract import Artifact
 from backends.llvm import jit, threads
-from backends.llvm.functions import KernelModule
 from backends.llvm.pointers import data_pointer
 from polyhedral import loop_ir as L
 from tclang.target import Target, available_cores
@@ -35,6 +34,7 @@ class LLVMBackend:
                       cores=available_cores(), vector_bytes=vector_bytes)
 
     def build(self, kernel: L.Kernel, target: Target) -> Artifact:
+        from backends.llvm.kernel_module import KernelModule  # llvmlite.ir: not for a cache hit
         km = KernelModule(kernel, jit.host()[0], jit.data_layout(),
                           unrolled_width=max(2, target.vector_bytes // 4))
         text = str(km.build())

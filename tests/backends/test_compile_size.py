@@ -10,7 +10,7 @@ import pytest
 
 import tclang as tc
 from backends.llvm import jit
-from backends.llvm.functions import FunctionBuilder, KernelModule
+from backends.llvm.kernel_module import FunctionBuilder, KernelModule
 from polyhedral import loop_ir as L
 
 

@@ -270,3 +270,34 @@ def test_two_threads_compile_once(monkeypatch):
     assert not errors and len(calls) == 1
     for r in results:
         np.testing.assert_allclose(r, a @ b, rtol=1e-5)
+
+
+def test_out_calls_take_the_hot_path_and_write_in_place():
+    """A repeated out= call skips the checks (one hot entry) and writes the caller's
+    array; an out= that overlaps an input, is read-only or not contiguous is checked on
+    every call, hot entry or not."""
+    kernel = tc.define("def axpy(float(N) X, float(N) Y) -> (Z) { Z(i) = 2 * X(i) + Y(i) }").axpy
+    x, y = np.arange(7, dtype=np.float32), np.ones(7, np.float32)
+    out = np.full(7, -1, np.float32)
+    assert kernel(x, y, out=out) is out and len(kernel._hot) == 1
+    out[:] = -1
+    assert kernel(x, y, out=out) is out and len(kernel._hot) == 1
+    np.testing.assert_array_equal(out, 2 * x + y)
+    other = np.zeros(7, np.float32)
+    assert kernel(x, y, out=(other,)) is other and len(kernel._hot) == 1
+    np.testing.assert_array_equal(other, 2 * x + y)
+    with pytest.raises(tc.TCArgumentError, match="shares memory"):
+        kernel(x, y, out=x)
+    readonly = np.zeros(7, np.float32)
+    readonly.flags.writeable = False
+    with pytest.raises(tc.TCArgumentError, match="read-only"):
+        kernel(x, y, out=readonly)
+    strided = np.zeros(14, np.float32)[::2]
+    assert kernel(x, y, out=strided) is strided
+    np.testing.assert_array_equal(strided, 2 * x + y)
+    with pytest.raises(tc.TCArgumentError, match="must have shape"):
+        kernel(x, y, out=np.zeros(6, np.float32))
+    compiled = kernel.compile(x, y)
+    mine = np.zeros(7, np.float32)
+    assert compiled(x, y, out=mine) is mine and compiled(x, y, out=mine) is mine
+    np.testing.assert_array_equal(mine, 2 * x + y)

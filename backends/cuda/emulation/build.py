@@ -36,6 +36,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+from tclang.atomic_files import atomic_path, write_atomic
+
 HEADER = Path(__file__).with_name("tclang_cuda_emulation.h")
 BASE_FLAGS = ("-std=c++17", "-O1", "-fPIC", "-shared", "-pthread", "-Wno-unknown-pragmas",
               "-DTCLANG_EMULATION=1")
@@ -112,31 +114,13 @@ def default_cache_dir() -> Path:
         return Path(tempfile.mkdtemp(prefix="tclang-cuda-emulation-"))
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        _unlink(tmp)
-        raise
-
-
-def _unlink(path) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
-
-
 def _stub_dir(cache: Path) -> Path:
     stubs = cache / f"include-{_LAYOUT_VERSION}"
     for name in STUB_HEADERS:
         target = stubs / name
         if not target.exists():
             stubs.mkdir(parents=True, exist_ok=True)
-            _write_atomic(target, _STUB_TEXT.encode())
+            write_atomic(target, _STUB_TEXT.encode())
     return stubs
 
 
@@ -194,18 +178,13 @@ def _precompiled_header(cxx: str, cache: Path, identity: str, flags: list[str],
     try:
         folder.mkdir(parents=True, exist_ok=True)
         if not copy.exists():
-            _write_atomic(copy, header)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=gch.name + ".", suffix=".tmp")
-        os.close(fd)
-        try:
+            write_atomic(copy, header)
+        with atomic_path(gch) as tmp:
             pch_flags = [f for f in flags if f != "-shared"]
-            proc = subprocess.run([cxx, *pch_flags, "-x", "c++-header", str(copy), "-o", tmp],
-                                  capture_output=True, text=True, check=False)
+            proc = subprocess.run([cxx, *pch_flags, "-x", "c++-header", str(copy), "-o",
+                                   str(tmp)], capture_output=True, text=True, check=False)
             if proc.returncode != 0:
                 return None
-            os.replace(tmp, gch)
-        finally:
-            _unlink(tmp)
     except OSError:
         return None
     return copy
@@ -214,12 +193,10 @@ def _precompiled_header(cxx: str, cache: Path, identity: str, flags: list[str],
 def _build(cxx: str, cache: Path, key: str, source: str, flags: list[str],
            extra: list[str], header_path: Path) -> None:
     src_path = cache / f"{key}.cu"
-    _write_atomic(src_path, source.encode())
-    fd, tmp_so = tempfile.mkstemp(dir=cache, prefix=f"{key}.", suffix=".so.tmp")
-    os.close(fd)
-    cmd = [cxx, *flags, "-isystem", str(_stub_dir(cache)), "-include", str(header_path),
-           "-x", "c++", str(src_path), "-x", "none", *extra, "-o", tmp_so]
-    try:
+    write_atomic(src_path, source.encode())
+    with atomic_path(cache / f"{key}.so") as tmp_so:
+        cmd = [cxx, *flags, "-isystem", str(_stub_dir(cache)), "-include", str(header_path),
+               "-x", "c++", str(src_path), "-x", "none", *extra, "-o", str(tmp_so)]
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             lines = (proc.stderr or proc.stdout).splitlines()
@@ -228,9 +205,6 @@ def _build(cxx: str, cache: Path, key: str, source: str, flags: list[str],
             raise EmulationBuildError(
                 f"{cxx} failed to compile the emulated CUDA source {src_path} "
                 f"(exit {proc.returncode}):\n{shown}{more}")
-        os.replace(tmp_so, cache / f"{key}.so")
-    finally:
-        _unlink(tmp_so)
 
 
 def last_error(lib: ctypes.CDLL) -> str:

@@ -18,6 +18,7 @@ from backends.llvm.values import ValueEmitter
 from polyhedral import loop_ir as L
 from tclang import sizes as Z
 from tclang.dtypes import DType
+from tclang.errors import TCCompileError
 from tclang.program import reads_of
 
 PARALLEL_WORK = 1 << 15  # statement instances below which a loop stays on one thread
@@ -164,7 +165,8 @@ class FunctionBuilder:
 
     def element(self, tensor: str, subscripts: list[ir.Value], promotion) -> ir.Value:
         if promotion is not None:
-            raise NotImplementedError("the CPU backend has no promoted buffers")
+            raise TCCompileError(f"internal error: a promoted buffer in CPU code for "
+                                 f"{tensor}: promotion is for GPU schedules; please report it")
         base, _, strides = self.buffers[tensor]
         offset = ir.Constant(T.I64, 0)
         for sub, stride in zip(subscripts, strides):
@@ -293,7 +295,9 @@ class FunctionBuilder:
             case L.Run():
                 self.run(n)
             case _:
-                raise NotImplementedError(f"the CPU backend cannot run {type(n).__name__} nodes")
+                raise TCCompileError(f"internal error: a {type(n).__name__} node in CPU code "
+                                     f"(GPU launches, copies and barriers are for GPU "
+                                     f"schedules); please report it")
 
     def branch(self, cond: L.IExpr, then: L.Node, other: L.Node | None) -> None:
         b = self.builder

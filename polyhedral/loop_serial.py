@@ -1,0 +1,87 @@
+"""The loop IR as JSON: what the disk cache keeps so that a kernel loaded from it has its
+loop IR without isl or a second run of the pipeline.
+
+Every node is a frozen dataclass of the loop IR or of the checked program it embeds
+(statement values, subscripts, sizes), written as {"@": tag, field: value, ...} with
+tuples as lists, `DType` by its value and a `Span` as its four numbers. Reading builds only the classes listed here,
+field by field: the data is checked, never executed (the entry was authenticated too).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from polyhedral import loop_ir as L
+from tclang import affine as A
+from tclang import program as P
+from tclang import sizes as Z
+from tclang.dtypes import DType
+from tclang.errors import Span
+
+
+def _classes() -> dict[str, type]:
+    found: dict[str, type] = {}
+    for prefix, module in (("L", L), ("P", P), ("A", A), ("Z", Z)):
+        for name, value in vars(module).items():
+            if isinstance(value, type) and dataclasses.is_dataclass(value) and \
+                    value.__module__ == module.__name__:
+                found[f"{prefix}.{name}"] = value
+    return found
+
+
+_BY_TAG = _classes()
+_TAG = {cls: tag for tag, cls in _BY_TAG.items()}
+_FIELDS = {cls: tuple(f.name for f in dataclasses.fields(cls)) for cls in _BY_TAG.values()}
+
+
+def to_data(value):
+    """JSON-ready data for a loop-IR value (a Kernel, a node, an expression)."""
+    if isinstance(value, DType):
+        return {"@": "DType", "value": value.value}
+    if isinstance(value, Span):  # a named tuple
+        return {"@": "Span", "at": list(value)}
+    cls = type(value)
+    if cls in _TAG:
+        data = {"@": _TAG[cls]}
+        for name in _FIELDS[cls]:
+            data[name] = to_data(getattr(value, name))
+        return data
+    if isinstance(value, tuple):
+        return [to_data(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(f"no serialized form for {cls.__name__}")
+
+
+def from_data(data):
+    """The value `to_data` wrote; ValueError on anything else."""
+    if isinstance(data, list):
+        return tuple(from_data(v) for v in data)
+    if isinstance(data, dict):
+        tag = data.get("@")
+        if tag == "DType":
+            return DType(data["value"])
+        if tag == "Span":
+            return Span(*(int(x) for x in data["at"]))
+        cls = _BY_TAG.get(tag)
+        if cls is None:
+            raise ValueError(f"unknown loop-IR node {tag!r}")
+        names = _FIELDS[cls]
+        if set(data) != {"@", *names}:
+            raise ValueError(f"{tag} with fields {sorted(set(data) - {'@'})}")
+        return cls(**{name: from_data(data[name]) for name in names})
+    if data is None or isinstance(data, (bool, int, float, str)):
+        return data
+    raise ValueError(f"not loop-IR data: {type(data).__name__}")
+
+
+def kernel_to_json(kernel: L.Kernel) -> bytes:
+    return json.dumps(to_data(kernel), separators=(",", ":")).encode()
+
+
+def kernel_from_json(blob: bytes) -> L.Kernel:
+    kernel = from_data(json.loads(blob.decode()))
+    if not isinstance(kernel, L.Kernel):
+        raise ValueError(f"a stored loop IR holds a {type(kernel).__name__}, not a Kernel")
+    return kernel
