@@ -38,3 +38,29 @@ CONV2D = """def conv2d(float(N, C, H, W) I, float(M, C, KH, KW) Wt) -> (O) {
 BMM = """def bmm(float(B, N, M) X, float(B, M, K) Y) -> (Z) {
     Z(b, n, k) +=! X(b, n, m) * Y(b, m, k)
 }"""
+
+MATMUL_TRANSPOSED_A = """def matmul_ta(float(K,M) At, float(K,N) B) -> (C) {
+    C(m, n) +=! At(k, m) * B(k, n)
+}"""
+
+CONV2D_1X1 = """def conv1x1(float(N, C, H, W) I, float(M, C) Wt) -> (O) {
+    O(n, m, h, w) +=! I(n, c, h, w) * Wt(m, c)
+}"""
+
+ATTENTION = """def attention(float(S, D) Q, float(T, D) K, float(T, E) V) -> (O) {
+    Sc(s, t) +=! Q(s, d) * K(t, d) * 0.125
+    Mx(s) max=! Sc(s, t)
+    Ex(s, t) = exp(Sc(s, t) - Mx(s))
+    Sm(s) +=! Ex(s, t)
+    O(s, e) +=! Ex(s, t) * V(t, e) / Sm(s)
+}"""
+
+RMSNORM = """def rmsnorm(float(N, D) X, float(D) gamma) -> (Y) {
+    ms(n) +=! X(n, d) * X(n, d) / D
+    Y(n, d) = X(n, d) * rsqrt(ms(n) + 1e-5) * gamma(d)
+}"""
+
+BIAS_GELU = """def bias_gelu(float(N, D) X, float(D) b) -> (Y) {
+    Y(n, d) = 0.5 * (X(n, d) + b(d)) * (1 + tanh(0.7978845608 * ((X(n, d) + b(d))
+              + 0.044715 * (X(n, d) + b(d)) * (X(n, d) + b(d)) * (X(n, d) + b(d)))))
+}"""

@@ -1,12 +1,17 @@
 """tclang against NumPy (and PyTorch when it is installed), measured in one run.
 
-    python benchmarks/run.py [--quick] [--repeat 10] [--out benchmarks/results]
+    python benchmarks/run.py [--quick] [--rounds 9] [--only matmul,softmax] [--out DIR]
 
-Each operator is compiled first (the compile time is reported separately), checked against
-NumPy, then timed: the best of `--repeat` runs of each implementation, interleaved so that
-machine noise hits all of them alike. Prints a markdown table of times and ratios
-(tclang's speed relative to each peer: >1 means tclang is faster) and, when matplotlib is
-installed, saves a bar chart. It is a measurement, never a pass/fail test.
+Each operator is compiled first (the compile time is reported separately) and checked
+against NumPy. Then the implementations are timed in interleaved rounds, so that machine
+noise hits all of them alike: tclang writes into a preallocated `out=` array, NumPy does
+too where its API allows, and after every NumPy or PyTorch call the runner waits
+`--gap` seconds (OpenBLAS's threads spin about 0.1 s after a call and slow whatever runs
+next by up to 2x). The table gives the median of the rounds with its spread (the
+interquartile range over the median), GFLOP/s or GB/s beside the machine's limits measured
+in the same run (sgemm at 2048^3 through NumPy's BLAS, a STREAM-style triad), and the
+ratio against the best peer (>1: tclang is faster). With matplotlib installed it saves a
+chart with a log axis. A measurement, never a pass/fail test.
 """
 
 from __future__ import annotations
@@ -39,23 +44,44 @@ class Benchmark:
     source: str
     entry: str
     inputs: Callable[[np.random.Generator], tuple]
-    numpy: Callable
+    numpy: Callable  # numpy(*inputs, out) -> result; may ignore `out`
     torch: Callable | None = None
+    flops: float = 0.0  # floating-point operations, for GFLOP/s (0: report GB/s)
     tolerance: float = 1e-3
 
+    def bytes_moved(self, inputs, output) -> int:
+        return sum(x.nbytes for x in inputs) + output.nbytes
 
-def _softmax(x):
+
+def _softmax(x, out=None):
     e = np.exp(x - x.max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True)
+    return np.divide(e, e.sum(axis=1, keepdims=True), out=out)
 
 
-def _layernorm(x, g, b):
+def _layernorm(x, g, b, out=None):
     mean = x.mean(axis=1, keepdims=True)
     var = ((x - mean) ** 2).mean(axis=1, keepdims=True)
-    return (x - mean) / np.sqrt(var + 1e-5) * g + b
+    return np.add((x - mean) / np.sqrt(var + 1e-5) * g, b, out=out)
 
 
-def _conv2d(x, w):
+def _rmsnorm(x, g, out=None):
+    ms = (x * x).mean(axis=1, keepdims=True)
+    return np.multiply(x / np.sqrt(ms + 1e-5), g, out=out)
+
+
+def _bias_gelu(x, b, out=None):
+    y = x + b
+    return np.multiply(0.5 * y, 1 + np.tanh(0.7978845608 * (y + 0.044715 * y * y * y)),
+                       out=out)
+
+
+def _attention(q, k, v, out=None):
+    s = (q @ k.T) * 0.125
+    e = np.exp(s - s.max(axis=1, keepdims=True))
+    return np.matmul(e / e.sum(axis=1, keepdims=True), v, out=out)
+
+
+def _conv2d(x, w, out=None):
     """NumPy's best: sliding windows contracted with tensordot (BLAS)."""
     kh, kw = w.shape[2], w.shape[3]
     windows = np.lib.stride_tricks.sliding_window_view(x, (kh, kw), axis=(2, 3))
@@ -63,50 +89,102 @@ def _conv2d(x, w):
                                 .transpose(0, 3, 1, 2))
 
 
+def _conv1x1(x, w, out=None):
+    return np.ascontiguousarray(np.einsum("nchw,mc->nmhw", x, w, optimize=True))
+
+
+def _matmul(a, b, out=None):
+    return np.matmul(a, b, out=out)
+
+
 def benchmarks(quick: bool) -> list[Benchmark]:
     s = 2 if quick else 1  # --quick shrinks every problem
-    n = 1024 // s
     f32 = np.float32
     t = torch
+
+    def normal(*shape):
+        return lambda r: r.standard_normal(shape, f32)
+
+    def matmul(m, k, n, label=None):
+        return Benchmark(label or f"matmul {m}x{k}x{n}", K.MATMUL, "matmul",
+                         lambda r: (normal(m, k)(r), normal(k, n)(r)), _matmul,
+                         (lambda a, b: a @ b) if t else None, 2.0 * m * k * n)
+
+    n, rows = 1024 // s, 4096 // s
     return [
-        Benchmark("matmul 1024^3" if not quick else f"matmul {n}^3", K.MATMUL, "matmul",
-                  lambda r: (r.standard_normal((n, n), f32), r.standard_normal((n, n), f32)),
-                  lambda a, b: a @ b, (lambda a, b: a @ b) if t else None),
+        matmul(256, 256, 256, "matmul 256^3"),
+        matmul(n, n, n, f"matmul {n}^3"),
+        matmul(2 * n, 2 * n, 2 * n, f"matmul {2 * n}^3"),
+        matmul(1000 // s, 999 // s, 1001 // s, "matmul odd sizes"),
+        Benchmark(f"matmul A^T {n}^3", K.MATMUL_TRANSPOSED_A, "matmul_ta",
+                  lambda r: (normal(n, n)(r), normal(n, n)(r)),
+                  lambda at, b, out=None: np.matmul(at.T, b, out=out),
+                  (lambda at, b: at.T @ b) if t else None, 2.0 * n ** 3),
+        matmul(rows, 64, rows, f"matmul skinny {rows}x64x{rows}"),
         Benchmark(f"MLP layer {n}x{n}", K.MLP_LAYER, "mlp_layer",
-                  lambda r: (r.standard_normal((n, n), f32), r.standard_normal((n, n), f32),
-                             r.standard_normal(n, f32)),
-                  lambda x, w, b: np.maximum(x @ w.T + b, 0),
-                  (lambda x, w, b: t.relu(x @ w.T + b)) if t else None),
+                  lambda r: (normal(n, n)(r), normal(n, n)(r), normal(n)(r)),
+                  lambda x, w, b, out=None: np.maximum(x @ w.T + b, 0, out=out),
+                  (lambda x, w, b: t.relu(x @ w.T + b)) if t else None, 2.0 * n ** 3),
+        Benchmark(f"batched matmul {64 // s}x128^3", K.BMM, "bmm",
+                  lambda r: (normal(64 // s, 128, 128)(r), normal(64 // s, 128, 128)(r)),
+                  _matmul, (lambda a, b: a @ b) if t else None, 2.0 * (64 // s) * 128 ** 3),
+        Benchmark(f"conv2d 3x3 N={8 // s} C=M=64 56x56", K.CONV2D, "conv2d",
+                  lambda r: (normal(8 // s, 64, 58, 58)(r), normal(64, 64, 3, 3)(r)),
+                  _conv2d, (lambda x, w: t.nn.functional.conv2d(x, w)) if t else None,
+                  2.0 * (8 // s) * 64 * 56 * 56 * 64 * 9),
+        Benchmark(f"conv2d 1x1 N={8 // s} C=M=64 56x56", K.CONV2D_1X1, "conv1x1",
+                  lambda r: (normal(8 // s, 64, 56, 56)(r), normal(64, 64)(r)),
+                  _conv1x1, (lambda x, w: t.nn.functional.conv2d(x, w[:, :, None, None]))
+                  if t else None, 2.0 * (8 // s) * 64 * 56 * 56 * 64),
+        Benchmark(f"attention {rows // 4}x{rows // 4}, d=64", K.ATTENTION, "attention",
+                  lambda r: (normal(rows // 4, 64)(r), normal(rows // 4, 64)(r),
+                             normal(rows // 4, 64)(r)), _attention,
+                  (lambda q, k, v: t.softmax(q @ k.T * 0.125, dim=1) @ v) if t else None,
+                  4.0 * (rows // 4) ** 2 * 64),
         Benchmark(f"exp(X)*Y+X, {16 // s}M", K.CHAIN, "chain",
-                  lambda r: (r.standard_normal(16_000_000 // s, f32),
-                             r.standard_normal(16_000_000 // s, f32)),
-                  lambda x, y: np.exp(x) * y + x, (lambda x, y: t.exp(x) * y + x) if t else None),
-        Benchmark(f"softmax {4096 // s}x1024", K.SOFTMAX, "softmax",
-                  lambda r: (r.standard_normal((4096 // s, 1024), f32),),
-                  _softmax, (lambda x: t.softmax(x, dim=1)) if t else None),
-        Benchmark(f"layernorm {4096 // s}x1024", K.LAYERNORM, "layernorm",
-                  lambda r: (r.standard_normal((4096 // s, 1024), f32),
-                             r.standard_normal(1024, f32), r.standard_normal(1024, f32)),
+                  lambda r: (normal(16_000_000 // s)(r), normal(16_000_000 // s)(r)),
+                  lambda x, y, out=None: np.add(np.exp(x) * y, x, out=out),
+                  (lambda x, y: t.exp(x) * y + x) if t else None),
+        Benchmark(f"softmax {rows}x1024", K.SOFTMAX, "softmax",
+                  lambda r: (normal(rows, 1024)(r),), _softmax,
+                  (lambda x: t.softmax(x, dim=1)) if t else None),
+        Benchmark(f"layernorm {rows}x1024", K.LAYERNORM, "layernorm",
+                  lambda r: (normal(rows, 1024)(r), normal(1024)(r), normal(1024)(r)),
                   _layernorm,
                   (lambda x, g, b: t.nn.functional.layer_norm(x, (1024,), g, b)) if t else None),
-        Benchmark(f"conv2d N={8 // s} C=64 56x56 M=64 3x3", K.CONV2D, "conv2d",
-                  lambda r: (r.standard_normal((8 // s, 64, 58, 58), f32),
-                             r.standard_normal((64, 64, 3, 3), f32)),
-                  _conv2d, (lambda x, w: t.nn.functional.conv2d(x, w)) if t else None),
-        Benchmark(f"batched matmul {64 // s}x128^3", K.BMM, "bmm",
-                  lambda r: (r.standard_normal((64 // s, 128, 128), f32),
-                             r.standard_normal((64 // s, 128, 128), f32)),
-                  np.matmul, (lambda a, b: a @ b) if t else None),
+        Benchmark(f"RMS norm {rows}x1024", K.RMSNORM, "rmsnorm",
+                  lambda r: (normal(rows, 1024)(r), normal(1024)(r)), _rmsnorm,
+                  (lambda x, g: x * t.rsqrt((x * x).mean(dim=1, keepdim=True) + 1e-5) * g)
+                  if t else None),
+        Benchmark(f"bias+GELU {rows}x1024", K.BIAS_GELU, "bias_gelu",
+                  lambda r: (normal(rows, 1024)(r), normal(1024)(r)), _bias_gelu,
+                  (lambda x, b: t.nn.functional.gelu(x + b, approximate="tanh"))
+                  if t else None),
     ]
 
 
-def best_of(fn, args, repeat: int) -> float:
+def machine_limits(gap: float) -> dict:
+    """What this machine can do, measured now: sgemm GFLOP/s through NumPy's BLAS at
+    2048^3 (all cores), and a STREAM-style triad (a = b + s*c) in GB/s."""
+    rng = np.random.default_rng(1)
+    n = 2048
+    a, b, c = (rng.standard_normal((n, n), np.float32) for _ in range(3))
     times = []
-    for _ in range(repeat):
+    for _ in range(3):
         start = time.perf_counter()
-        fn(*args)
+        np.matmul(a, b, out=c)
         times.append(time.perf_counter() - start)
-    return min(times)
+        time.sleep(gap)
+    x, y, z = (rng.standard_normal(32_000_000, np.float32) for _ in range(3))
+    triads = []
+    for _ in range(5):
+        start = time.perf_counter()
+        np.multiply(z, 3.0, out=x)
+        np.add(x, y, out=x)
+        triads.append(time.perf_counter() - start)
+    # the two passes move 5 arrays' bytes: read z, write x, read x, read y, write x
+    return {"sgemm_gflops": 2.0 * n ** 3 / min(times) / 1e9,
+            "triad_gbs": 5 * x.nbytes / min(triads) / 1e9}
 
 
 def progress(k: int, total: int, label: str) -> None:
@@ -118,12 +196,17 @@ def progress(k: int, total: int, label: str) -> None:
         print(file=sys.stderr)
 
 
-def run(args) -> list[dict]:
+def run(args) -> tuple[list[dict], dict]:
     rng = np.random.default_rng(0)
     rows = []
     cases = benchmarks(args.quick)
-    for k, b in enumerate(cases):
-        progress(k, len(cases), b.name)
+    if args.only:
+        wanted = [w.strip().lower() for w in args.only.split(",")]
+        cases = [b for b in cases if any(w in b.name.lower() for w in wanted)]
+    progress(0, len(cases) + 1, "machine limits")
+    limits = machine_limits(args.gap)
+    for k, b in enumerate(cases, start=1):
+        progress(k, len(cases) + 1, b.name)
         inputs = b.inputs(rng)
         kernel = tclang.define(b.source)[b.entry]
         start = time.perf_counter()
@@ -132,41 +215,62 @@ def run(args) -> list[dict]:
         ours = compiled(*inputs)
         expected = b.numpy(*inputs)
         error = float(np.max(np.abs(ours - expected) / np.maximum(np.abs(expected), 1.0)))
-        row = {"name": b.name, "compile_s": compile_s, "error": error,
-               "tclang": float("inf"), "numpy": float("inf"), "torch": None}
-        torch_inputs = tuple(torch.from_numpy(x) for x in inputs) if b.torch else None
-        if torch_inputs is not None:
-            row["torch"] = float("inf")
-        for _ in range(args.repeat):  # interleaved: noise hits every implementation alike
-            row["tclang"] = min(row["tclang"], best_of(compiled, inputs, 1))
-            row["numpy"] = min(row["numpy"], best_of(b.numpy, inputs, 1))
-            if torch_inputs is not None:
+        out_ours, out_numpy = np.empty_like(ours), np.empty_like(expected)
+        peers = {"numpy": lambda: b.numpy(*inputs, out=out_numpy)}
+        if b.torch is not None:
+            torch_inputs = tuple(torch.from_numpy(x) for x in inputs)
+
+            def run_torch():
                 with torch.no_grad():
-                    row["torch"] = min(row["torch"], best_of(b.torch, torch_inputs, 1))
+                    b.torch(*torch_inputs)
+            peers["torch"] = run_torch
+        times = {"tclang": [], **{p: [] for p in peers}}
+        for _ in range(args.rounds):  # interleaved: noise hits every implementation alike
+            start = time.perf_counter()
+            compiled(*inputs, out=out_ours)
+            times["tclang"].append(time.perf_counter() - start)
+            for name, call in peers.items():
+                start = time.perf_counter()
+                call()
+                times[name].append(time.perf_counter() - start)
+                time.sleep(args.gap)  # let the library's threads stop spinning
+        row = {"name": b.name, "compile_s": compile_s, "error": error, "torch": None}
+        for name, samples in times.items():
+            q1, median, q3 = np.percentile(samples, [25, 50, 75])
+            row[name] = float(median)
+            row[name + "_spread"] = float((q3 - q1) / median)
+        row["best_peer"] = min(peers, key=lambda p: row[p])
+        row["vs_best"] = row[row["best_peer"]] / row["tclang"]
+        if b.flops:
+            row["rate"], row["unit"] = b.flops / row["tclang"] / 1e9, "GFLOP/s"
+        else:
+            row["rate"], row["unit"] = b.bytes_moved(inputs, ours) / row["tclang"] / 1e9, "GB/s"
         rows.append(row)
-    progress(len(cases), len(cases), "done")
-    return rows
+    progress(len(cases) + 1, len(cases) + 1, "done")
+    return rows, limits
 
 
-def table(rows: list[dict]) -> str:
+def table(rows: list[dict], limits: dict) -> str:
     has_torch = any(r["torch"] is not None for r in rows)
-    head = "| operator | tclang (ms) | NumPy (ms) | tclang vs NumPy |"
+    head = "| operator | tclang (ms) | tclang rate | NumPy (ms) |"
     line = "|---|---|---|---|"
     if has_torch:
-        head += " PyTorch (ms) | tclang vs PyTorch |"
-        line += "---|---|"
-    head += " compile (s) | max rel. error |"
-    line += "---|---|"
-    out = [head, line]
+        head += " PyTorch (ms) |"
+        line += "---|"
+    head += " tclang vs best peer | compile (s) | max rel. error |"
+    line += "---|---|---|"
+    out = [f"Machine: sgemm (NumPy, 2048^3) {limits['sgemm_gflops']:.1f} GFLOP/s, "
+           f"triad {limits['triad_gbs']:.1f} GB/s. Medians of the rounds, "
+           f"± the interquartile range over the median.", "", head, line]
     for r in rows:
-        cells = f"| {r['name']} | {r['tclang'] * 1e3:.2f} | {r['numpy'] * 1e3:.2f} | " \
-                f"{r['numpy'] / r['tclang']:.2f}x |"
+        cells = (f"| {r['name']} | {r['tclang'] * 1e3:.2f} ±{r['tclang_spread']:.0%} | "
+                 f"{r['rate']:.1f} {r['unit']} | {r['numpy'] * 1e3:.2f} "
+                 f"±{r['numpy_spread']:.0%} |")
         if has_torch:
-            if r["torch"] is None:
-                cells += " - | - |"
-            else:
-                cells += f" {r['torch'] * 1e3:.2f} | {r['torch'] / r['tclang']:.2f}x |"
-        cells += f" {r['compile_s']:.2f} | {r['error']:.1e} |"
+            cells += " - |" if r["torch"] is None else \
+                f" {r['torch'] * 1e3:.2f} ±{r['torch_spread']:.0%} |"
+        cells += f" {r['vs_best']:.2f}x ({r['best_peer']}) | {r['compile_s']:.2f} | " \
+                 f"{r['error']:.1e} |"
         out.append(cells)
     return "\n".join(out)
 
@@ -186,9 +290,10 @@ def plot(rows: list[dict], path: str) -> str | None:
         ax.barh(y + 0.2, [(r["torch"] or 0) / r["tclang"] for r in rows], 0.4,
                 label="vs PyTorch")
     ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_xscale("log")  # 0.5x and 2x lie the same distance from parity
     ax.set_yticks(y, names)
     ax.invert_yaxis()
-    ax.set_xlabel("tclang speed relative to the peer (>1: tclang is faster)")
+    ax.set_xlabel("tclang speed relative to the peer (>1: tclang is faster; log scale)")
     ax.set_title(f"tclang {tclang.__version__} on {platform.machine()}, "
                  f"{os.cpu_count()} cores")
     ax.legend()
@@ -200,15 +305,18 @@ def plot(rows: list[dict], path: str) -> str | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller problems (a quick look)")
-    ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=9, help="interleaved timing rounds")
+    ap.add_argument("--gap", type=float, default=0.1,
+                    help="seconds of rest after each NumPy or PyTorch call")
+    ap.add_argument("--only", help="comma-separated parts of operator names to run")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
     args = ap.parse_args()
-    rows = run(args)
-    text = table(rows)
+    rows, limits = run(args)
+    text = table(rows, limits)
     print(text)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "latest.json"), "w") as f:
-        json.dump(rows, f, indent=1)
+        json.dump({"limits": limits, "rows": rows}, f, indent=1)
     with open(os.path.join(args.out, "latest.md"), "w") as f:
         f.write(text + "\n")
     picture = plot(rows, os.path.join(args.out, "latest.png"))

@@ -79,7 +79,7 @@ def stride_scores(node: isl.ScheduleNode, scop: Scop, band: list[Member]) -> lis
     instances, so an init or epilogue does not outvote the reduction it wraps.
     """
     scores = [0.0] * len(band)
-    active = [st for st in scop.statements if _in_domain(node, st.id)]
+    active = [st for st in scop.statements if in_domain(node, st.id)]
     weights = _weights(active, scop)
     for m in band:
         for st in active:
@@ -123,7 +123,7 @@ def _stride_effect(subscripts, index: str) -> int:
     return 0
 
 
-def _in_domain(node: isl.ScheduleNode, sid: str) -> bool:
+def in_domain(node: isl.ScheduleNode, sid: str) -> bool:
     names = []
     node.get_domain().foreach_set(lambda s: names.append(s.get_tuple_name()))
     return sid in names
@@ -133,7 +133,7 @@ def reads_reuse(node: isl.ScheduleNode, scop: Scop, band: list[Member]) -> bool:
     """Whether some read of a tensor with two or more dimensions stays the same along a
     member: then tiling keeps it in cache."""
     for st in scop.statements:
-        if st.kind == "init" or not _in_domain(node, st.id):
+        if st.kind == "init" or not in_domain(node, st.id):
             continue
         for read in st.source.reads():
             if len(read.affine) < 2:

@@ -9,7 +9,7 @@ statement's index values. `format_node` prints the IR as readable pseudo-C.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tclang import sizes as Z
 from tclang.dtypes import DType
@@ -377,3 +377,36 @@ def evaluate(e: IExpr, env) -> int:
         case "not":
             return int(not a[0])
     raise ValueError(f"unknown operator {e.op}")
+
+
+def substitute(e: IExpr, values: dict[str, IExpr]) -> IExpr:
+    """`e` with the variables in `values` replaced; operations on numbers only folded."""
+    match e:
+        case Var(name=n):
+            return values.get(n, e)
+        case Op(op=op, args=args):
+            new = tuple(substitute(a, values) for a in args)
+            if all(isinstance(a, Int) for a in new):
+                return Int(evaluate(Op(op, new), {}))
+            if op == "add":
+                return add(*new)
+            if op == "sub":
+                return sub(*new)
+            return Op(op, new)
+    return e
+
+
+def substitute_node(node: Node, values: dict[str, IExpr]) -> Node:
+    """A loop tree with the variables in `values` replaced everywhere (an unrolled copy)."""
+    match node:
+        case Run(indices=indices):
+            return replace(node, indices=tuple(substitute(i, values) for i in indices))
+        case For(lo=lo, hi=hi, body=body):
+            return replace(node, lo=substitute(lo, values), hi=substitute(hi, values),
+                           body=substitute_node(body, values))
+        case If(cond=c, then=t, other=o):
+            return If(substitute(c, values), substitute_node(t, values),
+                      substitute_node(o, values) if o is not None else None)
+        case Block(body=items):
+            return Block(tuple(substitute_node(i, values) for i in items))
+    raise ValueError(f"cannot unroll over a {type(node).__name__} node")

@@ -10,11 +10,14 @@ statement call's arguments are the statement's indices as expressions of the loo
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import islpy as isl
 
 from polyhedral import loop_ir as L
 from polyhedral.affexpr import pw_aff_expr
 from polyhedral.dependences import Dependences
+from polyhedral.register_tiles import UNROLL_MARK
 from polyhedral.scop import Scop, tensor_box
 from tclang import program as P
 from tclang.dtypes import identity
@@ -89,6 +92,8 @@ class _Lowering:
             return L.Run(sid, args, self._promotions(sid, args))
         if t == isl.ast_node_type.mark:
             name = ast.mark_get_id().get_name()
+            if name == UNROLL_MARK:
+                return unroll_constant_loops(self.node(ast.mark_get_node()))
             plan = self.launches.get(name)
             if plan is not None and plan.body is not None:  # built by the mapping itself
                 return L.Launch(name, plan.grid, plan.block, plan.buffers, plan.body)
@@ -347,11 +352,55 @@ def _serial_launches(node: L.Node) -> L.Node:
     return node
 
 
+def unroll_constant_loops(node: L.Node) -> L.Node:
+    """Every loop with constant bounds under `node` replaced by its iterations, each a copy
+    of the body with the loop variable's value substituted (a register tile's points)."""
+    match node:
+        case L.Block(body=items):
+            return L.Block(tuple(unroll_constant_loops(i) for i in items))
+        case L.If(cond=c, then=t, other=o):
+            return L.If(c, unroll_constant_loops(t),
+                        unroll_constant_loops(o) if o is not None else None)
+        case L.For(var=v, lo=L.Int(value=lo), hi=L.Int(value=hi), step=step, body=body):
+            body = unroll_constant_loops(body)
+            return L.Block(tuple(L.substitute_node(body, {v: L.Int(x)})
+                                 for x in range(lo, hi, step)))
+        case L.For(body=body):
+            return replace(node, body=unroll_constant_loops(body))
+    return node
+
+
+def hoist_invariant_conditions(node: L.Node) -> L.Node:
+    """`for (...) if (c) A else B` -> `if (c) for (...) A else for (...) B` where `c` does
+    not depend on the loop: isl tests whether a register tile is full inside the reduction
+    loops around it, and a loop whose body is one straight run of updates is what lets
+    the backend keep the updated elements in registers through it. The body is not
+    copied; the loop's bounds are evaluated in either branch as before."""
+    match node:
+        case L.Block(body=(item,)):
+            return hoist_invariant_conditions(item)
+        case L.Block(body=items):
+            return L.Block(tuple(hoist_invariant_conditions(i) for i in items))
+        case L.For(body=L.Block(body=(item,))):
+            return hoist_invariant_conditions(replace(node, body=item))
+        case L.If(cond=c, then=t, other=o):
+            return L.If(c, hoist_invariant_conditions(t),
+                        hoist_invariant_conditions(o) if o is not None else None)
+        case L.For(body=L.If(cond=c, then=t, other=o)) if not L.uses_var(c, node.var) \
+                and not node.parallel:
+            then = hoist_invariant_conditions(replace(node, body=t))
+            other = hoist_invariant_conditions(replace(node, body=o)) if o is not None else None
+            return L.If(c, then, other)
+        case L.For(body=body):
+            return replace(node, body=hoist_invariant_conditions(body))
+    return node
+
+
 def lower_to_loops(scop: Scop, schedule: isl.Schedule, deps: Dependences, name: str,
                    unroll: int = 0, launches: dict | None = None,
                    parallel: bool = True, vectorize: bool = True) -> L.Kernel:
     lowering = _Lowering(scop, deps, unroll, launches, parallel, vectorize)
-    body = lowering.node(lowering.ast(schedule))
+    body = hoist_invariant_conditions(lowering.node(lowering.ast(schedule)))
     if launches is not None:
         body = _serial_launches(body)
     sizes = scop.sizes

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import islpy as isl
 
 from polyhedral import bands as B
+from polyhedral import register_tiles as R
 from polyhedral.scop import Scop
 from tclang.errors import TCScheduleError
 from tclang.options import Options
@@ -76,6 +77,15 @@ def _transform_band(node, scop: Scop, options: Options, target: Target, reports)
         node = _tile(node, band, sizes)
         if options.loop_order is None:
             node = _order_point_loops(node.child(0), scop).parent()
+        node = _atomic(node)
+        if options.loop_order is None and options.register_tile is not False:
+            shape = options.register_tile if isinstance(options.register_tile, tuple) else None
+            registers = R.plan(node.child(0), scop, target, shape)
+            if registers is not None:
+                node = R.apply(node.child(0), registers).parent()
+        if reports is not None:
+            reports.append(BandReport(len(band), tuple(sizes), tuple(order)))
+        return node
     elif options.loop_order is None and node.band_get_permutable():
         node = _order_point_loops(node, scop)
     if reports is not None:
@@ -141,7 +151,8 @@ def _tile_sizes(node, scop: Scop, band: list[B.Member], options: Options,
         return [s if s > 0 else UNTILED for s in manual]
     if not _worth_tiling(node, scop, band):
         return None
-    return _heuristic_sizes(node, scop, band, target, options.vector_width)
+    return _heuristic_sizes(node, scop, band, target, options.vector_width,
+                            options.register_tile is not False and options.loop_order is None)
 
 
 def _worth_tiling(node, scop: Scop, band: list[B.Member]) -> bool:
@@ -152,28 +163,39 @@ def _worth_tiling(node, scop: Scop, band: list[B.Member]) -> bool:
 
 
 def _heuristic_sizes(node, scop: Scop, band: list[B.Member], target: Target,
-                     vector_width: int | None = None) -> list[int] | None:
+                     vector_width: int | None = None,
+                     register_tiles: bool = True) -> list[int] | None:
     """Tiles of roughly L2 size: a long stride-1 member, shorter parallel members, medium
     reduction members; members shorter than their tile stay whole; the outermost parallel
     member keeps enough tiles for every core."""
-    scores = B.stride_scores(node, scop, band)
-    inner = max(range(len(band)), key=lambda k: (scores[k], band[k].coincident, k))
-    lanes = vector_width or max(1, target.vector_bytes // 4)
-    sizes = []
-    for m in band:
-        if m.position == inner:
-            size = 32 * lanes
-        elif m.coincident:
-            size = 32
-        else:
-            size = 64
-        sizes.append(size)
+    registers = R.plan(node, scop, target) if register_tiles else None
+    if registers is not None:  # a contraction: BLIS's blocking around the micro-kernel
+        sizes = [UNTILED if s is None else s for s in R.cache_tiles(band, registers, target)]
+    else:
+        scores = B.stride_scores(node, scop, band)
+        inner = max(range(len(band)), key=lambda k: (scores[k], band[k].coincident, k))
+        lanes = vector_width or max(1, target.vector_bytes // 4)
+        sizes = []
+        for m in band:
+            if m.position == inner:
+                size = 32 * lanes
+            elif m.coincident:
+                size = 32
+            else:
+                size = 64
+            sizes.append(size)
     first = band[0]
     if first.coincident and first.extent is not None and target.cores > 1:
         while sizes[0] > 8 and -(-first.extent // sizes[0]) < 2 * target.cores:
             sizes[0] //= 2
-    sizes = [UNTILED if m.extent is not None and m.extent <= s else s
-             for m, s in zip(band, sizes)]
+        if registers is not None and registers.i == 0:  # whole register tiles
+            sizes[0] = max(registers.mr, sizes[0] // registers.mr * registers.mr)
+    # a member shorter than its tile stays whole; but the rows and lanes of a register
+    # tile are tiled even then: untiled before the first tiled member, they would get
+    # tiles of 1 (see _tile), leaving the register tile nothing to run over
+    kept = (registers.i, registers.j) if registers is not None else ()
+    sizes = [UNTILED if m.extent is not None and m.extent <= s and m.position not in kept
+             else s for m, s in zip(band, sizes)]
     return sizes if any(s != UNTILED for s in sizes) else None
 
 

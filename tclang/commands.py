@@ -51,6 +51,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tile", help="tile sizes, e.g. 32,32 (0 leaves a loop untiled)")
     p.add_argument("--loop-order", help="loop order of the outer nest, e.g. k,m,n or 2,0,1")
     p.add_argument("--unroll", type=int)
+    p.add_argument("--register-tile", help="the CPU micro-kernel's register tile, e.g. 4,16, "
+                                           "or off")
     p.add_argument("--generic", action="store_true", help="shape-generic code "
                                                           "(specialize=False)")
 
@@ -61,8 +63,18 @@ def _options(args) -> Options:
     if args.loop_order:
         order = tuple(int(x) if x.strip().lstrip("-").isdigit() else x.strip()
                       for x in args.loop_order.split(","))
+    registers = None
+    if args.register_tile:
+        registers = False if args.register_tile.strip().lower() in ("off", "false", "0") \
+            else _sizes_pair(args.register_tile)
     return Options(fusion=args.fusion, tile=tile, loop_order=order, unroll=args.unroll,
-                   specialize=not args.generic)
+                   specialize=not args.generic, register_tile=registers)
+
+
+def _sizes_pair(text: str):
+    """"4,16" -> (4, 16); anything else is passed on as text for Options to refuse."""
+    parts = [x.strip() for x in text.split(",")]
+    return tuple(int(x) for x in parts) if all(x.isdigit() for x in parts) else text
 
 
 def _kernel_and_inputs(args, backend: str | None = None):

@@ -38,6 +38,9 @@ class Options:
     reorder_reductions: reductions are associative, so by default their iterations may be
         reordered, tiled, interchanged and (for floats) vectorized, which changes rounding.
         False runs every reduction in program order: bitwise reproducible, slower.
+    register_tile: keep an mr x nr block of a contraction's result in vector registers
+        through its reduction loops (CPU micro-kernel): None lets a model of the machine
+        choose (mr, nr), a pair (mr, nr) sets them, False turns it off.
     check_bounds: check every array access of the generated code and raise
         `TCIndexError` at the first one outside its array (as TCLANG_CHECK_BOUNDS=1 does);
         for debugging and for the differential tester, slower.
@@ -57,6 +60,7 @@ class Options:
     private_memory: bool | None = None
     reorder_reductions: bool | None = None
     check_bounds: bool | None = None
+    register_tile: bool | tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         if self.fusion is not None and self.fusion not in FUSIONS:
@@ -81,6 +85,15 @@ class Options:
                 raise TCScheduleError(f"loop_order must list distinct positions or index "
                                       f"names, not {self.loop_order!r}")
             object.__setattr__(self, "loop_order", order)
+        if isinstance(self.register_tile, list):
+            object.__setattr__(self, "register_tile", tuple(self.register_tile))
+        if self.register_tile is not None and self.register_tile is not False:
+            value = self.register_tile
+            if value is True or not isinstance(value, tuple) or len(value) != 2 or \
+                    not all(_is_int(x) and x >= 1 for x in value):
+                raise TCScheduleError(f"register_tile must be None, False or a pair of "
+                                      f"positive sizes (mr, nr), not {value!r}",
+                                      hint="for example register_tile=(4, 16)")
         if not isinstance(self.specialize, bool):
             raise TCScheduleError(f"specialize must be True or False, not {self.specialize!r}")
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from backends.access_errors import MAX_SUBSCRIPTS
+from backends.llvm import accumulators
 from backends.llvm import types as T
 from backends.llvm.values import ValueEmitter
 from polyhedral import loop_ir as L
@@ -66,6 +67,16 @@ class KernelModule:
         fb.node(self.kernel.body)
         fb.finish()
         return self.module
+
+    def no_vectorize(self) -> ir.MDValue:
+        """Loop hints that keep the loop vectorizer off this loop (the SLP vectorizer
+        still packs its straight-line body)."""
+        m = self.module
+        hint = m.add_metadata([ir.MetaDataString(m, "llvm.loop.vectorize.enable"),
+                               ir.Constant(T.I1, 0)])
+        node = m.add_metadata([None, hint])
+        node.operands = (node, hint)
+        return node
 
     def metadata_for(self, loop: L.For) -> ir.MDValue | None:
         """Loop hints: vectorize (the vectorizer may use SIMD), unroll count."""
@@ -288,6 +299,8 @@ class FunctionBuilder:
                     self.node(item)
             case L.For() if n.parallel and self.pfor is not None and n.step == 1:
                 self.parallel_loop(n)
+            case L.For() if (promotion := self._promotion(n)) is not None:
+                self.promoted_loop(n, promotion)
             case L.For():
                 self.loop(n)
             case L.If(cond=c, then=t, other=o):
@@ -340,6 +353,116 @@ class FunctionBuilder:
         else:
             self.env[n.var] = saved
         b.position_at_end(done)
+
+    # ---- accumulators carried in registers (see backends/llvm/accumulators.py) ----
+    def _promotion(self, n: L.For) -> accumulators.Promotion | None:
+        if self.check_bounds:  # a checked update reports its element where it happens
+            return None
+        return accumulators.plan(n, self.km.kernel)
+
+    def promoted_loop(self, n: L.For, promotion: accumulators.Promotion) -> None:
+        """The loop with each accumulator loaded before it, carried through it (and the
+        loops and branches inside it) as an SSA value, and stored after it. Nothing is
+        loaded when the loop runs no iteration: its elements may not exist then."""
+        b = self.builder
+        lo, hi = self.index(n.lo), self.index(n.hi)
+        start, after = b.append_basic_block(f"{n.var}.acc"), b.append_basic_block(f"{n.var}.end")
+        b.cbranch(b.icmp_signed("<", lo, hi), start, after)
+        b.position_at_end(start)
+        pointers, values = [], []
+        for acc in promotion.accumulators:
+            subscripts = [self.index(s) for s in acc.subscripts]
+            pointer = self.element(acc.tensor, subscripts, None)
+            pointers.append(pointer)
+            values.append(T.load(b, pointer, self.dtype_of(acc.tensor)))
+        order = iter(promotion.targets)
+        values = self._carried_loop(n, values, order, lo, hi,
+                                    widen=len(promotion.accumulators) == 1
+                                    or promotion.contiguous)
+        for acc, pointer, value in zip(promotion.accumulators, pointers, values):
+            T.store(b, value, pointer, self.dtype_of(acc.tensor))
+        b.branch(after)
+        b.position_at_end(after)
+
+    def _carried_loop(self, n: L.For, values: list, order, lo=None, hi=None,
+                      widen: bool = False) -> list:
+        b = self.builder
+        lo = self.index(n.lo) if lo is None else lo
+        hi = self.index(n.hi) if hi is None else hi
+        pre = b.block
+        header, body = b.append_basic_block(f"{n.var}.head"), b.append_basic_block(f"{n.var}.body")
+        done = b.append_basic_block(f"{n.var}.done")
+        b.branch(header)
+        b.position_at_end(header)
+        var = b.phi(T.I64, name=n.var)
+        var.add_incoming(lo, pre)
+        phis = []
+        for v in values:
+            phi = b.phi(v.type)
+            phi.add_incoming(v, pre)
+            phis.append(phi)
+        b.cbranch(b.icmp_signed("<", var, hi), body, done)
+        b.position_at_end(body)
+        saved = self.env.get(n.var)
+        self.env[n.var] = var
+        updated = self._carried(n.body, list(phis), order)
+        step = b.add(var, ir.Constant(T.I64, n.step), flags=("nsw",))
+        var.add_incoming(step, b.block)
+        for phi, v in zip(phis, updated):
+            phi.add_incoming(v, b.block)
+        latch = b.branch(header)
+        # one accumulator, or reads contiguous along the loop: the loop vectorizer splits
+        # each accumulator into lanes of partial sums; else the unrolled outer-product
+        # tile is the SLP vectorizer's (widening the loop would gather its operands)
+        hints = self.km.metadata_for(n) if widen else self.km.no_vectorize()
+        if hints is not None:
+            latch.set_metadata("llvm.loop", hints)
+        if saved is None:
+            self.env.pop(n.var)
+        else:
+            self.env[n.var] = saved
+        b.position_at_end(done)
+        return phis
+
+    def _carried(self, node: L.Node, values: list, order) -> list:
+        b = self.builder
+        match node:
+            case L.Block(body=items):
+                for item in items:
+                    values = self._carried(item, values, order)
+                return values
+            case L.For():
+                return self._carried_loop(node, values, order)
+            case L.If(cond=c, then=t, other=o):
+                then_block, join = b.append_basic_block("if.then"), b.append_basic_block("if.end")
+                other_block = b.append_basic_block("if.else")
+                b.cbranch(self._truth(c), then_block, other_block)
+                b.position_at_end(then_block)
+                then_values = self._carried(t, values, order)
+                then_end = b.block
+                b.branch(join)
+                b.position_at_end(other_block)
+                other_values = self._carried(o, values, order) if o is not None else values
+                other_end = b.block
+                b.branch(join)
+                b.position_at_end(join)
+                merged = []
+                for x, y in zip(then_values, other_values):
+                    phi = b.phi(x.type)
+                    phi.add_incoming(x, then_end)
+                    phi.add_incoming(y, other_end)
+                    merged.append(phi)
+                return merged
+            case L.Run():
+                s = self.km.kernel.statement(node.statement)
+                k = next(order)
+                indices = {name: self.index(v) for name, v in zip(s.indices, node.indices)}
+                value = ValueEmitter(self, s, indices, {}).emit(s.value)
+                values = list(values)
+                values[k] = self.combine(s.op, values[k], value, self.dtype_of(s.target))
+                return values
+        raise TCCompileError(f"internal error: a {type(node).__name__} node among carried "
+                             f"accumulators; please report it")
 
     def parallel_loop(self, n: L.For) -> None:
         """Outline the loop; run it through `parallel_for` when there is enough work."""
@@ -438,10 +561,10 @@ class FunctionBuilder:
 
     def combine(self, op: str, acc: ir.Value, value: ir.Value, dtype: DType) -> ir.Value:
         """A reduction step. Float + and * may be reassociated (the language says reductions
-        are associative): the only fast-math flag tclang emits, so reduction loops vectorize;
-        `Options(reorder_reductions=False)` turns it off."""
+        are associative), so reduction loops vectorize, and contracted with a product into
+        an FMA (see ValueEmitter.arith); `Options(reorder_reductions=False)` turns both off."""
         b = self.builder
-        flags = ("reassoc",) if self.km.reassociate else ()
+        flags = ("reassoc", "contract") if self.km.reassociate else ()
         if op == "+":
             return b.fadd(acc, value, flags=flags) if dtype.is_float else b.add(acc, value)
         if op == "*":

@@ -97,13 +97,16 @@ class ValueEmitter:
     def arith(self, op: str, a: ir.Value, c: ir.Value, dtype: DType) -> ir.Value:
         b = self.b
         if dtype.is_float:
+            # `contract`: a product feeding a sum may become one FMA (one rounding instead
+            # of two); off with reorder_reductions=False, which promises bitwise results
+            flags = ("contract",) if self.fn.km.reassociate else ()
             match op:
                 case "add":
-                    return b.fadd(a, c)
+                    return b.fadd(a, c, flags=flags)
                 case "sub":
-                    return b.fsub(a, c)
+                    return b.fsub(a, c, flags=flags)
                 case "mul":
-                    return b.fmul(a, c)
+                    return b.fmul(a, c, flags=flags)
                 case "div":
                     return b.fdiv(a, c)
                 case "mod":

@@ -104,7 +104,9 @@ def random_options(rng: random.Random, defn: P.Definition | None = None) -> tcla
                           unroll=rng.choice((None, 1, 2, 4)), loop_order=order,
                           parallel=rng.choice((None, True, False)),
                           vectorize=rng.choice((None, True, False)),
-                          reorder_reductions=rng.choice((None, None, False)))
+                          reorder_reductions=rng.choice((None, None, False)),
+                          register_tile=rng.choice((None, None, False,
+                                                    (rng.randint(1, 6), rng.choice((4, 8, 16))))))
 
 
 def default_configs(defn, rng: random.Random, backends, avoid=lambda options: False):

@@ -1,0 +1,155 @@
+"""Which result elements a loop may keep in registers: the analysis behind accumulator
+promotion (the CPU twin of the CUDA backend's private-memory promotion).
+
+A loop whose body (with the loops and conditions inside it) only updates, by reductions,
+elements that do not move along any of those loops, and reads none of the tensors it
+updates, may load each element once before the loop, carry it through the loop as an SSA
+value and store it once after. For a register tile of a contraction (see
+polyhedral/register_tiles.py) that is the micro-kernel: mr x nr accumulators live across the
+whole reduction, and LLVM's SLP vectorizer turns them into vector registers and FMAs.
+LLVM's own LICM does this only for what it can prove does not alias, and not across the
+partial-tile branches and the loops nested in the reduction; here the loop IR says it.
+
+Updated elements are told apart by their subscripts as affine forms of the loops outside:
+two updates of one tensor must have the same variable part in each subscript, so a
+different constant means a different element and the same constants the same one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from polyhedral import loop_ir as L
+from tclang.program import reads_of
+
+MAX_ACCUMULATORS = 256  # scalars carried through one loop at most
+
+
+@dataclass(frozen=True)
+class Accumulator:
+    """One promoted element: `tensor[subscripts]` (expressions of the outer loops)."""
+
+    tensor: str
+    subscripts: tuple[L.IExpr, ...]
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """The accumulators of one loop, and the one each update in it goes to, in the order
+    of the updates in the loop body (blocks in order, an if's `then` before its `else`)."""
+
+    accumulators: tuple[Accumulator, ...]
+    targets: tuple[int, ...]
+    #: every read in the loop is contiguous or invariant along it: the loop vectorizer
+    #: makes each accumulator a vector of partial sums (a register tile of dot products);
+    #: otherwise the straight-line updates are the SLP vectorizer's (an outer product)
+    contiguous: bool = False
+
+
+def plan(loop: L.For, kernel: L.Kernel) -> Promotion | None:
+    """The promotion for `loop`, or None when some update in it may not be carried."""
+    if loop.parallel:
+        return None
+    runs: list[L.Run] = []
+    inner_vars = {loop.var}
+    if not _collect(loop.body, runs, inner_vars):
+        return None
+    if not runs:
+        return None
+    keys: dict[tuple, int] = {}
+    shapes: dict[str, tuple] = {}  # tensor -> the variable parts of its subscripts
+    accumulators: list[Accumulator] = []
+    targets = []
+    written, read = set(), set()
+    for run in runs:
+        statement = kernel.statement(run.statement)
+        if statement.kind != "reduce" or run.promoted:
+            return None
+        values = dict(zip(statement.indices, run.indices))
+        subscripts = tuple(values[name] for name in statement.lhs)
+        forms = []
+        for sub in subscripts:
+            form = _affine(sub)
+            if form is None or any(v in inner_vars for v, _ in form[0]):
+                return None  # the element moves inside the loop, or is not affine
+            forms.append(form)
+        shape = tuple(f[0] for f in forms)
+        if shapes.setdefault(statement.target, shape) != shape:
+            return None  # two elements whose difference is not a constant
+        key = (statement.target, tuple(f[1] for f in forms))
+        if key not in keys:
+            keys[key] = len(accumulators)
+            accumulators.append(Accumulator(statement.target, subscripts))
+        targets.append(keys[key])
+        written.add(statement.target)
+        read.update(r.tensor for r in reads_of(statement.value))
+    if written & read or len(accumulators) > MAX_ACCUMULATORS:
+        return None
+    return Promotion(tuple(accumulators), tuple(targets),
+                     all(_contiguous_along(run, kernel, loop.var) for run in runs))
+
+
+def _contiguous_along(run: L.Run, kernel: L.Kernel, var: str) -> bool:
+    """Whether every read of `run` moves along `var` only in its last subscript, by one
+    element (row-major: consecutive), or not at all."""
+    statement = kernel.statement(run.statement)
+    steps = {}
+    for name, value in zip(statement.indices, run.indices):
+        form = _affine(value)
+        if form is None:
+            return False
+        steps[name] = dict(form[0]).get(var, 0)
+    for read in reads_of(statement.value):
+        for k, subscript in enumerate(read.affine):
+            if subscript is None:
+                return False
+            step = sum(subscript.coefficient(i) * steps.get(i, 0) for i in subscript.indices())
+            if step != 0 and (k != len(read.affine) - 1 or step != 1):
+                return False
+    return True
+
+
+def _collect(node: L.Node, runs: list, inner_vars: set) -> bool:
+    """Gather the updates under `node` (and the loop variables bound there); False when
+    the region holds something that cannot carry values (a parallel loop, a GPU node)."""
+    match node:
+        case L.Block(body=items):
+            return all(_collect(i, runs, inner_vars) for i in items)
+        case L.If(then=t, other=o):
+            return _collect(t, runs, inner_vars) and (o is None or _collect(o, runs, inner_vars))
+        case L.For(var=v, body=body, parallel=False):
+            inner_vars.add(v)
+            return _collect(body, runs, inner_vars)
+        case L.Run():
+            runs.append(node)
+            return True
+    return False
+
+
+def _affine(e: L.IExpr) -> tuple[tuple[tuple[str, int], ...], int] | None:
+    """`e` as (sorted (variable, coefficient) pairs, constant), or None if not affine."""
+    terms: dict[str, int] = {}
+    constant = _accumulate(e, 1, terms)
+    if constant is None:
+        return None
+    return tuple(sorted((v, c) for v, c in terms.items() if c)), constant
+
+
+def _accumulate(e: L.IExpr, scale: int, terms: dict[str, int]) -> int | None:
+    match e:
+        case L.Int(value=v):
+            return scale * v
+        case L.Var(name=n):
+            terms[n] = terms.get(n, 0) + scale
+            return 0
+        case L.Op(op="add", args=(a, b)):
+            x, y = _accumulate(a, scale, terms), _accumulate(b, scale, terms)
+            return None if x is None or y is None else x + y
+        case L.Op(op="sub", args=(a, b)):
+            x, y = _accumulate(a, scale, terms), _accumulate(b, -scale, terms)
+            return None if x is None or y is None else x + y
+        case L.Op(op="neg", args=(a,)):
+            return _accumulate(a, -scale, terms)
+        case L.Op(op="mul", args=(L.Int(value=k), a)) | L.Op(op="mul", args=(a, L.Int(value=k))):
+            return _accumulate(a, scale * k, terms)
+    return None

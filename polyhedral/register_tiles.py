@@ -1,0 +1,266 @@
+"""Register tiles for contraction bands: the CPU micro-kernel's loop structure.
+
+A contraction band (matmul, batched matmul, convolution, any tensor contraction the
+language can write) is a permutable band around a reduction statement where two of its
+parallel loops each leave one operand invariant: along `j` (the stride-1 loop, the
+vector lanes) one operand is broadcast, along `i` the other one is reused. BLIS keeps an
+mr x nr block of the result in vector registers for the whole reduction (Low et al.,
+"Analytical modeling is enough for high-performance BLIS"); Polly's matmul optimizer
+builds that block from the schedule tree. Here, after the cache-level tiling, the point
+band is tiled again by mr along `i` and nr along `j` (1 along every other member), the
+register-tile loops are ordered [other parallel members, j, i, reduction members], and
+the mr x nr points are unrolled in full tiles only (isl's `isolate` option: partial tiles
+at the edges keep ordinary loops). The reduction loops then hold mr x nr straight-line
+updates of result elements that do not move along them, which the LLVM backend keeps in
+registers (see backends/llvm/accumulators.py) and its SLP vectorizer turns into
+full-width FMAs.
+
+mr and nr come from a model of the machine, not constants tuned on one box: nr is two
+vectors of the element type, and mr fills the vector registers left after the two
+vectors of one operand with two accumulators and a broadcast per row (x86: 16 registers
+with AVX2, 32 with AVX-512).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+
+from polyhedral import bands as B
+from polyhedral.scop import Scop
+from tclang.target import Target
+
+UNROLL_MARK = "tclang_unroll"
+"""Marks the register tile's point loops: those with constant bounds are unrolled."""
+
+MAX_UNROLLED = 256
+"""Updates in one unrolled register tile at most (mr x nr): more only grows the code."""
+
+
+NC_VECTORS = 64
+"""Register tiles along the lanes in one cache tile (BLIS's nc / nr: its B panel lives in
+L3, of which the target knows nothing; 64 x 16 floats is 4 KB per row of it)."""
+
+
+@dataclass(frozen=True)
+class RegisterTile:
+    """Which members of a band form the register tile, and its shape."""
+
+    i: int  # position of the member the mr rows run over
+    j: int  # position of the stride-1 member the nr lanes run over
+    reductions: tuple[int, ...]  # positions of the reduction members
+    mr: int
+    nr: int
+    statement: str  # the reduction statement whose results stay in registers
+    element_bytes: int
+    kind: str = "lanes"  # vectors along j ("lanes") or along the innermost reduction ("dot")
+
+
+def vector_registers(target: Target) -> int:
+    """Vector registers of the target's ISA (x86-64: 32 with AVX-512, else 16)."""
+    return 32 if target.vector_bytes >= 64 else 16
+
+
+def shape_for(target: Target, element_bytes: int) -> tuple[int, int]:
+    """(mr, nr): nr two vectors wide; each of the mr rows takes two accumulators and its
+    broadcast operand (LLVM hoists all mr broadcasts of one step ahead of the FMAs, so
+    BLIS's 6 x 16 with one broadcast register at a time spills here), after the two
+    vectors of the other operand: 4 x 16 for float32 with AVX2, 10 x 32 with AVX-512."""
+    lanes = max(1, target.vector_bytes // element_bytes)
+    per_row = 2
+    mr = max(1, (vector_registers(target) - per_row) // (per_row + 1))
+    return mr, per_row * lanes
+
+
+def plan(node: isl.ScheduleNode, scop: Scop, target: Target,
+         shape: tuple[int, int] | None = None) -> RegisterTile | None:
+    """The register tile for the permutable band `node`, or None when it is not a
+    contraction band (or its loops are too short to fill one tile). `shape`: the user's
+    (mr, nr) instead of the model's."""
+    if not node.band_get_permutable() or node.band_n_member() < 3:
+        return None
+    if scop.sizes is None:
+        # shape-generic: isl's AST generation of the full-tile split over symbolic sizes
+        # took seconds per kernel (a 3x3 convolution: 6 s); such code keeps cache tiles only
+        return None
+    band = B.members(node, scop)
+    active = [st for st in scop.statements if B.in_domain(node, st.id)]
+    reduces = [st for st in active if st.kind == "reduce"]
+    if len(reduces) != 1:
+        return None
+    st = reduces[0]
+    dtype = scop.definition.tensor(st.source.target).dtype
+    index_of = {m.position: m.index_of.get(st.id) for m in band}
+    lhs = tuple(st.source.indices)
+    if not lhs or len(set(lhs)) != len(lhs):
+        return None
+    lanes = [m.position for m in band if m.coincident and index_of[m.position] == lhs[-1]]
+    if len(lanes) != 1:
+        return None  # the lanes must run along the result's stride-1 dimension
+    j = lanes[0]
+    reductions = tuple(m.position for m in band
+                       if not m.coincident and index_of[m.position] is not None
+                       and index_of[m.position] not in lhs)
+    if not reductions or any(m.position not in reductions and not m.coincident
+                             for m in band):
+        return None
+    reads = [r.affine for r in st.source.reads()]
+    if any(a is None for r in reads for a in r):
+        return None  # a gather: no operand is known to be invariant
+    element_bytes = max(1, dtype.bits // 8)
+    lanes_name = index_of[j]
+    moving = [r for r in reads if _uses(r, lanes_name)]
+    if all(_unit_stride(r, lanes_name) for r in moving):
+        kind = "lanes"  # vectors along the result's rows: matmul, conv, bmm
+        model = shape_for(target, element_bytes)
+    else:
+        # the lanes would gather (x @ w.T reads W(o, i) across o): vectors along a
+        # reduction loop every operand is contiguous in instead, one per accumulator
+        kind = "dot"
+        inner = [k for k in reductions
+                 if all(_unit_stride(r, index_of[k]) for r in reads if _uses(r, index_of[k]))
+                 and any(_uses(r, index_of[k]) for r in reads)]
+        if not inner:
+            return None
+        reductions = tuple(k for k in reductions if k != inner[-1]) + (inner[-1],)
+        model = dot_shape_for(target)
+    mr, nr = shape or model
+    best = None
+    for m in band:
+        name = index_of[m.position]
+        if m.position == j or not m.coincident or name not in lhs:
+            continue
+        # rows: an operand that moves with the lanes but not with the rows is reused
+        # from registers across the mr rows; an operand that moves with the rows but not
+        # with the lanes is reused across the nr columns
+        across_rows = any(not _uses(r, name) and _uses(r, lanes_name) for r in reads)
+        across_lanes = any(_uses(r, name) and not _uses(r, lanes_name) for r in reads)
+        if across_rows and across_lanes:
+            if best is None or m.position > best.position:
+                best = m
+    if best is None:
+        return None
+    extents = {m.position: m.extent for m in band}
+    if extents[j] is not None and extents[j] < nr:
+        return None
+    if extents[best.position] is not None:
+        mr = min(mr, extents[best.position])
+    if shape is None:
+        mr = max(1, min(mr, MAX_UNROLLED // nr))
+    return RegisterTile(best.position, j, reductions, mr, nr, st.id, element_bytes, kind)
+
+
+def dot_shape_for(target: Target) -> tuple[int, int]:
+    """(mr, nr) for vectors along the reduction: each of the mr x nr results is a vector of
+    partial sums, and each step loads one vector per row and per column; the most results
+    whose accumulators and loads fit the registers with two to spare (2 x 4 with AVX2,
+    4 x 5 with AVX-512)."""
+    budget = vector_registers(target) - 2
+    best = (1, 1)
+    for mr in range(1, budget):
+        for nr in range(mr, budget):
+            if mr * nr + mr + nr <= budget and (mr * nr, nr) > (best[0] * best[1], best[1]):
+                best = (mr, nr)
+    return best
+
+
+def cache_tiles(band: list[B.Member], tile: RegisterTile, target: Target) -> list[int | None]:
+    """Cache-level tile sizes for a contraction band (None: leave the member whole), after
+    BLIS's analytical model: the kc x nr sliver of the operand read along the lanes stays
+    in half of L1 while the mr rows move, the mc x kc block of the other one in half of
+    L2; mc a multiple of mr. The reduction tile is spread over the reduction members
+    outermost first (a convolution's 3 x 3 window stays whole inside its channel tile)."""
+    eb = tile.element_bytes
+    # lanes: a kc x nr sliver of one operand; dot: kc elements of mr + nr rows
+    sliver = tile.nr if tile.kind == "lanes" else tile.mr + tile.nr
+    kc = max(8, target.l1_bytes // 2 // (sliver * eb))
+    if tile.kind == "dot":
+        kc = max(64, kc // 64 * 64)  # whole vectors, no remainder loop per tile
+    mc = max(tile.mr, target.l2_bytes // 2 // (kc * eb) // tile.mr * tile.mr)
+    sizes: list[int | None] = [None] * len(band)
+    sizes[tile.i] = mc
+    sizes[tile.j] = NC_VECTORS * tile.nr
+    inner = 1
+    for k in tile.reductions[1:]:
+        inner *= band[k].extent or 1
+    sizes[tile.reductions[0]] = max(1, kc // inner)
+    return sizes
+
+
+def _unit_stride(subscripts, name: str) -> bool:
+    """Whether `name` moves only the last subscript, by one (row-major: contiguous)."""
+    *outer, last = subscripts
+    return not _uses(outer, name) and abs(last.coefficient(name)) == 1
+
+
+def _uses(subscripts, name: str) -> bool:
+    return any(name in a.indices() for a in subscripts)
+
+
+def apply(node: isl.ScheduleNode, tile: RegisterTile) -> isl.ScheduleNode:
+    """Tile the band `node` into [register-tile loops] -> [unrolled mr x nr points]; returns
+    the register-tile band (its child is the point band)."""
+    n = node.band_n_member()
+    sizes = [1] * n
+    sizes[tile.i], sizes[tile.j] = tile.mr, tile.nr
+    mv = isl.MultiVal.zero(node.band_get_space())
+    for k, s in enumerate(sizes):
+        mv = mv.set_val(k, isl.Val.int_from_si(node.get_ctx(), s))
+    node = node.band_tile(mv)
+    others = [k for k in range(n) if k not in (tile.i, tile.j) and k not in tile.reductions]
+    order = others + [tile.j, tile.i] + list(tile.reductions)
+    node = B.permute(node, order)
+    # the register-tile loops: one loop each, but the outermost reduction loop separated,
+    # so its first and last iterations (where a fused init or epilogue runs) are peeled
+    # off and the loop in between holds nothing but the updates (separating the inner
+    # reduction loops too multiplies the unrolled code: a 3x3 window peeled 4 ways)
+    for k in range(n):
+        kind = isl.ast_loop_type.separate if k == n - len(tile.reductions) else \
+            isl.ast_loop_type.atomic
+        node = node.band_member_set_ast_loop_type(k, kind)
+    point = node.child(0)
+    point = B.permute(point, [tile.i] + [k for k in range(n) if k not in (tile.i, tile.j)]
+                      + [tile.j])
+    point = _isolate_full_tiles(point, [0, n - 1], [tile.mr, tile.nr])
+    # the full tiles' point loops have constant bounds: lowering unrolls them (isl's own
+    # unrolling costs ten times the AST generation of the whole kernel)
+    return point.insert_mark(isl.Id(UNROLL_MARK, context=point.get_ctx())).parent()
+
+
+def _isolate_full_tiles(point: isl.ScheduleNode, unrolled: list[int],
+                        sizes: list[int]) -> isl.ScheduleNode:
+    """Unroll the point loops `unrolled` (of extents `sizes`) where the tile is full; the
+    partial tiles at the edges keep one ordinary loop per member."""
+    n = point.band_n_member()
+    prefix = point.get_prefix_schedule_union_map()
+    partial = point.band_get_partial_schedule_union_map()
+    times = prefix.flat_range_product(partial).intersect_domain(point.get_domain()).range()
+    times = isl.Set.from_union_set(times)
+    outer = times.dim(isl.dim_type.set) - n
+    prefixes = times.project_out(isl.dim_type.set, outer, n)
+    box = isl.Set.universe(times.get_space())
+    for k in range(n):
+        dim = outer + k
+        if k in unrolled:
+            extent = sizes[unrolled.index(k)]
+            box = box.lower_bound_val(isl.dim_type.set, dim, isl.Val.int_from_si(box.get_ctx(), 0))
+            box = box.upper_bound_val(isl.dim_type.set, dim,
+                                      isl.Val.int_from_si(box.get_ctx(), extent - 1))
+        else:
+            box = box.fix_val(isl.dim_type.set, dim, isl.Val.int_from_si(box.get_ctx(), 0))
+    wanted = box.intersect(prefixes.insert_dims(isl.dim_type.set, outer, n))
+    missing = wanted.subtract(times).project_out(isl.dim_type.set, outer, n)
+    full = prefixes.subtract(missing).coalesce()
+    if full.is_empty():
+        for k in range(n):
+            point = point.band_member_set_ast_loop_type(k, isl.ast_loop_type.atomic)
+        return point
+    isolate = isl.Map.from_domain_and_range(
+        full, isl.Set.universe(isl.Space.set_alloc(point.get_ctx(), 0, n)))
+    isolate = isolate.wrap().set_tuple_name("isolate")
+    point = point.band_set_ast_build_options(isl.UnionSet.from_set(isolate))
+    for k in range(n):
+        point = point.band_member_set_ast_loop_type(k, isl.ast_loop_type.atomic)
+        point = point.band_member_set_isolate_ast_loop_type(k, isl.ast_loop_type.atomic)
+    return point

@@ -1,0 +1,100 @@
+"""Contractions through the register-tile micro-kernel, against NumPy: odd, prime and size-1
+extents (full tiles, partial tiles and both), manual tile shapes, shape-generic code,
+bounds-checked code; FMA contraction in the emitted LLVM IR, and none where the user asked
+for reproducible reductions."""
+
+import numpy as np
+import pytest
+
+import tclang as tc
+
+MATMUL = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }"
+BMM = "def bmm(float(B,N,M) X, float(B,M,K) Y) -> (Z) { Z(b, n, k) +=! X(b, n, m) * Y(b, m, k) }"
+CONV = ("def conv(float(N,C,H,W) I, float(M,C,KH,KW) Wt) -> (O) {"
+        " O(n, m, h, w) +=! I(n, c, h + kh, w + kw) * Wt(m, c, kh, kw) }")
+MLP = ("def mlp(float(B,I) X, float(I,O) W, float(O) b) -> (Y) {\n"
+       " Y(n, o) +=! X(n, i) * W(i, o)\n Y(n, o) = fmax(Y(n, o) + b(o), 0) }")
+MLP_T = ("def mlp(float(B,I) X, float(O,I) W, float(O) b) -> (Y) {\n"
+         " Y(n, o) +=! X(n, i) * W(o, i)\n Y(n, o) = fmax(Y(n, o) + b(o), 0) }")
+DOUBLE_MM = "def mm(double(M,K) A, double(K,N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }"
+
+rng = np.random.default_rng(7)
+
+
+def matmul_case(m, k, n, dtype=np.float32):
+    a, b = rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
+    return (a, b), a.astype(np.float64) @ b.astype(np.float64)
+
+
+def conv_reference(x, w):
+    kh, kw = w.shape[2:]
+    win = np.lib.stride_tricks.sliding_window_view(x.astype(np.float64), (kh, kw), axis=(2, 3))
+    return np.einsum("nchwij,mcij->nmhw", win, w.astype(np.float64))
+
+
+def close(actual, expected, terms):
+    scale = np.sqrt(max(terms, 1)) * np.abs(expected).max(initial=1.0)
+    np.testing.assert_allclose(actual, expected, atol=2e-6 * scale, rtol=1e-5)
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (4, 3, 16), (5, 7, 17), (13, 29, 37),
+                                   (37, 31, 70), (64, 48, 64), (3, 65, 1), (97, 2, 33)])
+def test_matmul_shapes(m, k, n):
+    args, expected = matmul_case(m, k, n)
+    close(tc.define(MATMUL).mm(*args), expected, k)
+
+
+@pytest.mark.parametrize("options", [tc.Options(register_tile=(1, 8)),
+                                     tc.Options(register_tile=(3, 8)),
+                                     tc.Options(register_tile=(5, 24), tile=(10, 0, 7)),
+                                     tc.Options(register_tile=False),
+                                     tc.Options(specialize=False),
+                                     tc.Options(check_bounds=True),
+                                     tc.Options(reorder_reductions=False)],
+                         ids=lambda o: o.describe())
+def test_matmul_options(options):
+    kernel = tc.define(MATMUL, options=options)
+    for m, k, n in [(37, 31, 70), (8, 5, 16), (1, 9, 3)]:
+        args, expected = matmul_case(m, k, n)
+        close(kernel.mm(*args), expected, k)
+
+
+def test_double_and_fortran_ordered_inputs():
+    (a, b), expected = matmul_case(23, 19, 41, np.float64)
+    close(tc.define(DOUBLE_MM).mm(np.asfortranarray(a), b), expected, 19)
+    close(tc.define(DOUBLE_MM).mm(a, np.asfortranarray(b)), expected, 19)
+
+
+def test_batched_and_conv_and_epilogue():
+    x, y = rng.standard_normal((3, 11, 13), np.float32), rng.standard_normal((3, 13, 35),
+                                                                            np.float32)
+    close(tc.define(BMM).bmm(x, y), x.astype(np.float64) @ y, 13)
+    i, w = rng.standard_normal((2, 3, 7, 21), np.float32), rng.standard_normal((5, 3, 3, 3),
+                                                                            np.float32)
+    close(tc.define(CONV).conv(i, w), conv_reference(i, w), 27)
+    xs, ws, bs = (rng.standard_normal(s, np.float32) for s in ((9, 17), (17, 33), (33,)))
+    expected = np.maximum(xs.astype(np.float64) @ ws + bs, 0)
+    close(tc.define(MLP).mlp(xs, ws, bs), expected, 17)
+
+
+@pytest.mark.parametrize("b,i,o", [(1, 1, 1), (2, 3, 4), (9, 70, 13), (31, 129, 37)])
+def test_dot_product_tiles(b, i, o):
+    x, w, bias = (rng.standard_normal(s, np.float32) for s in ((b, i), (o, i), (o,)))
+    expected = np.maximum(x.astype(np.float64) @ w.T.astype(np.float64) + bias, 0)
+    close(tc.define(MLP_T).mlp(x, w, bias), expected, i)
+
+
+def test_out_argument_starts_from_the_identity():
+    """`+=!` starts from zero even when out= holds other values (the peeled first step)."""
+    (a, b), expected = matmul_case(19, 23, 40)
+    out = np.full((19, 40), 123.0, np.float32)
+    tc.define(MATMUL).mm(a, b, out=out)
+    close(out, expected, 23)
+
+
+def test_fma_contraction_in_the_ir_only_where_reductions_may_reorder():
+    a, b = np.ones((32, 32), np.float32), np.ones((32, 32), np.float32)
+    fast = tc.define(MATMUL).mm.compile(a, b).stage_text("llvm")
+    exact = tc.define(MATMUL, options=tc.Options(reorder_reductions=False)).mm.compile(a, b)
+    assert "fmul contract" in fast and "fadd reassoc contract" in fast
+    assert "contract" not in exact.stage_text("llvm")

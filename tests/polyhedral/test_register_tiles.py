@@ -1,0 +1,168 @@
+"""Register tiles of contraction bands (the CPU micro-kernel), asserted on the loop IR and on
+the accumulators the LLVM backend carries in registers; never on timing."""
+
+import pytest
+
+import tclang as tc
+from backends.llvm import accumulators
+from polyhedral import loop_ir as L
+from polyhedral import register_tiles
+from polyhedral.pipeline import schedule_definition
+from tclang.errors import TCScheduleError
+from tclang.frontend import check_source
+from tclang.target import Target
+
+from .loops import enclosing_loops, executed_instances
+
+AVX2 = Target("cpu", "threads", cores=2, vector_bytes=32)
+AVX512 = Target("cpu", "threads", cores=2, vector_bytes=64)
+
+CONTRACTIONS = {
+    "matmul": ("def mm(float(M,K) A, float(K,N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }",
+               dict(M=64, K=48, N=64)),
+    # other names, the operands the other way round, odd sizes: the same micro-kernel
+    "matmul_renamed": ("def mm(float(P,Q) X, float(Q,R) Y) -> (Z) {"
+                       " Z(row, col) +=! Y(q, col) * X(row, q) }", dict(P=37, Q=29, R=71)),
+    "batched": ("def bmm(float(B,N,M) X, float(B,M,K) Y) -> (Z) {"
+                " Z(b, n, k) +=! X(b, n, m) * Y(b, m, k) }", dict(B=3, N=20, M=16, K=40)),
+    "conv2d": ("def conv(float(N,C,H,W) I, float(M,C,KH,KW) Wt) -> (O) {"
+               " O(n, m, h, w) +=! I(n, c, h + kh, w + kw) * Wt(m, c, kh, kw) }",
+               dict(N=2, C=5, H=9, W=36, M=8, KH=3, KW=3)),
+    "mlp_epilogue": ("def mlp(float(B,I) X, float(I,O) W, float(O) b) -> (Y) {\n"
+                     " Y(n, o) +=! X(n, i) * W(i, o)\n Y(n, o) = fmax(Y(n, o) + b(o), 0) }",
+                     dict(B=24, I=32, O=48)),
+}
+
+
+def scheduled(source, sizes, options=tc.Options(), target=AVX2):
+    return schedule_definition(check_source(source).definitions[0], sizes, options, target)
+
+
+def flat(node) -> list:
+    """The nodes of nested blocks and conditions, in order (isl's unrolling nests a block
+    per loop, and may leave a guard it could have dropped around some rows)."""
+    if isinstance(node, L.Block):
+        return [x for item in node.body for x in flat(item)]
+    if isinstance(node, L.If):
+        return flat(node.then) + (flat(node.other) if node.other is not None else [])
+    return [node]
+
+
+def micro_kernels(kernel: L.Kernel):
+    """The loops whose bodies are straight runs of updates of one statement, with the
+    accumulators the backend keeps in registers through them."""
+    found = []
+
+    def visit(node):
+        match node:
+            case L.For(body=body):
+                runs = flat(body)
+                if len(runs) > 1 and all(isinstance(r, L.Run) for r in runs) and \
+                        len({r.statement for r in runs}) == 1 and not node.parallel:
+                    found.append((node, accumulators.plan(node, kernel)))
+                visit(body)
+            case L.If(then=t, other=o):
+                visit(t)
+                if o is not None:
+                    visit(o)
+            case L.Block(body=items):
+                for item in items:
+                    visit(item)
+    visit(kernel.body)
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(CONTRACTIONS))
+def test_contractions_get_a_register_tile_kept_in_registers(name):
+    source, sizes = CONTRACTIONS[name]
+    kernel = scheduled(source, sizes).kernel
+    mr, nr = register_tiles.shape_for(AVX2, 4)
+    assert (mr, nr) == (4, 16)
+    tiles = micro_kernels(kernel)
+    assert tiles, f"no register tile in\n{kernel.body}"
+    # full tiles: mr x nr updates of distinct elements, carried through the reduction
+    # loop; partial tiles whose loops have constant bounds are unrolled too (fewer updates)
+    assert any(len(flat(loop.body)) == mr * nr for loop, _ in tiles)
+    for loop, promotion in tiles:
+        assert len(flat(loop.body)) <= mr * nr
+        assert promotion is not None and len(promotion.accumulators) == len(flat(loop.body))
+        assert loop.reduction
+
+
+@pytest.mark.parametrize("name", sorted(CONTRACTIONS))
+def test_register_tiles_run_every_instance_once(name):
+    """Full tiles unrolled, partial ones as loops, the peeled first reduction step: the
+    union is still exactly the domain, each instance once."""
+    source, sizes = CONTRACTIONS[name]
+    plain = executed_instances(scheduled(source, sizes, tc.Options(register_tile=False)).kernel)
+    tiled = executed_instances(scheduled(source, sizes).kernel)
+    for sid in plain:
+        assert sorted(tiled[sid]) == sorted(plain[sid])
+        assert len(set(tiled[sid])) == len(tiled[sid])
+
+
+def test_the_model_sizes_the_tile_for_the_machine():
+    assert register_tiles.shape_for(AVX512, 4) == (10, 32)
+    assert register_tiles.shape_for(AVX2, 8) == (4, 8)
+    source, sizes = CONTRACTIONS["matmul"]
+    tiles = micro_kernels(scheduled(source, sizes, target=AVX512).kernel)
+    # capped at MAX_UNROLLED updates: 8 x 32
+    assert tiles and max(len(flat(loop.body)) for loop, _ in tiles) == 8 * 32
+
+
+def test_manual_shape_and_off():
+    source, sizes = CONTRACTIONS["matmul"]
+    tiles = micro_kernels(scheduled(source, sizes, tc.Options(register_tile=(2, 8))).kernel)
+    assert tiles and max(len(flat(loop.body)) for loop, _ in tiles) == 16
+    assert not micro_kernels(scheduled(source, sizes, tc.Options(register_tile=False)).kernel)
+    for bad in ((0, 8), (4,), True, "6x16"):
+        with pytest.raises(TCScheduleError, match="register_tile"):
+            tc.Options(register_tile=bad)
+
+
+def test_lanes_that_would_gather_take_the_dot_product_form():
+    """x @ w.T reads W(o, i) across the lanes with a stride: the tile's vectors run along
+    the reduction instead (every operand contiguous there), a vector of partial sums per
+    result, for the loop vectorizer; an outer-product tile is for the SLP vectorizer."""
+    mlp_t = ("def mlp(float(B,I) X, float(O,I) W) -> (Y) { Y(n, o) +=! X(n, i) * W(o, i) }",
+             dict(B=32, I=96, O=64))
+    assert register_tiles.dot_shape_for(AVX2) == (2, 4)
+    assert register_tiles.dot_shape_for(AVX512) == (4, 5)
+    tiles = micro_kernels(scheduled(*mlp_t).kernel)
+    assert tiles
+    for loop, promotion in tiles:
+        assert len(promotion.accumulators) == 8 and promotion.contiguous
+    for loop, promotion in micro_kernels(scheduled(*CONTRACTIONS["matmul"]).kernel):
+        assert not promotion.contiguous  # B(k, n) moves a row per step of k
+
+
+def test_not_a_contraction():
+    """A plain row sum has no operand to reuse across rows or lanes."""
+    rowsum = ("def s(float(N,D) X) -> (Y) { Y(n) +=! X(n, d) }", dict(N=64, D=64))
+    assert not micro_kernels(scheduled(*rowsum).kernel)
+
+
+def test_updates_that_read_their_own_tensor_are_not_carried():
+    """An accumulator is only carried where nothing in the loop reads its tensor."""
+    kernel = scheduled(*CONTRACTIONS["matmul"]).kernel
+    (loop, promotion), *_ = micro_kernels(kernel)
+    assert promotion is not None
+    other = kernel.statements[0]
+    assert other.kind == "init"
+    # the same loop, with one update swapped for an instance that reads C: not carried
+    s = kernel.statement(flat(loop.body)[0].statement)
+    reading = L.StatementDef(s.id + "r", "A", s.indices, ("m", "k"), "reduce", "+", s.value)
+    runs = flat(loop.body)
+    runs[1] = L.Run(reading.id, runs[1].indices)
+    changed = L.For(loop.var, loop.lo, loop.hi, loop.step, L.Block(tuple(runs)),
+                    reduction=True)
+    import dataclasses
+    k2 = dataclasses.replace(kernel, statements=kernel.statements + (reading,))
+    assert accumulators.plan(changed, k2) is None  # A is read by the other updates
+
+
+def test_enclosing_chain_of_the_micro_kernel_is_parallel_outside():
+    source, sizes = CONTRACTIONS["matmul"]
+    kernel = scheduled(source, sizes).kernel
+    chains = [chain for chain, _ in enclosing_loops(kernel.body, "S0")]
+    assert all(chain[0].parallel for chain in chains)
