@@ -19,7 +19,7 @@ AVX512 = Target("cpu", "threads", cores=2, vector_bytes=64)
 
 CONTRACTIONS = {
     "matmul": ("def mm(float(M,K) A, float(K,N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }",
-               dict(M=64, K=48, N=64)),
+               dict(M=40, K=24, N=48)),
     # other names, the operands the other way round, odd sizes: the same micro-kernel
     "matmul_renamed": ("def mm(float(P,Q) X, float(Q,R) Y) -> (Z) {"
                        " Z(row, col) +=! Y(q, col) * X(row, q) }", dict(P=37, Q=29, R=71)),
@@ -27,7 +27,7 @@ CONTRACTIONS = {
                 " Z(b, n, k) +=! X(b, n, m) * Y(b, m, k) }", dict(B=3, N=20, M=16, K=40)),
     "conv2d": ("def conv(float(N,C,H,W) I, float(M,C,KH,KW) Wt) -> (O) {"
                " O(n, m, h, w) +=! I(n, c, h + kh, w + kw) * Wt(m, c, kh, kw) }",
-               dict(N=2, C=5, H=9, W=36, M=8, KH=3, KW=3)),
+               dict(N=2, C=3, H=7, W=21, M=8, KH=3, KW=3)),
     "mlp_epilogue": ("def mlp(float(B,I) X, float(I,O) W, float(O) b) -> (Y) {\n"
                      " Y(n, o) +=! X(n, i) * W(i, o)\n Y(n, o) = fmax(Y(n, o) + b(o), 0) }",
                      dict(B=24, I=32, O=48)),
