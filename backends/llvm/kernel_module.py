@@ -327,6 +327,14 @@ class FunctionBuilder:
         b.position_at_end(join)
 
     def loop(self, n: L.For, lo: ir.Value | None = None, hi: ir.Value | None = None) -> None:
+        self._counted_loop(n, [], lambda _: self.node(n.body) or [], lo, hi,
+                           self.km.metadata_for(n))
+
+    def _counted_loop(self, n: L.For, values: list, emit_body, lo, hi, hints) -> list:
+        """`for (var = lo; var < hi; var += step)` with `values` carried through it as
+        phis: `emit_body(phis)` emits one iteration and returns the carried values at its
+        end. Returns the values after the loop (the phis, as the exit leaves from the
+        header)."""
         b = self.builder
         lo = self.index(n.lo) if lo is None else lo
         hi = self.index(n.hi) if hi is None else hi
@@ -337,15 +345,21 @@ class FunctionBuilder:
         b.position_at_end(header)
         var = b.phi(T.I64, name=n.var)
         var.add_incoming(lo, pre)
+        phis = []
+        for v in values:
+            phi = b.phi(v.type)
+            phi.add_incoming(v, pre)
+            phis.append(phi)
         b.cbranch(b.icmp_signed("<", var, hi), body, done)
         b.position_at_end(body)
         saved = self.env.get(n.var)
         self.env[n.var] = var
-        self.node(n.body)
+        updated = emit_body(list(phis))
         step = b.add(var, ir.Constant(T.I64, n.step), flags=("nsw",))
         var.add_incoming(step, b.block)
+        for phi, v in zip(phis, updated):
+            phi.add_incoming(v, b.block)
         latch = b.branch(header)
-        hints = self.km.metadata_for(n)
         if hints is not None:
             latch.set_metadata("llvm.loop", hints)
         if saved is None:
@@ -353,7 +367,7 @@ class FunctionBuilder:
         else:
             self.env[n.var] = saved
         b.position_at_end(done)
-
+        return phis
     # ---- accumulators carried in registers (see backends/llvm/accumulators.py) ----
     def _promotion(self, n: L.For) -> accumulators.Promotion | None:
         if self.check_bounds:  # a checked update reports its element where it happens
@@ -386,44 +400,12 @@ class FunctionBuilder:
 
     def _carried_loop(self, n: L.For, values: list, order, lo=None, hi=None,
                       widen: bool = False) -> list:
-        b = self.builder
-        lo = self.index(n.lo) if lo is None else lo
-        hi = self.index(n.hi) if hi is None else hi
-        pre = b.block
-        header, body = b.append_basic_block(f"{n.var}.head"), b.append_basic_block(f"{n.var}.body")
-        done = b.append_basic_block(f"{n.var}.done")
-        b.branch(header)
-        b.position_at_end(header)
-        var = b.phi(T.I64, name=n.var)
-        var.add_incoming(lo, pre)
-        phis = []
-        for v in values:
-            phi = b.phi(v.type)
-            phi.add_incoming(v, pre)
-            phis.append(phi)
-        b.cbranch(b.icmp_signed("<", var, hi), body, done)
-        b.position_at_end(body)
-        saved = self.env.get(n.var)
-        self.env[n.var] = var
-        updated = self._carried(n.body, list(phis), order)
-        step = b.add(var, ir.Constant(T.I64, n.step), flags=("nsw",))
-        var.add_incoming(step, b.block)
-        for phi, v in zip(phis, updated):
-            phi.add_incoming(v, b.block)
-        latch = b.branch(header)
         # one accumulator, or reads contiguous along the loop: the loop vectorizer splits
         # each accumulator into lanes of partial sums; else the unrolled outer-product
         # tile is the SLP vectorizer's (widening the loop would gather its operands)
         hints = self.km.metadata_for(n) if widen else self.km.no_vectorize()
-        if hints is not None:
-            latch.set_metadata("llvm.loop", hints)
-        if saved is None:
-            self.env.pop(n.var)
-        else:
-            self.env[n.var] = saved
-        b.position_at_end(done)
-        return phis
-
+        return self._counted_loop(n, values, lambda phis: self._carried(n.body, phis, order),
+                                  lo, hi, hints)
     def _carried(self, node: L.Node, values: list, order) -> list:
         b = self.builder
         match node:
