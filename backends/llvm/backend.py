@@ -20,7 +20,7 @@ from backends.contract import Artifact
 from backends.llvm import jit, threads
 from backends.llvm.pointers import data_pointer
 from polyhedral import loop_ir as L
-from tclang.target import Target, available_cores
+from tclang.target import Target, available_cores, cache_sizes
 
 
 class LLVMBackend:
@@ -31,7 +31,7 @@ class LLVMBackend:
         triple, cpu, features = jit.host()
         vector_bytes = 64 if "+avx512f" in features else 32 if "+avx" in features else 16
         return Target(name="cpu", mapping="threads", arch=f"{triple} {cpu} {features}",
-                      cores=available_cores(), vector_bytes=vector_bytes)
+                      cores=available_cores(), vector_bytes=vector_bytes, **cache_sizes())
 
     def build(self, kernel: L.Kernel, target: Target) -> Artifact:
         from backends.llvm.kernel_module import KernelModule  # llvmlite.ir: not for a cache hit

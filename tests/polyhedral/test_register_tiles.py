@@ -166,3 +166,27 @@ def test_enclosing_chain_of_the_micro_kernel_is_parallel_outside():
     kernel = scheduled(source, sizes).kernel
     chains = [chain for chain, _ in enclosing_loops(kernel.body, "S0")]
     assert all(chain[0].parallel for chain in chains)
+
+
+def test_cache_sizes_come_from_the_os(tmp_path):
+    """The model's L1 and L2 are the machine's (Linux sysfs), instruction caches and L3
+    ignored; nothing readable leaves the Target's defaults."""
+    from tclang.target import cache_sizes
+    for index, (level, kind, size) in enumerate([(1, "Data", "48K"), (1, "Instruction", "32K"),
+                                                (2, "Unified", "2048K"), (3, "Unified", "32M")]):
+        d = tmp_path / f"index{index}"
+        d.mkdir()
+        (d / "level").write_text(f"{level}\n")
+        (d / "type").write_text(f"{kind}\n")
+        (d / "size").write_text(f"{size}\n")
+    assert cache_sizes(str(tmp_path)) == {"l1_bytes": 48 << 10, "l2_bytes": 2 << 20}
+    assert cache_sizes(str(tmp_path / "missing")) == {}
+    # a bigger L1 gives a longer reduction tile (kc) around the same register tile
+    from polyhedral.bands import Member
+    band = [Member(k, {}, None, k != 2) for k in range(3)]
+    small = register_tiles.cache_tiles(
+        band, register_tiles.RegisterTile(0, 1, (2,), 4, 16, "S0", 4), AVX2)
+    big_target = Target("cpu", "threads", cores=2, vector_bytes=32, l1_bytes=64 << 10)
+    big = register_tiles.cache_tiles(
+        band, register_tiles.RegisterTile(0, 1, (2,), 4, 16, "S0", 4), big_target)
+    assert big[2] == 2 * small[2]
