@@ -177,6 +177,10 @@ class _Emitter:
                 self.put(indent, "yield")
             case L.Launch():
                 self.launch(n, indent)
+            case L.Scratch(buffers=bufs, body=body):
+                for b in bufs:
+                    self.put(indent, f"t_{b.name} = {self.alloc(b)}")
+                self.node(body, indent, in_thread)
             case _:
                 raise TypeError(f"unknown loop IR node {n!r}")
 

@@ -134,6 +134,13 @@ def _lines(node: L.Node, kernel: L.Kernel | None, indent: int):
                 yield f"{pad}{dst} {op}= {source};"
         case L.Barrier():
             yield f"{pad}__syncthreads();"
+        case L.Scratch(buffers=bufs, body=body):
+            yield f"{pad}{{  // per thread:"
+            for buf in bufs:
+                dims = "".join(f"[{format_index(d)}]" for d in buf.shape)
+                yield f"{pad}  {buf.dtype.value} {buf.name}{dims};"
+            yield from _lines(body, kernel, indent + 1)
+            yield f"{pad}}}"
         case L.Launch(name=n, grid=g, block=b, buffers=bufs, body=body):
             grid = ", ".join(format_index(x) for x in g)
             yield f"{pad}launch {n}<<<grid({grid}), block({', '.join(map(str, b))})>>> {{"

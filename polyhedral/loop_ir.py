@@ -2,7 +2,8 @@
 
 Plain frozen dataclasses (no isl object survives past the AST lowering): integer index
 expressions (`Var`, `Int`, `Op`), loop nodes (`For`, `If`, `Block`), statement instances
-(`Run`), GPU launches with their promoted buffers, copies and barriers. A statement's body
+(`Run`), GPU launches with their promoted buffers, copies and barriers, and the CPU's
+per-thread scratch buffers (`Scratch`: packed operands of a micro-kernel). A statement's body
 is the checked program's typed expression tree (`tclang.program`), evaluated at the
 statement's index values. `format_node` prints the IR as readable pseudo-C.
 """
@@ -130,7 +131,8 @@ def iexpr_from_json(x) -> IExpr:
 @dataclass(frozen=True)
 class Buffer:
     """An array the kernel touches. kind: input, output, temporary (the kernel's own
-    scratch array), shared (GPU shared memory, per block) or private (per GPU thread)."""
+    scratch array), shared (GPU shared memory, per block), private (per GPU thread) or
+    scratch (per CPU thread, declared by a `Scratch` node)."""
 
     name: str
     dtype: DType
@@ -262,7 +264,18 @@ class Launch:
     body: "Node"
 
 
-Node = For | If | Block | Run | Copy | Combine | Barrier | Launch
+@dataclass(frozen=True)
+class Scratch:
+    """`buffers` private to the CPU thread that runs `body`: small, fixed-size arrays (a
+    packed operand of a micro-kernel, copied in by `Copy` nodes in `body` and read through
+    `Run.promoted`). A backend gives each thread its own, e.g. on its stack; nothing in
+    them outlives `body`."""
+
+    buffers: tuple[Buffer, ...]
+    body: "Node"
+
+
+Node = For | If | Block | Run | Copy | Combine | Barrier | Launch | Scratch
 
 
 @dataclass(frozen=True)
@@ -321,7 +334,7 @@ def walk_nodes(node: Node):
     """Every node of a loop tree, parents first."""
     yield node
     match node:
-        case For(body=b) | Launch(body=b):
+        case For(body=b) | Launch(body=b) | Scratch(body=b):
             yield from walk_nodes(b)
         case If(then=t, other=o):
             yield from walk_nodes(t)
@@ -399,8 +412,11 @@ def substitute(e: IExpr, values: dict[str, IExpr]) -> IExpr:
 def substitute_node(node: Node, values: dict[str, IExpr]) -> Node:
     """A loop tree with the variables in `values` replaced everywhere (an unrolled copy)."""
     match node:
-        case Run(indices=indices):
-            return replace(node, indices=tuple(substitute(i, values) for i in indices))
+        case Run(indices=indices, promoted=promoted):
+            promoted = tuple(replace(p, offset=tuple(substitute(o, values) for o in p.offset))
+                             for p in promoted)
+            return replace(node, indices=tuple(substitute(i, values) for i in indices),
+                           promoted=promoted)
         case For(lo=lo, hi=hi, body=body):
             return replace(node, lo=substitute(lo, values), hi=substitute(hi, values),
                            body=substitute_node(body, values))

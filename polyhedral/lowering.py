@@ -17,6 +17,7 @@ import islpy as isl
 from polyhedral import loop_ir as L
 from polyhedral.affexpr import pw_aff_expr
 from polyhedral.dependences import Dependences
+from polyhedral.packing import PACK_MARK, PACK_STATEMENT, PackPlan
 from polyhedral.register_tiles import UNROLL_MARK
 from polyhedral.scop import Scop, tensor_box
 from tclang import program as P
@@ -38,8 +39,13 @@ _BINARY = {
 
 class _Lowering:
     def __init__(self, scop: Scop, deps: Dependences | None, unroll: int = 0,
-                 launches: dict | None = None, parallel: bool = True, vectorize: bool = True):
+                 launches: dict | None = None, parallel: bool = True, vectorize: bool = True,
+                 packs: dict[str, PackPlan] | None = None):
         self.scop = scop
+        self.packs = packs or {}
+        # tensor -> (its packed buffer, the box's offsets) after a packing copy, for the
+        # statement instances that follow it (the copy's own loops enclose them)
+        self.packed: dict[str, tuple[str, tuple[L.IExpr, ...]]] = {}
         self.vectorize = vectorize  # False: Options(vectorize=False), no SIMD hints
         self.deps = deps
         self.unroll = unroll
@@ -89,11 +95,22 @@ class _Lowering:
                 return self._copies(self.launches[sid[len("tc_copy_"):]], args)
             if sid.startswith("tc_sync_"):
                 return L.Barrier()  # the next tile's copies must not overwrite these
+            if sid.startswith(PACK_STATEMENT):
+                return self._pack(self.packs[sid[len(PACK_STATEMENT):]], args)
             return L.Run(sid, args, self._promotions(sid, args))
         if t == isl.ast_node_type.mark:
             name = ast.mark_get_id().get_name()
             if name == UNROLL_MARK:
                 return unroll_constant_loops(self.node(ast.mark_get_node()))
+            if name.startswith(PACK_MARK + "_"):
+                plan = self.packs[name[len(PACK_MARK) + 1:]]
+                saved, self.packed = self.packed, dict(self.packed)
+                body = self.node(ast.mark_get_node())
+                self.packed = saved
+                dtype = self.scop.definition.tensor
+                return L.Scratch(tuple(
+                    L.Buffer(op.buffer, dtype(op.tensor).dtype, tuple(L.Int(x) for x in op.shape),
+                             "scratch") for op in plan.operands), body)
             plan = self.launches.get(name)
             if plan is not None and plan.body is not None:  # built by the mapping itself
                 return L.Launch(name, plan.grid, plan.block, plan.buffers, plan.body)
@@ -141,7 +158,31 @@ class _Lowering:
         copy = L.Copy(tile.buffer, tile.tensor, "in", tuple(index), offset)
         return L.For(flat.name, linear, L.Int(volume), threads, L.If(cond, copy))
 
+    # ---- packing for the CPU micro-kernel ----
+    def _pack(self, plan: PackPlan, prefix: tuple[L.IExpr, ...]) -> L.Node:
+        """Copy each operand's box (the part inside the tensor) into its packed buffer, the
+        last dimension innermost and contiguous on both sides; the reads that follow go to
+        the buffer."""
+        copies = []
+        for op in plan.operands:
+            offset = tuple(pw_aff_expr(o, prefix, self.derived) for o in op.offsets)
+            self.packed[op.tensor] = (op.buffer, offset)
+            steps = [L.Var(f"{op.buffer}_{d}") for d in range(len(op.shape))]
+            node: L.Node = L.Copy(op.buffer, op.tensor, "in",
+                                  tuple(L.add(o, p) for o, p in zip(offset, steps)), offset)
+            for d in reversed(range(len(op.shape))):
+                extent = L.size_index(self.scop.extents[op.tensor][d], self.scop.sizes)
+                hi = L.Op("min", (L.Int(op.shape[d]), L.sub(extent, offset[d])))
+                node = L.For(steps[d].name, L.Int(0), hi, 1, node,
+                             vectorize=self.vectorize and d == len(op.shape) - 1)
+            copies.append(node)
+        return L.Block(tuple(copies))
+
     def _promotions(self, sid: str, indices: tuple[L.IExpr, ...]) -> tuple[L.Promotion, ...]:
+        if self.packed:
+            return tuple(L.Promotion(read.ref, *self.packed[read.tensor])
+                         for read in self.scop.statement(sid).source.reads()
+                         if read.tensor in self.packed)
         if not self.promoting or sid.startswith("I"):
             return ()
         st = self.scop.statement(sid)
@@ -391,15 +432,16 @@ def hoist_invariant_conditions(node: L.Node) -> L.Node:
             then = hoist_invariant_conditions(replace(node, body=t))
             other = hoist_invariant_conditions(replace(node, body=o)) if o is not None else None
             return L.If(c, then, other)
-        case L.For(body=body):
+        case L.For(body=body) | L.Scratch(body=body):
             return replace(node, body=hoist_invariant_conditions(body))
     return node
 
 
 def lower_to_loops(scop: Scop, schedule: isl.Schedule, deps: Dependences, name: str,
                    unroll: int = 0, launches: dict | None = None,
-                   parallel: bool = True, vectorize: bool = True) -> L.Kernel:
-    lowering = _Lowering(scop, deps, unroll, launches, parallel, vectorize)
+                   parallel: bool = True, vectorize: bool = True,
+                   packs: dict[str, PackPlan] | None = None) -> L.Kernel:
+    lowering = _Lowering(scop, deps, unroll, launches, parallel, vectorize, packs)
     body = hoist_invariant_conditions(lowering.node(lowering.ast(schedule)))
     if launches is not None:
         body = _serial_launches(body)

@@ -29,6 +29,7 @@ from polyhedral.dependences import compute_dependences
 from polyhedral.legality import check_legality
 from polyhedral.loop_format import format_kernel
 from polyhedral.lowering import lower_to_loops
+from polyhedral.packing import graft_copies
 from polyhedral.scheduler import compute_schedule, schedule_text
 from polyhedral.scop import build_scop
 from polyhedral.gpu import map_to_gpu
@@ -82,7 +83,7 @@ def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
     stages.show("schedule", lambda: schedule_text(result.schedule))
     with stages("transform"):
         reports: list[BandReport] = []
-        tree, plans = result.schedule, None
+        tree, plans, packs = result.schedule, None, {}
         if options.loop_order is not None:
             tree = apply_loop_order(tree, scop, options.loop_order)
         check = options.loop_order is not None or verify_enabled()
@@ -92,15 +93,16 @@ def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
                 check_legality(tree, deps, scop, cause)
             tree, plans = map_to_gpu(tree, scop, options, target)
         else:
-            tree = transform_bands(tree, scop, options, target, reports)
+            tree = transform_bands(tree, scop, options, target, reports, packs)
             if check:
                 check_legality(tree, deps, scop, cause)
+            tree = graft_copies(tree, packs)  # only adds copies of read-only operands
         final_schedule = schedule_text(tree)
     stages.show("transform", final_schedule)
     with stages("loops"):
         kernel = lower_to_loops(scop, tree, deps, defn.name, unroll=options.unroll or 0,
                                 launches=plans, parallel=options.parallel is not False,
-                                vectorize=options.vectorize is not False)
+                                vectorize=options.vectorize is not False, packs=packs)
         kernel = with_choices(kernel, options, target, layouts)
     stages.show("loops", lambda: format_kernel(kernel))
     return ScheduledKernel(kernel, final_schedule, result.strategy, result.fallback,

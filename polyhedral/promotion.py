@@ -85,6 +85,22 @@ def _per_statement(plan: SharedTile, tile: isl.ScheduleNode, domain: isl.UnionSe
 
 def _box(prefix: isl.UnionMap, access: isl.UnionMap, tensor: str, scop: Scop):
     """The footprint box of `access` per tile, or None if it is not a fixed-size box."""
+    found = footprint_box(prefix, access)
+    if found is None:
+        return None
+    offsets, box, _ = found
+    sizes = list(box)
+    if sizes and sizes[-1] % 2 == 0 and sizes[-1] > 1:
+        sizes[-1] += 1  # an odd row length spreads a column over the memory banks
+    return SharedTile(tensor, f"{tensor}_shared", tuple(sizes), tuple(box), list(offsets))
+
+
+def footprint_box(prefix: isl.UnionMap, access: isl.UnionMap):
+    """What `access` touches for one point of the `prefix` schedule (the loops outside a
+    tile), as a box: (per dimension the lowest element, an affine function of the prefix
+    with one piece; per dimension the largest extent over all prefix points; the prefix
+    points that touch anything). None when it is not such a box (the footprint is not one
+    map, a lowest element has several pieces, an extent is unbounded)."""
     scoped = prefix.reverse().apply_range(access)
     maps = []
     scoped.foreach_map(maps.append)
@@ -105,10 +121,7 @@ def _box(prefix: isl.UnionMap, access: isl.UnionMap, tensor: str, scop: Scop):
             return None
         offsets.append(low)
         box.append(extent.to_python() + 1)
-    sizes = list(box)
-    if sizes and sizes[-1] % 2 == 0 and sizes[-1] > 1:
-        sizes[-1] += 1  # an odd row length spreads a column over the memory banks
-    return SharedTile(tensor, f"{tensor}_shared", tuple(sizes), tuple(box), offsets)
+    return tuple(offsets), tuple(box), footprint.domain()
 
 
 def _sets(u: isl.UnionSet) -> list[isl.Set]:

@@ -55,6 +55,8 @@ class RegisterTile:
     statement: str  # the reduction statement whose results stay in registers
     element_bytes: int
     kind: str = "lanes"  # vectors along j ("lanes") or along the innermost reduction ("dot")
+    rows: str = ""  # the reduction statement's index that member i runs over
+    lanes: str = ""  # and member j
 
 
 def vector_registers(target: Target) -> int:
@@ -148,7 +150,8 @@ def plan(node: isl.ScheduleNode, scop: Scop, target: Target,
         mr = min(mr, extents[best.position])
     if shape is None:
         mr = max(1, min(mr, MAX_UNROLLED // nr))
-    return RegisterTile(best.position, j, reductions, mr, nr, st.id, element_bytes, kind)
+    return RegisterTile(best.position, j, reductions, mr, nr, st.id, element_bytes, kind,
+                        index_of[best.position], lanes_name)
 
 
 def dot_shape_for(target: Target) -> tuple[int, int]:

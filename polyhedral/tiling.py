@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import islpy as isl
 
 from polyhedral import bands as B
+from polyhedral import packing as P
 from polyhedral import register_tiles as R
 from polyhedral.scop import Scop
 from tclang.errors import TCScheduleError
@@ -35,21 +36,25 @@ class BandReport:
 
 
 def transform_bands(schedule: isl.Schedule, scop: Scop, options: Options, target: Target,
-                    reports: list[BandReport] | None = None) -> isl.Schedule:
+                    reports: list[BandReport] | None = None,
+                    packs: dict[str, P.PackPlan] | None = None) -> isl.Schedule:
+    """`packs` receives the plan of each packed operand (see polyhedral/packing.py), which
+    the lowering needs; None: pack nothing."""
     # tile loops count tiles (not scaled by the tile size) and point loops start at 0:
     # isl generates the AST about twice as fast this way
     scop.ctx.set_tile_scale_tile_loops(0)
     scop.ctx.set_tile_shift_point_loops(1)
-    node = _visit(schedule.get_root(), scop, options, target, reports, in_band=False)
+    node = _visit(schedule.get_root(), scop, options, target, reports, packs, in_band=False)
     return node.get_schedule()
 
 
-def _visit(node, scop, options, target, reports, in_band):
+def _visit(node, scop, options, target, reports, packs, in_band):
     if node.get_type() == isl.schedule_node_type.band and not in_band:
-        return _transform_band(node, scop, options, target, reports)
+        return _transform_band(node, scop, options, target, reports, packs)
     is_band = node.get_type() == isl.schedule_node_type.band
     for k in range(node.n_children()):
-        node = _visit(node.child(k), scop, options, target, reports, in_band or is_band).parent()
+        node = _visit(node.child(k), scop, options, target, reports, packs,
+                      in_band or is_band).parent()
     return node
 
 
@@ -69,7 +74,7 @@ def apply_loop_order(schedule: isl.Schedule, scop: Scop, loop_order) -> isl.Sche
     return visit(schedule.get_root()).get_schedule()
 
 
-def _transform_band(node, scop: Scop, options: Options, target: Target, reports):
+def _transform_band(node, scop: Scop, options: Options, target: Target, reports, packs):
     band = B.members(node, scop)
     order = list(range(len(band)))
     sizes = _tile_sizes(node, scop, band, options, target)
@@ -82,7 +87,13 @@ def _transform_band(node, scop: Scop, options: Options, target: Target, reports)
             shape = options.register_tile if isinstance(options.register_tile, tuple) else None
             registers = R.plan(node.child(0), scop, target, shape)
             if registers is not None:
-                node = R.apply(node.child(0), registers).parent()
+                node = R.apply(node.child(0), registers)
+                if packs is not None and options.pack is not False:
+                    extent = band[registers.i].extent
+                    rows = min(sizes[registers.i], extent if extent is not None else UNTILED)
+                    node = P.pack(node, registers, rows, scop, target, packs,
+                                   force=options.pack is True)
+                node = node.parent()
         if reports is not None:
             reports.append(BandReport(len(band), tuple(sizes), tuple(order)))
         return node

@@ -53,6 +53,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--unroll", type=int)
     p.add_argument("--register-tile", help="the CPU micro-kernel's register tile, e.g. 4,16, "
                                            "or off")
+    p.add_argument("--pack", help="pack the micro-kernel's lane operand: on or off "
+                                  "(default: where it is reused enough)")
     p.add_argument("--generic", action="store_true", help="shape-generic code "
                                                           "(specialize=False)")
 
@@ -67,8 +69,12 @@ def _options(args) -> Options:
     if args.register_tile:
         registers = False if args.register_tile.strip().lower() in ("off", "false", "0") \
             else _sizes_pair(args.register_tile)
+    pack = None
+    if args.pack:
+        pack = {"on": True, "true": True, "1": True, "off": False, "false": False,
+                "0": False}.get(args.pack.strip().lower(), args.pack)
     return Options(fusion=args.fusion, tile=tile, loop_order=order, unroll=args.unroll,
-                   specialize=not args.generic, register_tile=registers)
+                   specialize=not args.generic, register_tile=registers, pack=pack)
 
 
 def _sizes_pair(text: str):

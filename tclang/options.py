@@ -41,6 +41,9 @@ class Options:
     register_tile: keep an mr x nr block of a contraction's result in vector registers
         through its reduction loops (CPU micro-kernel): None lets a model of the machine
         choose (mr, nr), a pair (mr, nr) sets them, False turns it off.
+    pack: copy the operand a register tile reads along its lanes into a contiguous
+        per-thread buffer, one kc x nr sliver at a time (CPU, BLIS's packing): None packs
+        where the sliver is reused by enough rows, False never.
     check_bounds: check every array access of the generated code and raise
         `TCIndexError` at the first one outside its array (as TCLANG_CHECK_BOUNDS=1 does);
         for debugging and for the differential tester, slower.
@@ -61,6 +64,7 @@ class Options:
     reorder_reductions: bool | None = None
     check_bounds: bool | None = None
     register_tile: bool | tuple[int, int] | None = None
+    pack: bool | None = None
 
     def __post_init__(self) -> None:
         if self.fusion is not None and self.fusion not in FUSIONS:
@@ -94,6 +98,8 @@ class Options:
                 raise TCScheduleError(f"register_tile must be None, False or a pair of "
                                       f"positive sizes (mr, nr), not {value!r}",
                                       hint="for example register_tile=(4, 16)")
+        if self.pack not in (None, True, False):
+            raise TCScheduleError(f"pack must be None, True or False, not {self.pack!r}")
         if not isinstance(self.specialize, bool):
             raise TCScheduleError(f"specialize must be True or False, not {self.specialize!r}")
 

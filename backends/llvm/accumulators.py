@@ -63,8 +63,8 @@ def plan(loop: L.For, kernel: L.Kernel) -> Promotion | None:
     written, read = set(), set()
     for run in runs:
         statement = kernel.statement(run.statement)
-        if statement.kind != "reduce" or run.promoted:
-            return None
+        if statement.kind != "reduce" or any(p.ref == -1 for p in run.promoted):
+            return None  # (reads of a packed operand are fine: see polyhedral/packing.py)
         values = dict(zip(statement.indices, run.indices))
         subscripts = tuple(values[name] for name in statement.lhs)
         forms = []

@@ -112,8 +112,10 @@ class FunctionBuilder:
     """One function under construction: its values for buffers, sizes, strides, loops."""
 
     def __init__(self, km: KernelModule, fn: ir.Function, env: dict[str, ir.Value],
-                 pfor: ir.Value | None, buffer_names: tuple[str, ...]):
-        """`fn`'s first arguments are the buffers `buffer_names` (an outlined loop takes
+                 pfor: ir.Value | None, buffer_names: tuple[str, ...],
+                 scratch: dict[str, L.Buffer] | None = None):
+        """`fn`'s first arguments are the buffers `buffer_names`, kernel buffers or the
+        `scratch` buffers of an enclosing `Scratch` node (an outlined loop takes
         only those it uses, so N independent loops make O(N) code, not O(N^2))."""
         self.km = km
         self.fn = fn
@@ -126,14 +128,22 @@ class FunctionBuilder:
         for arg in self.buffer_args:
             arg.add_attribute("noalias")
         self.sizes_ptr, self.strides_ptr, self.err_ptr = fn.args[n:n + 3]
+        # allocas (scratch buffers) go to a block of their own, ahead of everything: one
+        # per function call whatever loop their node sits in
+        self.allocas = fn.append_basic_block("allocas")
         entry = fn.append_basic_block("entry")
         self.exit = fn.append_basic_block("exit")
         self.builder = ir.IRBuilder(entry)
         self.check_bounds = km.check_bounds
         self._memo_block, self._memo = None, {}  # see `index`
         self._sizes = self._load_sizes()
-        self.buffers = {name: (ptr, kernel.buffer(name), self._load_strides(name))
-                        for name, ptr in zip(buffer_names, self.buffer_args)}
+        self.scratch = dict(scratch or {})  # name -> the Scratch buffers in scope
+        self.buffers = {}
+        for name, ptr in zip(buffer_names, self.buffer_args):
+            if name in self.scratch:
+                self.buffers[name] = (ptr, self.scratch[name], _row_major(self.scratch[name]))
+            else:
+                self.buffers[name] = (ptr, kernel.buffer(name), self._load_strides(name))
 
     def _load_sizes(self) -> dict[str, ir.Value]:
         values = {}
@@ -161,6 +171,7 @@ class FunctionBuilder:
         self.builder.position_at_end(self.exit)
         code = self.builder.load(self.err_ptr)
         self.builder.ret(self.builder.trunc(code, T.I32))
+        ir.IRBuilder(self.allocas).branch(self.allocas.function.blocks[1])
 
     # ---- values the emitters ask for ----
     def size(self, name: str) -> ir.Value:
@@ -175,9 +186,12 @@ class FunctionBuilder:
         return self.buffers[tensor][1].dtype
 
     def element(self, tensor: str, subscripts: list[ir.Value], promotion) -> ir.Value:
+        """The address of tensor[subscripts], or with a `promotion` (a packed operand) of
+        its copy in the promotion's scratch buffer."""
         if promotion is not None:
-            raise TCCompileError(f"internal error: a promoted buffer in CPU code for "
-                                 f"{tensor}: promotion is for GPU schedules; please report it")
+            tensor = promotion.buffer
+            subscripts = [self.builder.sub(s, self.index(o), flags=("nsw",))
+                          for s, o in zip(subscripts, promotion.offset)]
         base, _, strides = self.buffers[tensor]
         offset = ir.Constant(T.I64, 0)
         for sub, stride in zip(subscripts, strides):
@@ -307,10 +321,36 @@ class FunctionBuilder:
                 self.branch(c, t, o)
             case L.Run():
                 self.run(n)
+            case L.Scratch(buffers=buffers, body=body):
+                self.scratch_buffers(buffers, body)
+            case L.Copy(buffer=buffer, tensor=tensor, direction="in", index=index, offset=offset):
+                source = self.element(tensor, [self.index(i) for i in index], None)
+                dtype = self.dtype_of(tensor)
+                value = T.load(self.builder, source, dtype)
+                T.store(self.builder, value, self.element(
+                    tensor, [self.index(i) for i in index], L.Promotion(0, buffer, offset)), dtype)
             case _:
                 raise TCCompileError(f"internal error: a {type(n).__name__} node in CPU code "
                                      f"(GPU launches, copies and barriers are for GPU "
                                      f"schedules); please report it")
+
+    def scratch_buffers(self, buffers: tuple[L.Buffer, ...], body: L.Node) -> None:
+        """Each buffer on this function's stack (a function runs on one thread: an outlined
+        parallel loop has its own), 64-byte aligned, row-major."""
+        b = ir.IRBuilder(self.allocas)
+        for buf in buffers:
+            count = 1
+            for extent in buf.shape:
+                count *= max(L.evaluate(extent, {}), 1)
+            storage = T.storage(buf.dtype)
+            array = b.alloca(ir.ArrayType(storage, count), name=buf.name)
+            array.align = 64
+            pointer = b.bitcast(array, storage.as_pointer())
+            self.buffers[buf.name] = (pointer, buf, _row_major(buf))
+            self.scratch[buf.name] = buf
+        self.node(body)
+        for buf in buffers:
+            del self.buffers[buf.name], self.scratch[buf.name]
 
     def branch(self, cond: L.IExpr, then: L.Node, other: L.Node | None) -> None:
         b = self.builder
@@ -439,7 +479,8 @@ class FunctionBuilder:
                 s = self.km.kernel.statement(node.statement)
                 k = next(order)
                 indices = {name: self.index(v) for name, v in zip(s.indices, node.indices)}
-                value = ValueEmitter(self, s, indices, {}).emit(s.value)
+                value = ValueEmitter(self, s, indices,
+                                     {p.ref: p for p in node.promoted}).emit(s.value)
                 values = list(values)
                 values[k] = self.combine(s.op, values[k], value, self.dtype_of(s.target))
                 return values
@@ -491,7 +532,12 @@ class FunctionBuilder:
                 s = kernel.statement(node.statement)
                 used.add(s.target)
                 used.update(read.tensor for read in reads_of(s.value))
-        return tuple(name for name in self.buffer_names if name in used)
+                used.update(p.buffer for p in node.promoted)
+            elif isinstance(node, L.Copy):
+                used.update((node.tensor, node.buffer))
+        # a scratch buffer filled outside the loop is passed in: the threads only read it
+        return tuple(name for name in self.buffer_names if name in used) + \
+            tuple(name for name in self.scratch if name in used)
 
     def _outline(self, n: L.For, outer: list[str],
                  used: tuple[str, ...]) -> tuple[ir.Function, ir.Function]:
@@ -499,14 +545,15 @@ class FunctionBuilder:
         k = km.regions
         km.regions += 1
         common = [T.I64.as_pointer()] * 3
-        buffer_types = [T.storage(km.kernel.buffer(name).dtype).as_pointer() for name in used]
+        buffer_types = [T.storage(self.buffers[name][1].dtype).as_pointer() for name in used]
         region_ty = ir.FunctionType(T.I32, buffer_types + common + [T.I64] * (2 + len(outer)))
         region = ir.Function(km.module, region_ty, f"tclang_region{k}")
         region.linkage = "internal"
         # kept out of the entry: inlined, every loop nest would land in one function, on
         # which LLVM's O3 is superlinear (1,000 independent statements took minutes)
         region.attributes.add("noinline")
-        rb = FunctionBuilder(km, region, {}, None, used)
+        rb = FunctionBuilder(km, region, {}, None, used,
+                             {name: self.scratch[name] for name in used if name in self.scratch})
         lo, hi = region.args[-(2 + len(outer))], region.args[-(1 + len(outer))]
         for name, arg in zip(outer, region.args[len(region.args) - len(outer):]):
             rb.env[name] = arg
@@ -529,7 +576,7 @@ class FunctionBuilder:
     def run(self, r: L.Run) -> None:
         s = self.km.kernel.statement(r.statement)
         indices = {name: self.index(v) for name, v in zip(s.indices, r.indices)}
-        emitter = ValueEmitter(self, s, indices, {})
+        emitter = ValueEmitter(self, s, indices, {p.ref: p for p in r.promoted})
         dtype = self.dtype_of(s.target)
         lhs = [indices[i] for i in s.lhs]
         if self.check_bounds:
@@ -566,6 +613,15 @@ class FunctionBuilder:
         return b.select(pick, value, acc)
 
 
+def _row_major(buffer: L.Buffer) -> list[ir.Value]:
+    """The strides of a scratch buffer (dense, row-major, a constant shape)."""
+    strides, step = [], 1
+    for extent in reversed(buffer.shape):
+        strides.append(ir.Constant(T.I64, step))
+        step *= max(L.evaluate(extent, {}), 1)
+    return list(reversed(strides))
+
+
 def _estimate_work(n: L.Node, loops: frozenset[str] = frozenset()) -> int:
     """Statement instances per iteration of a loop with body `n`. Enclosing loop variables
     count as 0; a trip count that depends on a run-time size counts as 64."""
@@ -581,4 +637,6 @@ def _estimate_work(n: L.Node, loops: frozenset[str] = frozenset()) -> int:
             return min(trips * _estimate_work(body, loops | {v}), 1 << 40)
         case L.If(then=t, other=o):
             return max(_estimate_work(t, loops), _estimate_work(o, loops) if o else 0)
+        case L.Scratch(body=body):
+            return _estimate_work(body, loops)
     return 1

@@ -106,7 +106,8 @@ def random_options(rng: random.Random, defn: P.Definition | None = None) -> tcla
                           vectorize=rng.choice((None, True, False)),
                           reorder_reductions=rng.choice((None, None, False)),
                           register_tile=rng.choice((None, None, False,
-                                                    (rng.randint(1, 6), rng.choice((4, 8, 16))))))
+                                                    (rng.randint(1, 6), rng.choice((4, 8, 16))))),
+                          pack=rng.choice((None, None, True, False)))
 
 
 def default_configs(defn, rng: random.Random, backends, avoid=lambda options: False):

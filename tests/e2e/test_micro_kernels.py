@@ -48,6 +48,10 @@ def test_matmul_shapes(m, k, n):
                                      tc.Options(register_tile=(3, 8)),
                                      tc.Options(register_tile=(5, 24), tile=(10, 0, 7)),
                                      tc.Options(register_tile=False),
+                                     tc.Options(pack=True),
+                                     tc.Options(pack=True, register_tile=(3, 8)),
+                                     tc.Options(pack=True, check_bounds=True),
+                                     tc.Options(pack=False),
                                      tc.Options(specialize=False),
                                      tc.Options(check_bounds=True),
                                      tc.Options(reorder_reductions=False)],
@@ -57,6 +61,30 @@ def test_matmul_options(options):
     for m, k, n in [(37, 31, 70), (8, 5, 16), (1, 9, 3)]:
         args, expected = matmul_case(m, k, n)
         close(kernel.mm(*args), expected, k)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "reference"])
+@pytest.mark.parametrize("m,k,n", [(67, 31, 70), (64, 300, 33), (97, 1, 16), (71, 13, 1)])
+def test_packed_operands(backend, m, k, n):
+    """The lane operand copied sliver by sliver (partial slivers at every edge), in the
+    LLVM backend and in the reference interpreter; transposed and Fortran-ordered too."""
+    kernel = tc.define(MATMUL, backend=backend, options=tc.Options(pack=True))
+    args, expected = matmul_case(m, k, n)
+    close(kernel.mm(*args), expected, k)
+    if backend == "cpu":
+        a, b = args
+        close(kernel.mm(a, np.asfortranarray(b)), expected, k)
+        close(kernel.mm(np.asfortranarray(a), b.T.copy().T), expected, k)
+
+
+def test_packing_in_the_llvm_ir():
+    """The packed sliver is a 64-byte aligned array on the stack of the thread's function,
+    and the micro-kernel loads its lanes from there."""
+    a, b = np.ones((128, 64), np.float32), np.ones((64, 48), np.float32)
+    ir = tc.define(MATMUL).mm.compile(a, b).stage_text("llvm")
+    assert "%\"B_packed0\" = alloca [1024 x float], align 64" in ir
+    off = tc.define(MATMUL, options=tc.Options(pack=False)).mm.compile(a, b)
+    assert "alloca [" not in off.stage_text("llvm")
 
 
 def test_double_and_fortran_ordered_inputs():

@@ -1,4 +1,4 @@
-"""Differential fuzzing in CI: 300 generated programs against the reference interpreter,
+"""Differential fuzzing in CI: 200 generated programs against the reference interpreter,
 and every saved regression.
 
 Each program runs, bounds-checked, on one small shape set under the oracle (the reference
@@ -29,7 +29,7 @@ from tclang.fuzzing.generator import GeneratedProgram, generate
 from tests.fuzzing.regressions import REGRESSIONS
 from tests.fuzzing.strategies import programs
 
-PROGRAMS, CHUNK = 300, 25
+PROGRAMS, CHUNK = 200, 25
 CUDA = cuda_emulation_available()
 SEEN: Counter = Counter()
 

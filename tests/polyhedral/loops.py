@@ -10,7 +10,7 @@ def enclosing_loops(node, statement: str, chain=()):
             yield chain, node
         case L.For(body=b):
             yield from enclosing_loops(b, statement, chain + (node,))
-        case L.Launch(body=b):
+        case L.Launch(body=b) | L.Scratch(body=b):
             yield from enclosing_loops(b, statement, chain)
         case L.If(then=t, other=o):
             yield from enclosing_loops(t, statement, chain)
@@ -58,6 +58,8 @@ def executed_instances(kernel: L.Kernel) -> dict[str, list[tuple[int, ...]]]:
             case L.Block(body=items):
                 for item in items:
                     walk(item, env)
+            case L.Scratch(body=b):
+                walk(b, env)
             case L.Launch():
                 raise ValueError("executed_instances walks CPU kernels only")
 

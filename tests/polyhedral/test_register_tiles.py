@@ -68,6 +68,8 @@ def micro_kernels(kernel: L.Kernel):
             case L.Block(body=items):
                 for item in items:
                     visit(item)
+            case L.Scratch(body=b):
+                visit(b)
     visit(kernel.body)
     return found
 

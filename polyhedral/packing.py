@@ -1,0 +1,147 @@
+"""Packing for the CPU micro-kernel: the operand a register tile reads along its lanes is
+copied, one sliver at a time, into a small contiguous per-thread buffer.
+
+BLIS packs both operands of a matmul into micro-panels: the kernel then streams through
+contiguous memory whatever the layout of the caller's arrays. Without it, the kc x nr sliver
+of B that the register tile reads for each of its mr-row steps is kc rows of nr elements,
+one row of B apart: with rows 4 KiB apart (a power-of-two width) all of them fall into the
+same L1 set and the sliver is read from L2 on every one of the mc/mr steps; with a
+transposed or strided operand the rows are further apart still.
+
+Here the register-tile band [others, j | i, reductions] (see polyhedral/register_tiles.py) is
+split after the lane loop `j`. Below it, every mr-row step reuses the same sliver of each
+operand that moves with the lanes and not with the rows; its footprint there is a box of
+constant size (the same footprint analysis as the GPU's shared-memory promotion,
+polyhedral/promotion.py). A statement `tc_pack_<n>` grafted before the rows' loop copies the
+box into a buffer of the box's shape (dense, row-major: for a matmul kc x nr, one cache line
+a row), and the reads of that operand below it are redirected to the buffer. The buffer is a
+`Scratch` of the thread that runs the tile: the copy costs one load and store per element of
+the sliver against mc/mr register-tile steps that read it.
+
+Only read-only, affine operands are packed, only when each copied element is read by at
+least `MIN_REUSE` rows, and only boxes that fit half of L1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+
+from polyhedral.promotion import footprint_box
+from polyhedral.register_tiles import RegisterTile
+from polyhedral.scop import Scop
+from tclang.target import Target
+
+PACK_MARK = "tclang_pack"
+"""Marks the sequence [copies, register-tile steps] of one packed sliver (`tclang_pack_<n>`)."""
+
+PACK_STATEMENT = "tc_pack_"
+"""The name prefix of the grafted copy statement (`tc_pack_<n>`)."""
+
+MIN_REUSE = 4
+"""Register-tile steps (of mr rows) that must read a packed sliver: below it the copy costs
+more than the strided reads it saves."""
+
+
+@dataclass(frozen=True)
+class PackedOperand:
+    """One operand packed below a register-tile band."""
+
+    tensor: str
+    buffer: str
+    shape: tuple[int, ...]  # the box: the buffer's shape
+    offsets: tuple[isl.PwAff, ...]  # per dimension, in the coordinates of the loops above
+
+
+@dataclass(frozen=True)
+class PackPlan:
+    name: str  # the mark's and (with PACK_STATEMENT) the copy statement's suffix
+    operands: tuple[PackedOperand, ...]
+    tiles: isl.Set  # the points of the loops above at which something is packed
+
+
+def pack(node: isl.ScheduleNode, tile: RegisterTile, rows: int, scop: Scop, target: Target,
+         plans: dict[str, PackPlan], force: bool = False) -> isl.ScheduleNode:
+    """Pack the lane operands of the register-tile band `node` (as `register_tiles.apply`
+    ordered it) when `rows` (its rows in one cache tile) reuse them enough, or whenever it
+    can with `force`; records the plan in `plans`. Returns the node at the band's position
+    (its first part, if it was split)."""
+    if tile.kind != "lanes" or (rows < MIN_REUSE * tile.mr and not force):
+        return node
+    split_at = node.band_n_member() - len(tile.reductions) - 1  # members before the rows'
+    if split_at < 1:
+        return node
+    written = {s.source.target for s in scop.statements}
+    tensors: list[str] = []
+    for read in scop.statement(tile.statement).source.reads():
+        if read.is_gather or read.tensor in written or read.tensor in tensors:
+            continue
+        names = {i for a in read.affine for i in a.indices()}
+        if tile.lanes in names and tile.rows not in names:
+            tensors.append(read.tensor)
+    if not tensors:
+        return node
+    outer = node.band_split(split_at)
+    inner = outer.child(0)
+    domain = inner.get_domain()
+    prefix = inner.get_prefix_schedule_union_map().intersect_domain(domain)
+    budget = target.l1_bytes // 2
+    name = str(len(plans))
+    operands, footprint = [], None
+    for tensor in tensors:
+        box = footprint_box(prefix, _reads_of(scop, tensor, domain))
+        if box is None:
+            continue
+        offsets, shape, tiles = box
+        size = scop.definition.tensor(tensor).dtype.numpy.itemsize
+        for extent in shape:
+            size *= extent
+        if size > budget:
+            continue
+        budget -= size
+        operands.append(PackedOperand(tensor, f"{tensor}_packed{name}", shape, offsets))
+        footprint = tiles if footprint is None else footprint.union(tiles)
+    if not operands:
+        return node  # the band as it was, unsplit
+    plans[name] = PackPlan(name, tuple(operands), footprint)
+    marked = inner.insert_mark(isl.Id(f"{PACK_MARK}_{name}", context=node.get_ctx()))
+    return marked.parent()
+
+
+def graft_copies(schedule: isl.Schedule, plans: dict[str, PackPlan]) -> isl.Schedule:
+    """The copy statement of each plan grafted below its mark, before the register-tile
+    steps. Last of the schedule passes: isl cannot build the schedule map of a tree with
+    extension nodes, which the legality check needs."""
+    if not plans:
+        return schedule
+
+    def visit(node: isl.ScheduleNode) -> isl.ScheduleNode:
+        if node.get_type() == isl.schedule_node_type.mark:
+            name = node.mark_get_id().get_name()
+            if name.startswith(PACK_MARK + "_"):
+                plan = plans[name[len(PACK_MARK) + 1:]]
+                copy = isl.Map.identity(plan.tiles.get_space().map_from_set()) \
+                    .intersect_domain(plan.tiles) \
+                    .set_tuple_name(isl.dim_type.out, f"{PACK_STATEMENT}{plan.name}")
+                node = node.child(0).graft_before(
+                    isl.ScheduleNode.from_extension(isl.UnionMap.from_map(copy)))
+                while node.get_type() != isl.schedule_node_type.mark:  # back up to the mark
+                    node = node.parent()
+                return node
+        for k in range(node.n_children()):
+            node = visit(node.child(k)).parent()
+        return node
+
+    return visit(schedule.get_root()).get_schedule()
+
+
+def _reads_of(scop: Scop, tensor: str, domain: isl.UnionSet) -> isl.UnionMap:
+    """Every read of `tensor` by the statement instances in `domain`."""
+    access = None
+    for (sid, ref), relation in scop.ref_reads.items():
+        read = next(r for r in scop.statement(sid).source.reads() if r.ref == ref)
+        if read.tensor == tensor:
+            relation = isl.UnionMap.from_map(relation)
+            access = relation if access is None else access.union(relation)
+    return access.intersect_domain(domain)

@@ -1,0 +1,102 @@
+"""Packing of the micro-kernel's lane operand (polyhedral/packing.py), asserted on the loop
+IR: which operand is copied, into what, and that every read of it below the copy goes to
+the packed buffer; never on timing."""
+
+import pytest
+
+import tclang as tc
+from polyhedral import loop_ir as L
+from polyhedral.pipeline import schedule_definition
+from tclang.frontend import check_source
+from tclang.target import Target
+
+from .loops import executed_instances
+from .test_register_tiles import CONTRACTIONS
+
+AVX2 = Target("cpu", "threads", cores=2, vector_bytes=32, l1_bytes=32 * 1024)
+
+
+def scheduled(source, sizes, options=tc.Options(), target=AVX2):
+    return schedule_definition(check_source(source).definitions[0], sizes, options,
+                               target).kernel
+
+
+def scratches(kernel: L.Kernel) -> list[L.Scratch]:
+    return [n for n in L.walk_nodes(kernel.body) if isinstance(n, L.Scratch)]
+
+
+def reads_of(kernel: L.Kernel, run: L.Run, tensor: str):
+    statement = kernel.statement(run.statement)
+    from tclang.program import reads_of as program_reads
+    return [r for r in program_reads(statement.value) if r.tensor == tensor]
+
+
+#: sizes with enough rows per cache tile (4 register-tile steps) for packing to pay
+ROWS = {"matmul": dict(M=128, K=24, N=48), "matmul_renamed": dict(P=131, Q=29, R=71),
+        "batched": dict(B=2, N=64, M=16, K=40), "mlp_epilogue": dict(B=96, I=32, O=48)}
+
+
+@pytest.mark.parametrize("name,tensor", [("matmul", "B"), ("matmul_renamed", "Y"),
+                                         ("batched", "Y"), ("mlp_epilogue", "W")])
+def test_the_operand_read_along_the_lanes_is_packed(name, tensor):
+    source, _ = CONTRACTIONS[name]
+    kernel = scheduled(source, ROWS[name])
+    found = scratches(kernel)
+    assert found, "nothing packed"
+    for scratch in found:
+        (buffer,) = scratch.buffers
+        assert buffer.kind == "scratch" and buffer.name.startswith(f"{tensor}_packed")
+        # a kc x nr sliver: nr = 16 float32 lanes (one cache line a row), the rows along
+        # the reduction
+        assert buffer.shape[-1] == L.Int(16)
+        copies = [n for n in L.walk_nodes(scratch.body) if isinstance(n, L.Copy)]
+        assert copies and all(c.tensor == tensor and c.buffer == buffer.name for c in copies)
+        runs = [n for n in L.walk_nodes(scratch.body) if isinstance(n, L.Run)]
+        reading = [r for r in runs if reads_of(kernel, r, tensor)]
+        assert reading
+        for run in reading:  # every read of the operand below the copy goes to the buffer
+            refs = {r.ref for r in reads_of(kernel, run, tensor)}
+            assert {p.ref for p in run.promoted if p.buffer == buffer.name} == refs
+    # and nowhere else is the operand read from its tensor in a register tile
+    inside = {id(n) for s in found for n in L.walk_nodes(s)}
+    outside = [n for n in L.walk_nodes(kernel.body) if isinstance(n, L.Run) and
+               id(n) not in inside and reads_of(kernel, n, tensor)]
+    assert not outside
+
+
+@pytest.mark.parametrize("name", sorted(CONTRACTIONS))
+def test_packing_changes_no_instance(name):
+    source, sizes = CONTRACTIONS[name]
+    plain = executed_instances(scheduled(source, sizes, tc.Options(pack=False)))
+    packed = executed_instances(scheduled(source, sizes, tc.Options(pack=True)))
+    assert plain == packed
+
+
+def test_packing_needs_enough_rows_unless_forced():
+    source, _ = CONTRACTIONS["matmul"]
+    few = dict(M=8, K=24, N=48)  # two register-tile steps of 4 rows: the copy does not pay
+    assert not scratches(scheduled(source, few))
+    assert scratches(scheduled(source, few, tc.Options(pack=True)))
+    assert scratches(scheduled(source, ROWS["matmul"]))
+    assert not scratches(scheduled(source, ROWS["matmul"], tc.Options(pack=False)))
+    assert not scratches(scheduled(source, ROWS["matmul"], tc.Options(register_tile=False)))
+
+
+def test_an_operand_written_by_the_kernel_is_not_packed():
+    source = ("def two(float(M,K) A, float(K,N) B) -> (T, C) {\n"
+              " T(k, n) = B(k, n) * 2\n C(m, n) +=! A(m, k) * T(k, n) }")
+    kernel = scheduled(source, dict(M=64, K=24, N=48), tc.Options(pack=True))
+    assert all(not b.name.startswith("T_") for s in scratches(kernel) for b in s.buffers)
+
+
+def test_the_sliver_fits_half_of_l1():
+    source, _ = CONTRACTIONS["matmul"]
+    small = Target("cpu", "threads", cores=2, vector_bytes=32, l1_bytes=2048)
+    found = scratches(scheduled(source, dict(M=64, K=300, N=48), target=small))
+    assert found
+    for scratch in found:
+        for b in scratch.buffers:
+            volume = 4
+            for d in b.shape:
+                volume *= d.value
+            assert volume <= 1024
