@@ -5,9 +5,10 @@
 Each operator is compiled first (the compile time is reported separately) and checked
 against NumPy. Then the implementations are timed in interleaved rounds, so that machine
 noise hits all of them alike: tclang writes into a preallocated `out=` array, NumPy does
-too where its API allows, and after every NumPy or PyTorch call the runner waits
-`--gap` seconds (OpenBLAS's threads spin about 0.1 s after a call and slow whatever runs
-next by up to 2x). The table gives the median of the rounds with its spread (the
+too where its API allows. A sample is as many calls back to back as take about 20 ms (the
+same count for every implementation; one call for slow kernels), and after every sample
+the runner waits `--gap` seconds (OpenBLAS's threads spin about 0.1 s after a call and slow
+whatever runs next by up to 2x), so every implementation starts from the same rest. The table gives the median of the rounds with its spread (the
 interquartile range over the median), GFLOP/s or GB/s beside the machine's limits measured
 in the same run (sgemm at 2048^3 through NumPy's BLAS, a STREAM-style triad), and the
 ratio against the best peer (>1: tclang is faster). With matplotlib installed it saves a
@@ -163,6 +164,14 @@ def benchmarks(quick: bool) -> list[Benchmark]:
     ]
 
 
+def _repeats(call, least: float = 0.02) -> int:
+    """Calls per timing sample: enough for `least` seconds (one call for slow kernels)."""
+    start = time.perf_counter()
+    call()
+    once = max(time.perf_counter() - start, 1e-6)
+    return max(1, min(1000, int(least / once)))
+
+
 def machine_limits(gap: float) -> dict:
     """What this machine can do, measured now: sgemm GFLOP/s through NumPy's BLAS at
     2048^3 (all cores), and a STREAM-style triad (a = b + s*c) in GB/s."""
@@ -224,16 +233,19 @@ def run(args) -> tuple[list[dict], dict]:
                 with torch.no_grad():
                     b.torch(*torch_inputs)
             peers["torch"] = run_torch
-        times = {"tclang": [], **{p: [] for p in peers}}
+        calls = {"tclang": lambda: compiled(*inputs, out=out_ours), **peers}
+        times = {name: [] for name in calls}
+        repeats = _repeats(calls["tclang"])
         for _ in range(args.rounds):  # interleaved: noise hits every implementation alike
-            start = time.perf_counter()
-            compiled(*inputs, out=out_ours)
-            times["tclang"].append(time.perf_counter() - start)
-            for name, call in peers.items():
+            for name, call in calls.items():
+                # each sample: `repeats` calls back to back (at least ~20 ms, so the first
+                # call's wake-up from the rest is a small part), then a rest for everyone:
+                # OpenBLAS's threads stop spinning, and every implementation starts alike
                 start = time.perf_counter()
-                call()
-                times[name].append(time.perf_counter() - start)
-                time.sleep(args.gap)  # let the library's threads stop spinning
+                for _ in range(repeats):
+                    call()
+                times[name].append((time.perf_counter() - start) / repeats)
+                time.sleep(args.gap)
         row = {"name": b.name, "compile_s": compile_s, "error": error, "torch": None}
         for name, samples in times.items():
             q1, median, q3 = np.percentile(samples, [25, 50, 75])
