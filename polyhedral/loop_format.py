@@ -135,20 +135,22 @@ def _lines(node: L.Node, kernel: L.Kernel | None, indent: int):
         case L.Barrier():
             yield f"{pad}__syncthreads();"
         case L.Scratch(buffers=bufs, body=body):
-            yield f"{pad}{{  // per thread:"
-            for buf in bufs:
-                dims = "".join(f"[{format_index(d)}]" for d in buf.shape)
-                yield f"{pad}  {buf.dtype.value} {buf.name}{dims};"
-            yield from _lines(body, kernel, indent + 1)
-            yield f"{pad}}}"
+            yield from _declaring(f"{pad}{{  // per thread:", bufs, "", body, kernel, indent)
         case L.Launch(name=n, grid=g, block=b, buffers=bufs, body=body):
             grid = ", ".join(format_index(x) for x in g)
-            yield f"{pad}launch {n}<<<grid({grid}), block({', '.join(map(str, b))})>>> {{"
-            for buf in bufs:
-                dims = "".join(f"[{format_index(d)}]" for d in buf.shape)
-                yield f"{pad}  __{buf.kind}__ {buf.dtype.value} {buf.name}{dims};"
-            yield from _lines(body, kernel, indent + 1)
-            yield f"{pad}}}"
+            head = f"{pad}launch {n}<<<grid({grid}), block({', '.join(map(str, b))})>>> {{"
+            yield from _declaring(head, bufs, "__{kind}__ ", body, kernel, indent)
+
+
+def _declaring(head: str, buffers, qualifier: str, body, kernel, indent: int):
+    """A braced region that declares `buffers` (GPU launch, CPU scratch) around `body`."""
+    pad = "  " * indent
+    yield head
+    for buf in buffers:
+        dims = "".join(f"[{format_index(d)}]" for d in buf.shape)
+        yield f"{pad}  {qualifier.format(kind=buf.kind)}{buf.dtype.value} {buf.name}{dims};"
+    yield from _lines(body, kernel, indent + 1)
+    yield f"{pad}}}"
 
 
 def format_kernel(kernel: L.Kernel) -> str:
