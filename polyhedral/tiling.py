@@ -211,21 +211,29 @@ def _heuristic_sizes(node, scop: Scop, band: list[B.Member], target: Target,
 
 
 def _tile(node, band: list[B.Member], sizes: list[int]):
-    """Tile the band up to its last tiled member; the untiled rest joins the point loops.
+    """Tile the members with a size; the untiled ones join the point loops, in place.
 
     Untiled parallel members before the first tiled one get tiles of 1, so their loops
-    stay outermost (and parallel). Tiling only that prefix keeps isl's AST generation
-    fast: a member "tiled" by a huge size still costs two dimensions."""
+    stay outermost (and parallel). The other untiled members are moved behind the tiled
+    ones (legal: the band is permutable) and left out of the tile band: "tiling" a member
+    by a huge size would cost isl two dimensions, and where the member takes negative
+    values (a skewed schedule) its point loop would run up to that size, guarded."""
+    first = next(k for k, s in enumerate(sizes) if s != UNTILED)
+    sizes = [1 if s == UNTILED and k < first and band[k].coincident else s
+             for k, s in enumerate(sizes)]
     tiled = [k for k, s in enumerate(sizes) if s != UNTILED]
-    first, last = tiled[0], tiled[-1]
-    prefix = [1 if s == UNTILED and k < first and band[k].coincident else s
-              for k, s in enumerate(sizes[:last + 1])]
-    split = last + 1 < len(sizes)
+    order = tiled + [k for k, s in enumerate(sizes) if s == UNTILED]
+    if order != sorted(order):
+        node = B.permute(node, order)
+    split = len(tiled) < len(sizes)
     if split:
-        node = node.band_split(last + 1)
-    node = node.band_tile(_multi_val(node, prefix))
-    if split:  # the point loops and the untiled rest come from one permutable band
-        node = B.merge_nested(node.child(0), levels=1).band_set_permutable(1).parent()
+        node = node.band_split(len(tiled))
+    node = node.band_tile(_multi_val(node, [sizes[k] for k in tiled]))
+    if split:  # the point loops and the untiled rest, back in the band's order
+        point = B.merge_nested(node.child(0), levels=1).band_set_permutable(1)
+        if order != sorted(order):
+            point = B.permute(point, [order.index(k) for k in range(len(order))])
+        node = point.parent()
     return node
 
 

@@ -99,3 +99,16 @@ REGRESSIONS.append((
     "scheduler linearized the reduction to 8j + 4k + 2l + m and added the members j, k, l; "
     "from that tree isl's AST generator ran only the instances with l = 0. The lowering "
     "now drops the band members after an injective prefix (polyhedral/lowering.py)"))
+
+REGRESSIONS.append((
+    "def fuzz(float(2, Q, L) A, int8(L, Q) B, float(Q, Q) C) -> (O0) {\n"
+    "    O0(j, l, k, i) = hypot(A(k, j, l), B(l, i))\n"
+    "    T1(j, i) = B(i, j)\n"
+    "    T2(i) = ((0 != 0.0) ? ((i + i >= 0 && i + i <= L - 1) ? T1(i, i + i) : 0) : "
+    "fmax(((2*i - 4 >= 0 && 2*i - 4 <= L - 1 && i - i >= 0 && i - i < 2) ? "
+    "O0(i, 2*i - 4, i - i, i) : 0.0), C(i, i)))\n}\n", "fuzz", {"L": 3, "Q": 16},
+    "FIXED untiled-member-huge-point-loop (found by `tclang fuzz --seed 11`, program 477): "
+    "cpu automatic never returned. isl skewed the band (members j - i, 4 - 2j + l) and the "
+    "tiling left members whole by tiling them with size 2^30; for negative values the "
+    "point loop x mod 2^30 ran 2^30 guarded iterations. Untiled members now join the "
+    "point loops untouched (polyhedral/tiling.py _tile)"))

@@ -38,17 +38,26 @@ def uses(e: L.IExpr, var: str) -> bool:
     return var in L.variables(e)
 
 
-def executed_instances(kernel: L.Kernel) -> dict[str, list[tuple[int, ...]]]:
+def executed_instances(kernel: L.Kernel,
+                       max_iterations: int = 10**6) -> dict[str, list[tuple[int, ...]]]:
     """Every statement instance a specialized kernel runs, in order, found by walking its
-    loops (loop variables only: the sizes are numbers in a specialized kernel)."""
+    loops (loop variables only: the sizes are numbers in a specialized kernel). Loops
+    running more than `max_iterations` iterations in all (guarded iterations included)
+    raise AssertionError rather than walk on."""
     found: dict[str, list[tuple[int, ...]]] = {}
+    iterations = 0
 
     def walk(node, env):
+        nonlocal iterations
         match node:
             case L.Run(statement=s, indices=args):
                 found.setdefault(s, []).append(tuple(L.evaluate(a, env) for a in args))
             case L.For(var=v, lo=lo, hi=hi, step=step, body=b):
-                for value in range(L.evaluate(lo, env), L.evaluate(hi, env), step):
+                trips = range(L.evaluate(lo, env), L.evaluate(hi, env), step)
+                iterations += len(trips)
+                assert iterations <= max_iterations, \
+                    f"loops run over {max_iterations} iterations ({v}: {len(trips)} trips)"
+                for value in trips:
                     walk(b, {**env, v: value})
             case L.If(cond=c, then=t, other=o):
                 if L.evaluate(c, env):

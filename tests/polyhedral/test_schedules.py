@@ -381,3 +381,25 @@ def test_the_scheduling_process_ends_with_its_compiler():
     reader.start()
     reader.join(15)
     assert not reader.is_alive(), "a process forked by the compiler outlived it"
+
+
+def test_untiled_members_of_a_skewed_band_run_only_their_values():
+    """Fuzz program 477: isl skews the band (members j - i and 4 - 2j + l, negative for
+    most points) and the tiling leaves some members whole. "Tiling" them by a huge size
+    gave point loops x mod 2^30 that ran 2^30 guarded iterations for negative x: the kernel
+    never returned. Untiled members now join the point loops untouched; every instance
+    still runs once."""
+    source = (
+        "def fuzz(float(2, Q, L) A, int8(L, Q) B, float(Q, Q) C) -> (O0) {\n"
+        "    O0(j, l, k, i) = hypot(A(k, j, l), B(l, i))\n"
+        "    T1(j, i) = B(i, j)\n"
+        "    T2(i) = ((0 != 0.0) ? ((i + i >= 0 && i + i <= L - 1) ? T1(i, i + i) : 0) : "
+        "fmax(((2*i - 4 >= 0 && 2*i - 4 <= L - 1 && i - i >= 0 && i - i < 2) ? "
+        "O0(i, 2*i - 4, i - i, i) : 0.0), C(i, i)))\n}\n")
+    defn = check_source(source).definitions[0]
+    sizes = dict(L=3, Q=16)
+    result = schedule_definition(defn, sizes, tc.Options(), Target("cpu", "threads", cores=2,
+                                                                   vector_bytes=32))
+    runs = executed_instances(result.kernel, max_iterations=10**5)
+    assert sorted(runs["S0"]) == sorted({r for r in runs["S0"]})  # each instance once
+    assert len(runs["S0"]) == 16 * 3 * 2 * 16 and len(runs["S2"]) == 16
