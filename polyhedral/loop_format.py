@@ -148,7 +148,11 @@ def _declaring(head: str, buffers, qualifier: str, body, kernel, indent: int):
     yield head
     for buf in buffers:
         dims = "".join(f"[{format_index(d)}]" for d in buf.shape)
-        yield f"{pad}  {qualifier.format(kind=buf.kind)}{buf.dtype.value} {buf.name}{dims};"
+        layout = ""
+        if buf.strides and list(buf.strides) != sorted(buf.strides, reverse=True):
+            layout = f"  // strides ({', '.join(map(str, buf.strides))}): lanes-first"
+        yield f"{pad}  {qualifier.format(kind=buf.kind)}{buf.dtype.value} {buf.name}{dims};" \
+            + layout
     yield from _lines(body, kernel, indent + 1)
     yield f"{pad}}}"
 

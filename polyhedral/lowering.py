@@ -110,7 +110,7 @@ class _Lowering:
                 dtype = self.scop.definition.tensor
                 return L.Scratch(tuple(
                     L.Buffer(op.buffer, dtype(op.tensor).dtype, tuple(L.Int(x) for x in op.shape),
-                             "scratch") for op in plan.operands), body)
+                             "scratch", op.strides) for op in plan.operands), body)
             plan = self.launches.get(name)
             if plan is not None and plan.body is not None:  # built by the mapping itself
                 return L.Launch(name, plan.grid, plan.block, plan.buffers, plan.body)
@@ -161,8 +161,8 @@ class _Lowering:
     # ---- packing for the CPU micro-kernel ----
     def _pack(self, plan: PackPlan, prefix: tuple[L.IExpr, ...]) -> L.Node:
         """Copy each operand's box (the part inside the tensor) into its packed buffer, the
-        last dimension innermost and contiguous on both sides; the reads that follow go to
-        the buffer."""
+        last dimension innermost (contiguous on both sides, vectorized, unless the buffer
+        is lanes-first); the reads that follow go to the buffer."""
         copies = []
         for op in plan.operands:
             offset = tuple(pw_aff_expr(o, prefix, self.derived) for o in op.offsets)
@@ -174,7 +174,8 @@ class _Lowering:
                 extent = L.size_index(self.scop.extents[op.tensor][d], self.scop.sizes)
                 hi = L.Op("min", (L.Int(op.shape[d]), L.sub(extent, offset[d])))
                 node = L.For(steps[d].name, L.Int(0), hi, 1, node,
-                             vectorize=self.vectorize and d == len(op.shape) - 1)
+                             vectorize=self.vectorize and d == len(op.shape) - 1
+                             and op.strides[d] == 1)
             copies.append(node)
         return L.Block(tuple(copies))
 

@@ -52,6 +52,9 @@ class PackedOperand:
     buffer: str
     shape: tuple[int, ...]  # the box: the buffer's shape
     offsets: tuple[isl.PwAff, ...]  # per dimension, in the coordinates of the loops above
+    #: the buffer's strides in elements: row-major, or lanes-first for an operand the
+    #: lanes read with a stride (W(o, i) of x @ w.T, packed as its transpose)
+    strides: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,7 @@ def pack(node: isl.ScheduleNode, tile: RegisterTile, rows: int, scop: Scop, targ
     ordered it) when `rows` (its rows in one cache tile) reuse them enough, or whenever it
     can with `force`; records the plan in `plans`. Returns the node at the band's position
     (its first part, if it was split)."""
+    force = force or bool(tile.transposed)  # unpacked, the lanes would gather
     if tile.kind != "lanes" or (rows < MIN_REUSE * tile.mr and not force):
         return node
     split_at = node.band_n_member() - len(tile.reductions) - 1  # members before the rows'
@@ -100,7 +104,8 @@ def pack(node: isl.ScheduleNode, tile: RegisterTile, rows: int, scop: Scop, targ
         if size > budget:
             continue
         budget -= size
-        operands.append(PackedOperand(tensor, f"{tensor}_packed{name}", shape, offsets))
+        operands.append(PackedOperand(tensor, f"{tensor}_packed{name}", shape, offsets,
+                                      _strides(shape, _lane_dimension(scop, tile, tensor))))
         footprint = tiles if footprint is None else footprint.union(tiles)
     if not operands:
         return node  # the band as it was, unsplit
@@ -134,6 +139,26 @@ def graft_copies(schedule: isl.Schedule, plans: dict[str, PackPlan]) -> isl.Sche
         return node
 
     return visit(schedule.get_root()).get_schedule()
+
+
+def _lane_dimension(scop: Scop, tile: RegisterTile, tensor: str) -> int | None:
+    """The dimension of `tensor` the lanes move, where it is packed lanes-first."""
+    if tensor not in tile.transposed:
+        return None
+    read = next(r for r in scop.statement(tile.statement).source.reads()
+                if r.tensor == tensor)
+    return next(d for d, a in enumerate(read.affine) if tile.lanes in a.indices())
+
+
+def _strides(shape: tuple[int, ...], last: int | None) -> tuple[int, ...]:
+    """Dense strides for `shape`, row-major but with dimension `last` (if any) innermost."""
+    order = [d for d in range(len(shape)) if d != last] + ([last] if last is not None else [])
+    strides = [0] * len(shape)
+    step = 1
+    for d in reversed(order):
+        strides[d] = step
+        step *= shape[d]
+    return tuple(strides)
 
 
 def _reads_of(scop: Scop, tensor: str, domain: isl.UnionSet) -> isl.UnionMap:

@@ -85,7 +85,8 @@ def _transform_band(node, scop: Scop, options: Options, target: Target, reports,
         node = _atomic(node)
         if options.loop_order is None and options.register_tile is not False:
             shape = options.register_tile if isinstance(options.register_tile, tuple) else None
-            registers = R.plan(node.child(0), scop, target, shape)
+            registers = R.plan(node.child(0), scop, target, shape,
+                               pack=packs is not None and options.pack is True)
             if registers is not None:
                 node = R.apply(node.child(0), registers)
                 if packs is not None and options.pack is not False:
@@ -163,7 +164,8 @@ def _tile_sizes(node, scop: Scop, band: list[B.Member], options: Options,
     if not _worth_tiling(node, scop, band):
         return None
     return _heuristic_sizes(node, scop, band, target, options.vector_width,
-                            options.register_tile is not False and options.loop_order is None)
+                            options.register_tile is not False and options.loop_order is None,
+                            pack=options.pack is True)
 
 
 def _worth_tiling(node, scop: Scop, band: list[B.Member]) -> bool:
@@ -175,11 +177,11 @@ def _worth_tiling(node, scop: Scop, band: list[B.Member]) -> bool:
 
 def _heuristic_sizes(node, scop: Scop, band: list[B.Member], target: Target,
                      vector_width: int | None = None,
-                     register_tiles: bool = True) -> list[int] | None:
+                     register_tiles: bool = True, pack: bool = False) -> list[int] | None:
     """Tiles of roughly L2 size: a long stride-1 member, shorter parallel members, medium
     reduction members; members shorter than their tile stay whole; the outermost parallel
     member keeps enough tiles for every core."""
-    registers = R.plan(node, scop, target) if register_tiles else None
+    registers = R.plan(node, scop, target, pack=pack) if register_tiles else None
     if registers is not None:  # a contraction: BLIS's blocking around the micro-kernel
         sizes = [UNTILED if s is None else s for s in R.cache_tiles(band, registers, target)]
     else:

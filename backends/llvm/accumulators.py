@@ -91,7 +91,10 @@ def plan(loop: L.For, kernel: L.Kernel) -> Promotion | None:
 
 def _contiguous_along(run: L.Run, kernel: L.Kernel, var: str) -> bool:
     """Whether every read of `run` moves along `var` only in its last subscript, by one
-    element (row-major: consecutive), or not at all."""
+    element (row-major: consecutive), or not at all. A packed operand is never: packing
+    serves outer-product tiles, and its buffer may be lanes-first."""
+    if run.promoted:
+        return False
     statement = kernel.statement(run.statement)
     steps = {}
     for name, value in zip(statement.indices, run.indices):

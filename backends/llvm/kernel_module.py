@@ -141,7 +141,8 @@ class FunctionBuilder:
         self.buffers = {}
         for name, ptr in zip(buffer_names, self.buffer_args):
             if name in self.scratch:
-                self.buffers[name] = (ptr, self.scratch[name], _row_major(self.scratch[name]))
+                buffer = self.scratch[name]
+                self.buffers[name] = (ptr, buffer, _scratch_strides(buffer))
             else:
                 self.buffers[name] = (ptr, kernel.buffer(name), self._load_strides(name))
 
@@ -336,7 +337,7 @@ class FunctionBuilder:
 
     def scratch_buffers(self, buffers: tuple[L.Buffer, ...], body: L.Node) -> None:
         """Each buffer on this function's stack (a function runs on one thread: an outlined
-        parallel loop has its own), 64-byte aligned, row-major."""
+        parallel loop has its own), 64-byte aligned, dense."""
         b = ir.IRBuilder(self.allocas)
         for buf in buffers:
             count = 1
@@ -346,7 +347,7 @@ class FunctionBuilder:
             array = b.alloca(ir.ArrayType(storage, count), name=buf.name)
             array.align = 64
             pointer = b.bitcast(array, storage.as_pointer())
-            self.buffers[buf.name] = (pointer, buf, _row_major(buf))
+            self.buffers[buf.name] = (pointer, buf, _scratch_strides(buf))
             self.scratch[buf.name] = buf
         self.node(body)
         for buf in buffers:
@@ -613,8 +614,11 @@ class FunctionBuilder:
         return b.select(pick, value, acc)
 
 
-def _row_major(buffer: L.Buffer) -> list[ir.Value]:
-    """The strides of a scratch buffer (dense, row-major, a constant shape)."""
+def _scratch_strides(buffer: L.Buffer) -> list[ir.Value]:
+    """The strides of a scratch buffer (dense, a constant shape): the buffer's own
+    (a lanes-first packed operand), else row-major."""
+    if buffer.strides:
+        return [ir.Constant(T.I64, s) for s in buffer.strides]
     strides, step = [], 1
     for extent in reversed(buffer.shape):
         strides.append(ir.Constant(T.I64, step))

@@ -77,6 +77,24 @@ def test_packed_operands(backend, m, k, n):
         close(kernel.mm(np.asfortranarray(a), b.T.copy().T), expected, k)
 
 
+@pytest.mark.parametrize("backend", ["cpu", "reference"])
+@pytest.mark.parametrize("b,i,o", [(67, 31, 70), (64, 300, 33), (97, 1, 16), (71, 13, 1),
+                                   (1, 9, 17), (5, 2, 3)])
+def test_an_operand_read_across_the_lanes_is_packed_lanes_first(backend, b, i, o):
+    """x @ w.T (W(o, i) read across the lanes o): with pack=True W packed as its
+    transpose, every edge; by default and with packing off the dot-product form; a
+    Fortran-ordered W (then contiguous along o)."""
+    x = rng.standard_normal((b, i)).astype(np.float32)
+    w = rng.standard_normal((o, i)).astype(np.float32)
+    bias = rng.standard_normal(o).astype(np.float32)
+    expected = np.maximum(x.astype(np.float64) @ w.T.astype(np.float64) + bias, 0)
+    for options in (tc.Options(), tc.Options(pack=True), tc.Options(pack=False)):
+        kernel = tc.define(MLP_T, backend=backend, options=options)
+        close(kernel.mlp(x, w, bias), expected, i)
+        if backend == "cpu":
+            close(kernel.mlp(x, np.asfortranarray(w), bias), expected, i)
+
+
 def test_packing_in_the_llvm_ir():
     """The packed sliver is a 64-byte aligned array on the stack of the thread's function,
     and the micro-kernel loads its lanes from there."""
@@ -85,6 +103,12 @@ def test_packing_in_the_llvm_ir():
     assert "%\"B_packed0\" = alloca [1024 x float], align 64" in ir
     off = tc.define(MATMUL, options=tc.Options(pack=False)).mm.compile(a, b)
     assert "alloca [" not in off.stage_text("llvm")
+    # x @ w.T: W's 16 x kc sliver, lanes-first; the tile loads 8 lanes at once from it
+    x, w, bias = np.ones((128, 64), np.float32), np.ones((48, 64), np.float32), np.ones(48,
+                                                                                     np.float32)
+    transposed = tc.define(MLP_T, options=tc.Options(pack=True)).mlp.compile(x, w, bias)
+    assert "%\"W_packed0\" = alloca [1024 x float], align 64" in transposed.stage_text("llvm")
+    assert "load <8 x float>" in transposed.stage_text("llvm-opt")
 
 
 def test_double_and_fortran_ordered_inputs():

@@ -64,6 +64,41 @@ def test_the_operand_read_along_the_lanes_is_packed(name, tensor):
     assert not outside
 
 
+@pytest.mark.parametrize("source,sizes,tensor,lane_dim", [
+    # x @ w.T: W(o, i) moves its first subscript with the lanes o
+    ("def mlp(float(B,I) X, float(O,I) W) -> (Y) { Y(n, o) +=! X(n, i) * W(o, i) }",
+     dict(B=96, I=40, O=48), "W", 0),
+    # attention's scores: K(t, d) across the lanes t
+    ("def s(float(S,D) Q, float(T,D) K) -> (Sc) { Sc(s, t) +=! Q(s, d) * K(t, d) }",
+     dict(S=64, D=24, T=37), "K", 0),
+    # a 3-d operand, lanes in the middle
+    ("def c(float(N,I) X, float(I,O,J) W) -> (Y) { Y(n, o) +=! X(n, i) * W(i, o, 2) }",
+     dict(N=64, I=20, O=33, J=3), "W", 1),
+])
+def test_an_operand_the_lanes_read_with_a_stride_is_packed_lanes_first(source, sizes, tensor,
+                                                                     lane_dim):
+    """With pack=True, packed whatever the reuse (unpacked, the outer-product tile would
+    gather), into a buffer whose dimension along the lanes is contiguous; the copy is not
+    vectorized. By default (the dot form) and with pack=False, not packed."""
+    kernel = scheduled(source, sizes, tc.Options(pack=True))
+    found = scratches(kernel)
+    assert found
+    for scratch in found:
+        (buffer,) = scratch.buffers
+        assert buffer.name.startswith(f"{tensor}_packed")
+        assert buffer.shape[lane_dim] == L.Int(16) and buffer.strides[lane_dim] == 1
+        assert sorted(buffer.strides)[1:] != [1] * (len(buffer.strides) - 1)
+        copies = [n for n in L.walk_nodes(scratch.body) if isinstance(n, L.For)
+                  and n.var.startswith(buffer.name)]
+        assert copies and not any(c.vectorize for c in copies)
+    plain = executed_instances(scheduled(source, sizes, tc.Options(pack=False)))  # dot form
+    packed = executed_instances(kernel)
+    assert {s: sorted(v) for s, v in packed.items()} == {s: sorted(v) for s, v in plain.items()}
+    assert all(len(set(v)) == len(v) for v in packed.values())
+    assert not scratches(scheduled(source, sizes, tc.Options(pack=False)))
+    assert not scratches(scheduled(source, sizes))
+
+
 @pytest.mark.parametrize("name", sorted(CONTRACTIONS))
 def test_packing_changes_no_instance(name):
     source, sizes = CONTRACTIONS[name]

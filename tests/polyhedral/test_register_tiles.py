@@ -150,20 +150,33 @@ def test_manual_shape_and_off():
             tc.Options(register_tile=bad)
 
 
-def test_lanes_that_would_gather_take_the_dot_product_form():
-    """x @ w.T reads W(o, i) across the lanes with a stride: the tile's vectors run along
-    the reduction instead (every operand contiguous there), a vector of partial sums per
-    result, for the loop vectorizer; an outer-product tile is for the SLP vectorizer."""
-    mlp_t = ("def mlp(float(B,I) X, float(O,I) W) -> (Y) { Y(n, o) +=! X(n, i) * W(o, i) }",
-             dict(B=32, I=96, O=64))
+MLP_T = ("def mlp(float(B,I) X, float(O,I) W) -> (Y) { Y(n, o) +=! X(n, i) * W(o, i) }",
+         dict(B=32, I=96, O=64))
+
+
+@pytest.mark.parametrize("pack", [None, False])
+def test_lanes_that_would_gather_take_the_dot_product_form(pack):
+    """x @ w.T reads W(o, i) across the lanes with a stride. Unless packing is forced, the
+    tile's vectors run along the reduction instead (every operand contiguous there), a
+    vector of partial sums per result, for the loop vectorizer; an outer-product tile is
+    for the SLP vectorizer."""
     assert register_tiles.dot_shape_for(AVX2) == (2, 4)
     assert register_tiles.dot_shape_for(AVX512) == (4, 5)
-    tiles = micro_kernels(scheduled(*mlp_t).kernel)
+    tiles = micro_kernels(scheduled(*MLP_T, tc.Options(pack=pack)).kernel)
     assert tiles
     for loop, promotion in tiles:
         assert len(promotion.accumulators) == 8 and promotion.contiguous
     for loop, promotion in micro_kernels(scheduled(*CONTRACTIONS["matmul"]).kernel):
         assert not promotion.contiguous  # B(k, n) moves a row per step of k
+
+
+def test_lanes_that_would_gather_keep_the_outer_product_when_packing_is_forced():
+    """With pack=True, W is packed lanes-first and the tile is matmul's: 4 x 16
+    accumulators carried through the reduction, for the SLP vectorizer."""
+    tiles = micro_kernels(scheduled(*MLP_T, tc.Options(pack=True)).kernel)
+    assert tiles and any(len(flat(loop.body)) == 4 * 16 for loop, _ in tiles)
+    for loop, promotion in tiles:
+        assert promotion is not None and not promotion.contiguous
 
 
 def test_not_a_contraction():
