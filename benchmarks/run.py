@@ -7,9 +7,11 @@ against NumPy. Then the implementations are timed in interleaved rounds, so that
 noise hits all of them alike: tclang writes into a preallocated `out=` array, NumPy does
 too where its API allows. A sample is as many calls back to back as take about 20 ms (the
 same count for every implementation; one call for slow kernels), and after every sample
-the runner waits `--gap` seconds (OpenBLAS's threads spin about 0.1 s after a call and slow
-whatever runs next by up to 2x), so every implementation starts from the same rest. The table gives the median of the rounds with its spread (the
-interquartile range over the median), GFLOP/s or GB/s beside the machine's limits measured
+the runner waits `--gap` seconds, so every implementation starts from the same rest:
+OpenBLAS's threads spin on after a call and slow whatever runs next (on the 2-core test
+machine a 1024^2 MLP layer right after NumPy's matmul took 59 ms after a 0.1 s rest, 42 ms
+after 0.3 s, 40 ms with no NumPy call before it; hence the 0.5 s default). The table gives
+the median of the rounds with its spread (the interquartile range over the median), GFLOP/s or GB/s beside the machine's limits measured
 in the same run (sgemm at 2048^3 through NumPy's BLAS, a STREAM-style triad), and the
 ratio against the best peer (>1: tclang is faster). With matplotlib installed it saves a
 chart with a log axis. A measurement, never a pass/fail test.
@@ -318,8 +320,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smaller problems (a quick look)")
     ap.add_argument("--rounds", type=int, default=9, help="interleaved timing rounds")
-    ap.add_argument("--gap", type=float, default=0.1,
-                    help="seconds of rest after each NumPy or PyTorch call")
+    ap.add_argument("--gap", type=float, default=0.5,
+                    help="seconds of rest after every sample (BLAS threads spin after a call)")
     ap.add_argument("--only", help="comma-separated parts of operator names to run")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
     args = ap.parse_args()
