@@ -1,6 +1,7 @@
 """The polyhedral middle end in one function: checked definition -> scheduled loop IR.
 
     definition = widen_half_reductions(definition)  # half sums and products in float32
+    definition = factor_out_scales(definition, sizes)  # X +=! e * c -> X +=! e; X = X * c
     scop = build_scop(widen_indices(definition), sizes)  # int64 index values; domains, accesses
     check_bounds(scop)                              # exact, for the concrete sizes
     deps = compute_dependences(scop)                # flow, false, reduction self-deps
@@ -39,6 +40,7 @@ from tclang.stages import Stages
 from tclang.options import Options
 from tclang.target import Target
 from tclang.half_accumulators import widen_half_reductions
+from tclang.reduction_scales import factor_out_scales
 from tclang.wide_indices import widen_indices
 
 
@@ -68,6 +70,8 @@ def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
     stages = Stages(defn.name, failures=(isl.Error, ValueError, KeyError), collect=collect)
     with stages("scop"):
         defn = widen_half_reductions(defn)  # half sums accumulate in float32
+        if options.reorder_reductions is not False:  # scale a sum once, not every term
+            defn = factor_out_scales(defn, sizes)
         scop = build_scop(widen_indices(defn), sizes)  # index values exact in int64
         if sizes is not None:
             check_bounds(scop)
