@@ -181,9 +181,11 @@ class _Lowering:
 
     def _promotions(self, sid: str, indices: tuple[L.IExpr, ...]) -> tuple[L.Promotion, ...]:
         if self.packed:
+            st = self.scop.statement(sid)
+            if st.kind == "init":  # it writes the identity and reads nothing
+                return ()
             return tuple(L.Promotion(read.ref, *self.packed[read.tensor])
-                         for read in self.scop.statement(sid).source.reads()
-                         if read.tensor in self.packed)
+                         for read in st.source.reads() if read.tensor in self.packed)
         if not self.promoting or sid.startswith("I"):
             return ()
         st = self.scop.statement(sid)

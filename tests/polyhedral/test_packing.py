@@ -57,6 +57,9 @@ def test_the_operand_read_along_the_lanes_is_packed(name, tensor):
         for run in reading:  # every read of the operand below the copy goes to the buffer
             refs = {r.ref for r in reads_of(kernel, run, tensor)}
             assert {p.ref for p in run.promoted if p.buffer == buffer.name} == refs
+        for run in runs:  # and nothing else is redirected (an init reads nothing)
+            if run not in reading:
+                assert not run.promoted
     # and nowhere else is the operand read from its tensor in a register tile
     inside = {id(n) for s in found for n in L.walk_nodes(s)}
     outside = [n for n in L.walk_nodes(kernel.body) if isinstance(n, L.Run) and
