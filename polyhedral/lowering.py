@@ -437,26 +437,13 @@ def hoist_invariant_conditions(node: L.Node) -> L.Node:
             return L.If(c, then, other)
         case L.For(body=body) | L.Scratch(body=body):
             node = replace(node, body=hoist_invariant_conditions(body))
-            if isinstance(node, L.For) and isinstance(node.body, L.If):
-                # a condition hoisted out of the loop inside may leave this one too (the
+            if isinstance(node, L.For) and isinstance(node.body, L.If) \
+                    and not L.uses_var(node.body.cond, node.var) and not node.parallel:
+                # a condition hoisted out of the loop inside leaves this one too (the
                 # register tile's full-tile test, through every reduction loop around it)
-                return _hoist_out_of(node)
+                return hoist_invariant_conditions(node)
             return node
     return node
-
-
-def _hoist_out_of(loop: L.For) -> L.Node:
-    """`loop` (its body one If, already hoisted inside) with that If outside it, where
-    the condition does not depend on the loop."""
-    c, t, o = loop.body.cond, loop.body.then, loop.body.other
-    if L.uses_var(c, loop.var) or loop.parallel:
-        return loop
-    then = _hoist_out_of(replace(loop, body=t)) if isinstance(t, L.If) else replace(loop, body=t)
-    other = None
-    if o is not None:
-        other = _hoist_out_of(replace(loop, body=o)) if isinstance(o, L.If) \
-            else replace(loop, body=o)
-    return L.If(c, then, other)
 
 
 def lower_to_loops(scop: Scop, schedule: isl.Schedule, deps: Dependences, name: str,

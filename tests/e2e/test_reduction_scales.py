@@ -29,8 +29,7 @@ def test_attention_scales_each_sum_once():
                      ("O", "+"), ("O", "=")]
     sc_sum, sc_scale, o_sum, o_scale = after[0], after[1], after[5], after[6]
     assert [r.tensor for r in P.reads_of(sc_sum.rhs)] == ["Q", "K"]
-    assert sc_scale.rhs == P.Binary("mul", P.reads_of(sc_scale.rhs)[0], sc_scale.rhs.rhs,
-                                    sc_scale.rhs.dtype)
+    assert sc_scale.rhs.op == "mul" and sc_scale.rhs.lhs.tensor == "Sc"
     assert isinstance(sc_scale.rhs.rhs, P.Const) and sc_scale.rhs.rhs.value == 0.125
     assert [r.tensor for r in P.reads_of(o_sum.rhs)] == ["Ex", "V"]
     assert [(r.tensor, r.ref) for r in P.reads_of(o_scale.rhs)] == [("O", 0), ("Sm", 1)]

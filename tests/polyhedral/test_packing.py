@@ -90,7 +90,6 @@ def test_an_operand_the_lanes_read_with_a_stride_is_packed_lanes_first(source, s
         (buffer,) = scratch.buffers
         assert buffer.name.startswith(f"{tensor}_packed")
         assert buffer.shape[lane_dim] == L.Int(16) and buffer.strides[lane_dim] == 1
-        assert sorted(buffer.strides)[1:] != [1] * (len(buffer.strides) - 1)
         copies = [n for n in L.walk_nodes(scratch.body) if isinstance(n, L.For)
                   and n.var.startswith(buffer.name)]
         assert copies and not any(c.vectorize for c in copies)
