@@ -28,18 +28,20 @@ settings.load_profile("tclang")
 
 
 @pytest.fixture
-def chunk_threads(monkeypatch) -> set[int]:
-    """The threads that run a chunk of a parallel loop from now on (the CPU thread pool's
-    `_chunk` is wrapped)."""
+def chunk_threads():
+    """A function giving what ran parallel loops since this fixture was made, from the
+    native pool's counters: "pool" (a loop was handed to the thread pool), "caller" and
+    "helper" (the kinds of thread that ran a chunk of one)."""
     from backends.llvm import threads
-    seen, real = set(), threads._chunk
+    before = threads.statistics()
 
-    def recording(*args):
-        seen.add(threading.get_ident())
-        real(*args)
+    def kinds() -> set[str]:
+        now = threads.statistics()
+        ran = {kind for kind in ("caller", "helper")
+               if now[f"{kind}_chunks"] > before[f"{kind}_chunks"]}
+        return ran | ({"pool"} if now["loops"] > before["loops"] else set())
 
-    monkeypatch.setattr(threads, "_chunk", recording)
-    return seen
+    return kinds
 
 
 def pytest_collection_modifyitems(config, items):

@@ -6,7 +6,7 @@
 
 A kernel call passes the data pointers, the sizes, every array's strides (in elements),
 an error record and the thread pool's `parallel_for`; Ctrl-C during the call raises
-KeyboardInterrupt once every thread of it has stopped (threads.call). A gather that fell
+KeyboardInterrupt once every thread of it has stopped (threads.py). A gather that fell
 outside its tensor comes back as a `TCIndexError` naming the tensor, the bad value and the
 statement.
 """
@@ -61,7 +61,6 @@ def _artifact(object_code: bytes, text: str, optimised: str, names, static: bool
     loaded = jit.LoadedCode(object_code, "tclang_main")
     function = jit.prototype(len(buffer_names))(loaded.address)
     function.loaded = loaded  # the engine lives while `run` can call it, even mid-call
-    # a parallel loop calls back into Python: only then is Ctrl-C deferred (threads.call)
     parallel_for = threads.parallel_for_address() if "tclang_task" in text else 0
     c_int64 = ctypes.c_int64
     unused = ctypes.addressof(_UNUSED)
@@ -78,7 +77,7 @@ def _artifact(object_code: bytes, text: str, optimised: str, names, static: bool
         err = (c_int64 * ERR_FIELDS)()
         args = [data_pointer(a) for a in arrays] + [sizes_ptr, strides_ptr,
                                                     ctypes.addressof(err), parallel_for]
-        code = threads.call(function, *args) if parallel_for else function(*args)
+        code = function(*args)
         if code:
             _raise_index_error(err, buffer_names, arrays, statements)
 

@@ -253,3 +253,24 @@ def prototype(n_buffers: int):
     """The ctypes signature of `tclang_main`: buffers, sizes, strides, err, parallel_for."""
     args = [ctypes.c_void_p] * n_buffers + [ctypes.c_void_p] * 4
     return ctypes.CFUNCTYPE(ctypes.c_int32, *args)
+
+
+def load_resident(ir_text: str, symbols: tuple[str, ...]) -> dict[str, int]:
+    """Compile `ir_text` in this process (code generation only: it is small, hand-written
+    IR that needs no O3) and link it for the life of the process; the addresses of
+    `symbols`. For the runtime that kernels call into, never for kernels."""
+    with _lock:
+        module = llvm.parse_assembly(ir_text)
+        module.verify()
+        engine = llvm.create_mcjit_compiler(module, _new_target_machine())
+        engine.finalize_object()
+        _resident.append(engine)
+        addresses = {name: engine.get_function_address(name) or
+                     engine.get_global_value_address(name) for name in symbols}
+    missing = [name for name, address in addresses.items() if not address]
+    if missing:
+        raise TCCompileError(f"internal error: the runtime module lacks {missing}")
+    return addresses
+
+
+_resident: list = []  # engines whose code runs until the process exits

@@ -31,10 +31,11 @@ def test_parallel_true_threads_even_small_loops(monkeypatch, chunk_threads):
     monkeypatch.setenv("TCLANG_NUM_THREADS", "2")
     x = np.ones((8, 8), np.float32)
     tc.define(SCALE).f(x)
-    assert not chunk_threads  # too little work for threads
+    assert not chunk_threads()  # too little work for threads
     np.testing.assert_array_equal(tc.define(SCALE, options=tc.Options(parallel=True)).f(x),
                                   x * 2 + 1)
-    assert len(chunk_threads) == 2
+    # handed to the pool (whether a helper wakes before the caller took all 8 rows varies)
+    assert "pool" in chunk_threads()
 
 
 def test_vectorize_false_and_vector_width():
