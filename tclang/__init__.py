@@ -17,17 +17,19 @@ from tclang.errors import (TCArgumentError, TCCompileError, TCError, TCIndexErro
 if TYPE_CHECKING:
     from tclang.options import Options
 
-__all__ = ["define", "compile", "Options", "TCError", "TCSyntaxError", "TCSemanticError",
+__all__ = ["define", "compile", "autotune", "Options", "TCError", "TCSyntaxError", "TCSemanticError",
            "TCArgumentError", "TCIndexError", "TCCompileError", "TCScheduleError",
            "TCWarning", "__version__"]
 
 
-def define(source: str, backend: str = "cpu", options: Options | None = None):
+def define(source: str, backend: str = "cpu", options: Options | str | None = None):
     """Parse and check every definition of `source` now; compile each on its first call.
 
     backend: "cpu" (LLVM), "cuda" (PyCUDA), "cuda-emulated" (the generated CUDA run on the
     host) or "reference" (the NumPy interpreter, slow, for checking). options: None for
-    the automatic schedule, or a `tclang.Options` with manual knobs.
+    the automatic schedule, a `tclang.Options` with manual knobs, or "tuned": for each
+    shape, the options `tc.autotune` stored in the tuning database for this machine, and
+    the automatic schedule where there are none (docs/tuning.md).
     """
     from tclang.compiler import BACKENDS
     from tclang.frontend import check_source
@@ -37,9 +39,12 @@ def define(source: str, backend: str = "cpu", options: Options | None = None):
     if backend not in BACKENDS:
         raise TCError(f"unknown backend {backend!r}; choose one of "
                       f"{', '.join(repr(b) for b in BACKENDS)}")
-    if options is not None and not isinstance(options, Options):
-        raise TCError(f"options must be a tclang.Options, not {type(options).__name__}")
-    return Module(check_source(source), backend, options or Options())
+    tuned = isinstance(options, str) and options == "tuned"
+    if options is not None and not tuned and not isinstance(options, Options):
+        what = repr(options) if isinstance(options, str) else type(options).__name__
+        raise TCError(f'options must be a tclang.Options or "tuned", not {what}')
+    return Module(check_source(source), backend, Options() if tuned or options is None
+                  else options, tuned=tuned)
 
 
 def __getattr__(name: str):
@@ -54,6 +59,15 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | {"Options"})
+
+
+def autotune(kernel, *args, **kwargs):
+    """Search the options of `kernel` for the shapes of `args` and store the best in the
+    tuning database, where `define(..., options="tuned")` finds them (docs/tuning.md).
+    Keywords: budget, time_limit, executor, jobs, seed, strategy, database, store,
+    progress, min_time (see tclang.tuning.search.autotune)."""
+    from tclang.tuning.search import autotune as run
+    return run(kernel, *args, **kwargs)
 
 
 def compile(source: str, entry: str, *args, backend: str = "cpu",

@@ -115,6 +115,26 @@ class Options:
         """A plain tuple of every knob, for cache keys."""
         return tuple((f.name, getattr(self, f.name)) for f in fields(self))
 
+    def to_dict(self) -> dict:
+        """The knobs that differ from automatic, JSON-ready (tuples as lists): what the
+        tuning database stores."""
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value != f.default:
+                out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Options":
+        """The inverse of to_dict; validated like any Options (TCScheduleError if not)."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise TCScheduleError(f"unknown option(s) {', '.join(unknown)}")
+        return cls(**{name: tuple(v) if isinstance(v, list) else v
+                      for name, v in data.items()})
+
     def describe(self) -> str:
         """The knobs that were set, as `name=value` pairs (for explain output)."""
         set_ = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)

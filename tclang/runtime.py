@@ -411,6 +411,8 @@ class Kernel:
 
     def _compile(self, binding: Binding, fast: tuple) -> CompiledKernel:
         options, backend = self.module.options, self.module.backend
+        if self.module.tuned:
+            options = self._tuned_options(fast)
         sizes = dict(binding.sizes) if options.specialize else None
         layouts = tuple(strides for _, _, strides in fast) if options.specialize else None
         target = compile_target(backend, options)
@@ -420,6 +422,15 @@ class Kernel:
                                       layouts)
         return CompiledKernel(compiled, self.definition, backend, options, sizes,
                               fast if options.specialize else None, target, layouts)
+
+    def _tuned_options(self, shapes: tuple) -> Options:
+        """What tc.autotune stored for these shapes on this machine, else automatic."""
+        from tclang.tuning.database import TuningDatabase, kernel_key, machine_id
+        key = kernel_key(canonical_source(self.definition), self.name, shapes,
+                         self.module.backend)
+        found = TuningDatabase().best(key, machine_id(compile_target(self.module.backend,
+                                                                     Options())))
+        return found["options"] if found else Options()
 
     @property
     def signature(self) -> str:
@@ -432,10 +443,12 @@ class Kernel:
 class Module:
     """A checked source: each definition is a `Kernel`, as `mod.name` or `mod["name"]`."""
 
-    def __init__(self, program: Program, backend: str, options: Options):
+    def __init__(self, program: Program, backend: str, options: Options,
+                 tuned: bool = False):
         self.program = program
         self.backend = backend
         self.options = options
+        self.tuned = tuned  # options per shape from the tuning database
         # GPU arrays are taken as they are (the backend is loaded here, not at import)
         self.on_device = get_backend(backend).device_arrays
         self._kernels = {d.name: Kernel(self, d) for d in program.definitions}

@@ -1,0 +1,183 @@
+"""The search space of one kernel: every knob of `tc.Options` that a schedule of this
+kernel on this backend can take, with the values that mean something for its extents.
+
+A point is a `Candidate`: a sorted tuple of (knob, value) pairs, hashable, with None for
+"automatic" (the heuristics decide that knob). The automatic schedule itself is the point
+with every knob None. Knobs that cannot matter are left out rather than searched:
+fusion with one statement, a register tile without a contraction, packing without a
+register tile, GPU knobs on the CPU and CPU knobs on a GPU. Whether a point is legal
+(a loop order that breaks a dependence) is the compiler's to say: such points are refused
+when compiled, counted, and never timed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from tclang.options import FUSIONS, Options
+from tclang.program import Definition
+
+Candidate = tuple  # ((knob, value), ...), sorted by knob; None = automatic
+
+CPU_KNOBS = ("fusion", "tile", "loop_order", "unroll", "parallel", "vector_width",
+             "register_tile", "pack")
+GPU_KNOBS = ("fusion", "tile", "loop_order", "unroll", "block", "shared_memory",
+             "private_memory")
+MAX_ORDER_MEMBERS = 4  # beyond this, loop orders are sampled rather than listed
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """The knobs of one kernel and each one's choices (None first: automatic)."""
+
+    members: tuple[str, ...]  # the main statement's indices, outermost first
+    extents: tuple[int, ...]
+    choices: tuple[tuple[str, tuple], ...]  # knob -> the values it may take
+
+    @classmethod
+    def of(cls, definition: Definition, sizes: dict[str, int], backend: str,
+           vector_lanes: int = 8) -> "SearchSpace":
+        main = max(definition.statements,
+                   key=lambda s: (len(s.all_indices), s.is_reduction))
+        members = main.all_indices[:MAX_ORDER_MEMBERS + 2]
+        extents = tuple(max(1, main.range_of(i).extent.evaluate(sizes)) for i in members)
+        gpu = backend.startswith("cuda")
+        choices: dict[str, tuple] = {}
+        if len(definition.statements) > 1:
+            choices["fusion"] = (None,) + FUSIONS
+        if members:
+            choices["tile"] = (None, ())  # per-member sizes are drawn in `random`
+            if 1 < len(members) <= MAX_ORDER_MEMBERS:
+                choices["loop_order"] = (None,) + tuple(itertools.permutations(members))
+        choices["unroll"] = (None, 1, 2, 4, 8, 16)
+        if gpu:
+            blocks = [(x, y) for x in (32, 64, 128, 256) for y in (1, 2, 4, 8) if x * y <= 1024]
+            choices["block"] = (None,) + tuple(blocks)
+            choices["shared_memory"] = (None, True, False)
+            choices["private_memory"] = (None, True, False)
+        else:
+            choices["parallel"] = (None, False, True)
+            choices["vector_width"] = (None, 4, 8, 16)
+            if _has_contraction(definition):
+                tiles = tuple((mr, nr) for mr in (1, 2, 3, 4, 6, 8)
+                              for nr in (vector_lanes, 2 * vector_lanes, 3 * vector_lanes))
+                choices["register_tile"] = (None, False) + tiles
+                choices["pack"] = (None, True, False)
+        return cls(tuple(members), extents, tuple(choices.items()))
+
+    # ---- points ----
+    @property
+    def knobs(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.choices)
+
+    def automatic(self) -> Candidate:
+        return tuple((name, None) for name in sorted(self.knobs))
+
+    def tile_sizes(self, extent: int) -> tuple[int, ...]:
+        """0 (untiled) and the powers of two from 4 up to the first that covers `extent`."""
+        top = max(4, 1 << max(0, math.ceil(math.log2(max(extent, 1)))))
+        return (0,) + tuple(1 << k for k in range(2, int(math.log2(min(top, 512))) + 1))
+
+    def random_value(self, knob: str, rng: np.random.Generator):
+        values = dict(self.choices)[knob]
+        if knob == "tile" and rng.random() < 0.8:
+            return tuple(int(rng.choice(self.tile_sizes(e))) for e in self.extents)
+        return values[int(rng.integers(len(values)))]
+
+    def random(self, rng: np.random.Generator, knobs_set: float = 0.5) -> Candidate:
+        """Each knob set with probability `knobs_set`, else automatic."""
+        return tuple(sorted((name, self.random_value(name, rng) if rng.random() < knobs_set
+                             else None) for name in self.knobs))
+
+    def mutate(self, candidate: Candidate, rng: np.random.Generator) -> Candidate:
+        """One or two knobs changed: a new value, automatic again, or one tile size."""
+        point = dict(candidate)
+        for _ in range(1 + int(rng.random() < 0.3)):
+            knob = self.knobs[int(rng.integers(len(self.knobs)))]
+            if knob == "tile" and point.get("tile") and rng.random() < 0.7:
+                sizes = list(point["tile"])
+                k = int(rng.integers(len(sizes)))
+                sizes[k] = int(rng.choice(self.tile_sizes(self.extents[k])))
+                point["tile"] = tuple(sizes)
+            elif point.get(knob) is not None and rng.random() < 0.25:
+                point[knob] = None
+            else:
+                point[knob] = self.random_value(knob, rng)
+        return tuple(sorted(point.items()))
+
+    def crossover(self, a: Candidate, b: Candidate, rng: np.random.Generator) -> Candidate:
+        pb = dict(b)
+        return tuple(sorted((k, v if rng.random() < 0.5 else pb[k]) for k, v in a))
+
+    # ---- what a candidate means ----
+    @staticmethod
+    def options(candidate: Candidate) -> Options:
+        """The Options of a point (TCScheduleError if its values are invalid)."""
+        return Options(**{k: v for k, v in candidate if v is not None})
+
+    def candidate(self, options: Options) -> Candidate:
+        """The point of some Options (knobs outside this space are dropped)."""
+        return tuple(sorted((k, getattr(options, k)) for k in self.knobs))
+
+    def features(self, candidate: Candidate) -> np.ndarray:
+        """Numbers for the cost model: for each knob, whether it is automatic and what its
+        value says (log2 of sizes, positions of a loop order, one-hot choices)."""
+        out: list[float] = []
+        point = dict(candidate)
+        for knob, values in self.choices:
+            v = point.get(knob)
+            out.append(1.0 if v is None else 0.0)
+            if knob == "tile":
+                sizes = v if v else (0,) * len(self.extents)
+                sizes = tuple(sizes) + (0,) * (len(self.extents) - len(sizes))
+                out += [math.log2(s) if s else 0.0 for s in sizes[:len(self.extents)]]
+                out.append(1.0 if v == () else 0.0)
+            elif knob == "loop_order":
+                order = v or self.members
+                out += [float(order.index(m)) if m in order else -1.0 for m in self.members]
+            elif knob == "register_tile":
+                out += [0.0, 0.0] if not v else [float(v[0]), float(v[1])]
+                out.append(1.0 if v is False else 0.0)
+            elif knob in ("unroll", "vector_width"):
+                out.append(math.log2(v) if v else 0.0)
+            elif knob == "block":
+                out += [0.0, 0.0] if not v else [math.log2(v[0]), math.log2(v[1])]
+            else:  # fusion, parallel, pack, shared/private memory: one-hot
+                out += [1.0 if v == choice else 0.0 for choice in values[1:]]
+        return np.array(out, dtype=np.float64)
+
+    def size(self) -> float:
+        """How many points the space has (tile sizes per member counted)."""
+        total = 1.0
+        for knob, values in self.choices:
+            if knob == "tile":
+                total *= 2 + math.prod(len(self.tile_sizes(e)) for e in self.extents)
+            else:
+                total *= len(values)
+        return total
+
+
+def _has_contraction(definition: Definition) -> bool:
+    """A sum of products with a reduction index: what a register tile is for."""
+    from tclang.program import reads_of
+    return any(s.op == "+" and s.reduction_indices and len(reads_of(s.rhs)) >= 2
+               for s in definition.statements)
+
+
+def describe(candidate: Candidate) -> str:
+    """`tile=32x32x64, unroll=4`: the knobs a point sets, as `tclang compare` writes them."""
+    parts = []
+    for knob, value in candidate:
+        if value is None:
+            continue
+        if isinstance(value, tuple) and value and all(isinstance(x, int) for x in value):
+            parts.append(f"{knob}={'x'.join(map(str, value))}")
+        elif isinstance(value, tuple):
+            parts.append(f"{knob}={','.join(map(str, value)) or 'none'}")
+        else:
+            parts.append(f"{knob}={value}")
+    return ", ".join(parts) or "automatic"

@@ -1,0 +1,255 @@
+"""One tuning trial: compile a candidate, check it, time it, in a process of its own.
+
+A candidate can crash the compiler or the kernel (a bug a tuner is good at finding) or run
+for ever (a schedule that is legal and hopeless): each trial runs in a child forked with
+os.fork (a daemonic worker, such as a Dask worker, may fork too) under a time limit, and a
+crash or a hang costs that one trial. The child:
+
+1. compiles the candidate (a TCScheduleError, e.g. a loop order that breaks a dependence,
+   makes the candidate "refused": counted, never timed);
+2. runs it once and compares every output with the reference (the automatic schedule's):
+   a mismatch is a compiler bug, saved as a reproducer script and reported, never a winner;
+3. times it under a machine-wide lock (an flock'ed file in the temporary directory), so
+   that timings never overlap another tuner's timing on the same machine, whichever process
+   or Dask worker runs it; compiles run in parallel, outside the lock. Warm-up, then repeats
+   until `min_time` has passed (at least 3): the median.
+
+`run_trial(task, candidate)` is a plain function of picklable arguments: what a
+`concurrent.futures` executor or a `dask.distributed.Client` runs on its workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import json
+import os
+import pickle
+import select
+import signal
+import statistics
+import tempfile
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tclang.tuning.space import Candidate, SearchSpace, describe
+
+STATUSES = ("ok", "refused", "wrong", "error", "crashed", "timeout")
+
+
+@dataclass(frozen=True)
+class Task:
+    """What every trial of one tuning needs (picklable: it travels to executor workers)."""
+
+    source: str
+    entry: str
+    backend: str
+    inputs: tuple
+    reference: tuple | None  # the automatic schedule's outputs; None: nothing to check
+    time_limit: float = 60.0  # seconds for the whole trial: compile, check and timing
+    min_time: float = 0.2  # seconds of timed runs (after warm-up)
+    reproducer_dir: str | None = None
+
+
+@dataclass
+class Trial:
+    candidate: Candidate
+    status: str  # one of STATUSES
+    seconds: float | None = None  # median time of one call
+    compile_seconds: float | None = None
+    message: str = ""
+    spread: float | None = None  # interquartile range / median of the timed calls
+    host: str = field(default_factory=lambda: os.uname().nodename)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+def run_trial(task: Task, candidate: Candidate) -> Trial:
+    """Run one trial in a forked child under task.time_limit; never raises for what the
+    candidate does (crash, hang, wrong result, compile error)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        code = 0
+        try:
+            os.close(read_end)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the tuner's to handle
+            faulthandler.disable()  # a crash is reported as this trial's status, not dumped
+            trial = _measure(task, candidate)
+            with os.fdopen(write_end, "wb") as pipe:
+                pickle.dump(trial, pipe)
+        except BaseException:  # noqa: BLE001 - the parent learns it from the missing reply
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    with _running_lock:
+        _running.add(pid)
+    try:
+        return _wait(pid, read_end, task.time_limit, candidate)
+    finally:
+        os.close(read_end)
+        with _running_lock:
+            _running.discard(pid)
+
+
+_running: set[int] = set()  # trial processes of this process, for kill_running
+_running_lock = threading.Lock()
+
+
+def kill_running() -> None:
+    """Kill every trial process this process is waiting for (Ctrl-C in the tuner): their
+    waiters then report them as crashed, and nobody uses those reports."""
+    with _running_lock:
+        pids = list(_running)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _wait(pid: int, fd: int, time_limit: float, candidate: Candidate) -> Trial:
+    deadline = time.monotonic() + time_limit
+    chunks = []
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                return Trial(candidate, "timeout",
+                             message=f"no result within {time_limit:g} s (killed)")
+            ready, _, _ = select.select([fd], [], [], min(left, 1.0))
+            if ready:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+    except BaseException:  # Ctrl-C in the tuner: the child goes too
+        with contextlib.suppress(ProcessLookupError, ChildProcessError):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        raise
+    _, status = os.waitpid(pid, 0)
+    if chunks:
+        try:
+            return pickle.loads(b"".join(chunks))
+        except Exception:  # noqa: BLE001 - a torn reply is a crash of the child
+            pass
+    if os.WIFSIGNALED(status):
+        name = signal.Signals(os.WTERMSIG(status)).name
+        return Trial(candidate, "crashed", message=f"the trial process died of {name}")
+    return Trial(candidate, "crashed",
+                 message=f"the trial process exited with status {os.waitstatus_to_exitcode(status)}")
+
+
+def _measure(task: Task, candidate: Candidate) -> Trial:
+    import tclang as tc
+    from tclang.errors import TCError, TCScheduleError
+
+    try:
+        options = SearchSpace.options(candidate)
+        kernel = tc.define(task.source, task.backend, options)[task.entry]
+        start = time.perf_counter()
+        compiled = kernel.compile(*task.inputs)
+        compile_seconds = time.perf_counter() - start
+        outputs = _as_tuple(compiled(*task.inputs))
+    except TCScheduleError as err:
+        return Trial(candidate, "refused", message=str(err).split("\n")[0])
+    except TCError as err:
+        return Trial(candidate, "error", message=str(err).split("\n")[0])
+    except Exception as err:  # noqa: BLE001 - a compiler bug: reported as such
+        return Trial(candidate, "error", message=f"internal error: {err!r}; "
+                     + traceback.format_exc(limit=-3).replace("\n", " | ")[-300:])
+    if task.reference is not None:
+        wrong = _mismatch(outputs, task.reference)
+        if wrong:
+            where = _save_reproducer(task, candidate, wrong)
+            return Trial(candidate, "wrong", compile_seconds=compile_seconds,
+                         message=f"{wrong} (a compiler bug; reproducer: {where})")
+    outs = outputs if len(outputs) > 1 else outputs[0]
+    with timing_lock():
+        compiled(*task.inputs, out=outs)  # warm-up: caches, pages, the thread pool
+        times: list[float] = []
+        spent = 0.0
+        while len(times) < 3 or (spent < task.min_time and len(times) < 1000):
+            start = time.perf_counter()
+            compiled(*task.inputs, out=outs)
+            times.append(time.perf_counter() - start)
+            spent += times[-1]
+    median = statistics.median(times)
+    q = np.percentile(times, [25, 75])
+    return Trial(candidate, "ok", seconds=median, compile_seconds=compile_seconds,
+                 spread=float((q[1] - q[0]) / median) if median else 0.0)
+
+
+def _as_tuple(result) -> tuple:
+    return tuple(result) if isinstance(result, (tuple, list)) else (result,)
+
+
+def _mismatch(outputs: tuple, reference: tuple) -> str:
+    """'' if the outputs agree with the reference within rounding, else what differs."""
+    for k, (out, ref) in enumerate(zip(outputs, reference)):
+        out, ref = np.asarray(out), np.asarray(ref)
+        if out.shape != ref.shape:
+            return f"output {k} has shape {out.shape}, not {ref.shape}"
+        if not np.issubdtype(ref.dtype, np.floating):
+            if not np.array_equal(out, ref):
+                return f"output {k} differs from the automatic schedule's"
+            continue
+        if not np.array_equal(np.isnan(out), np.isnan(ref)):
+            return f"output {k} has NaN where the automatic schedule's has none (or back)"
+        finite = np.isfinite(ref)
+        scale = float(np.max(np.abs(ref[finite]), initial=0.0)) or 1.0
+        # reductions may be reordered by either schedule: rounding differs, nothing more
+        tolerance = (1e-3 if ref.dtype.itemsize <= 4 else 1e-9) * scale
+        error = float(np.max(np.abs(out[finite] - ref[finite]), initial=0.0))
+        if error > tolerance or not np.array_equal(out[~finite], ref[~finite]):
+            return f"output {k} differs from the automatic schedule's by {error:.3g}"
+    return ""
+
+
+def _save_reproducer(task: Task, candidate: Candidate, what: str) -> str:
+    """A script that shows the mismatch: the source, the options, the inputs' shapes."""
+    folder = Path(task.reproducer_dir or Path(tempfile.gettempdir()) / "tclang-tuning-bugs")
+    folder.mkdir(parents=True, exist_ok=True)
+    options = SearchSpace.options(candidate).to_dict()
+    stamp = f"{int(time.time())}-{os.getpid()}"
+    path = folder / f"wrong-{task.entry}-{stamp}.py"
+    inputs = [(a.shape, str(a.dtype)) for a in task.inputs]
+    np.savez(folder / f"wrong-{task.entry}-{stamp}.npz", *task.inputs)
+    path.write_text(f'''"""A tuning candidate whose result differed from the automatic schedule's:
+{what}. Options: {describe(candidate)}. Please report it with this file."""
+import numpy as np
+import tclang as tc
+
+SOURCE = {task.source!r}
+OPTIONS = tc.Options(**{json.dumps(options)})
+saved = np.load({str(path.with_suffix(".npz"))!r})
+inputs = [saved[f"arr_{{k}}"] for k in range({len(inputs)})]  # {inputs}
+expected = tc.define(SOURCE, {task.backend!r})[{task.entry!r}](*inputs)
+got = tc.define(SOURCE, {task.backend!r}, OPTIONS)[{task.entry!r}](*inputs)
+for e, g in zip(expected if isinstance(expected, tuple) else (expected,),
+                got if isinstance(got, tuple) else (got,)):
+    print("max difference", np.max(np.abs(np.asarray(e, np.float64) - g)))
+''')
+    return str(path)
+
+
+@contextlib.contextmanager
+def timing_lock():
+    """Held while a trial times its kernel: one timing at a time on this machine."""
+    import fcntl
+    path = Path(tempfile.gettempdir()) / f"tclang-timing-{os.getuid()}.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
