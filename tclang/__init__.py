@@ -17,7 +17,7 @@ from tclang.errors import (TCArgumentError, TCCompileError, TCError, TCIndexErro
 if TYPE_CHECKING:
     from tclang.options import Options
 
-__all__ = ["define", "compile", "autotune", "Options", "TCError", "TCSyntaxError", "TCSemanticError",
+__all__ = ["define", "compile", "autotune", "compare", "Options", "TCError", "TCSyntaxError", "TCSemanticError",
            "TCArgumentError", "TCIndexError", "TCCompileError", "TCScheduleError",
            "TCWarning", "__version__"]
 
@@ -67,6 +67,15 @@ def autotune(kernel, *args, **kwargs):
     Keywords: budget, time_limit, executor, jobs, seed, strategy, database, store,
     progress, min_time (see tclang.tuning.search.autotune)."""
     from tclang.tuning.search import autotune as run
+    return run(kernel, *args, **kwargs)
+
+
+def compare(kernel, *args, **kwargs):
+    """Automatic vs manual vs tuned schedules of `kernel` for `args`, and NumPy: a
+    Comparison (its `table()` is markdown, `plot(path)` a chart). Keywords: manual (Options
+    or specs like "tile=32x32x64,unroll=4"), tune (trials), peers, rounds, limits
+    (see tclang.tuning.compare.compare)."""
+    from tclang.tuning.compare import compare as run
     return run(kernel, *args, **kwargs)
 
 

@@ -1,8 +1,10 @@
-"""The `tclang` commands that need the whole compiler: explain, run, demo.
+"""The `tclang` commands that need the whole compiler: explain, run, compare, demo.
 
 explain: the compiled kernel stage by stage (tclang.stages names them: scop, dependences,
 schedule, transform, loops, code, llvm, llvm-opt, cuda, python) and its compile times.
 run: random inputs, the kernel checked against the reference interpreter, and its time.
+compare: automatic vs manual vs tuned schedules and NumPy, one table and a chart
+(tclang.tuning.compare).
 demo: matmul, an MLP layer and softmax on the CPU, checked and timed against NumPy.
 """
 
@@ -34,6 +36,28 @@ def add_commands(sub) -> None:
     run.add_argument("--repeat", type=int, default=10, help="timed runs (best is printed)")
     run.add_argument("--seed", type=int, default=0)
     run.set_defaults(run=_run)
+
+    compare = sub.add_parser(
+        "compare", help="automatic vs manual vs tuned schedules (and NumPy): one table, "
+                        "one chart")
+    compare.add_argument("file", help="a .tc source file")
+    compare.add_argument("--entry", help="the definition (default: the only one)")
+    compare.add_argument("--sizes", default="", help="size values, e.g. M=512,N=512,K=512")
+    compare.add_argument("--manual", action="append", default=[],
+                         help='a manual schedule, e.g. "tile=32x32x64,unroll=4" (sizes '
+                              'joined by x, a loop order by colons: loop_order=k:m:n); '
+                              'repeat for several')
+    compare.add_argument("--tune", type=int, default=0, metavar="N",
+                         help="also tune with N trials (stored in the tuning database)")
+    compare.add_argument("--peers", default="numpy,torch",
+                         help="peers timed beside (where einsum can write the kernel)")
+    compare.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
+    compare.add_argument("--seed", type=int, default=0)
+    compare.add_argument("--out", default=".", help="folder for the chart "
+                                                    "(compare-ENTRY.png)")
+    compare.add_argument("--no-limits", action="store_true",
+                         help="skip measuring the machine's sgemm and triad (no roofline)")
+    compare.set_defaults(run=_compare)
 
     demo = sub.add_parser("demo", help="matmul, an MLP layer and softmax: checked against "
                                        "NumPy and timed")
@@ -119,6 +143,32 @@ def _explain(args) -> int:
         else:
             _section(f"{stage}: {STAGES[stage]}", compiled.stage_text(stage))
     return 0
+
+
+def _compare(args) -> int:
+    import os
+
+    import tclang
+    from tclang.tuning.compare import compare, parse_manual
+    manual = [(f"manual: {spec}", parse_manual(spec)) for spec in args.manual]  # early
+    module = tclang.define(read_source(args.file))
+    names = module.names
+    entry = args.entry or (names[0] if len(names) == 1 else None)
+    if entry is None:
+        raise TCError(f"{args.file} defines {', '.join(names)}: choose one with --entry")
+    kernel = module[entry]
+    sizes = parse_sizes(args.sizes)
+    check_sizes(kernel.definition, sizes)
+    inputs = random_inputs(kernel.definition, sizes, np.random.default_rng(args.seed))
+    result = compare(kernel, *inputs, manual=manual, tune=args.tune, seed=args.seed,
+                     peers=[p.strip() for p in args.peers.split(",") if p.strip()],
+                     rounds=args.rounds, limits=not args.no_limits)
+    print(result.table())
+    os.makedirs(args.out, exist_ok=True)
+    chart = result.plot(os.path.join(args.out, f"compare-{entry}.png"))
+    print(f"\nchart: {chart}" if chart else "\n(pip install matplotlib for a chart)")
+    refused = [r for r in result.rows if r.status != "ok"]
+    return 1 if any(r.status in ("wrong", "crashed", "error") for r in refused) else 0
 
 
 def _section(title: str, text: str) -> None:

@@ -190,6 +190,15 @@ def _serialized(kernel: L.Kernel) -> bytes | None:
         return None
 
 
+def forget_compiled() -> None:
+    """Drop every compilation this process holds in memory (their users keep theirs): the
+    next compile of anything goes to the disk cache or compiles (a tuning trial measuring
+    a cold compile)."""
+    with _memory_lock:
+        _memory.clear()
+    _recent.clear()
+
+
 def _remember(key: tuple, compiled: Compiled) -> None:
     with _memory_lock:
         _memory[key] = compiled

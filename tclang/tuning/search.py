@@ -128,7 +128,7 @@ def autotune(kernel, *args, budget: int = 64, time_limit: float = 60.0,
                   time_limit=time_limit, min_time=min_time, reproducer_dir=reproducer_dir)
     search = _Search(space, strategy, np.random.default_rng(seed))
     runner = _Runner(task, executor, jobs)
-    bar = _progress_bar(budget, kernel.name, progress)
+    bar = progress_bar(budget, f"tuning {kernel.name}", progress)
     interrupted = False
     try:
         timed, attempts = 0, 0
@@ -322,8 +322,9 @@ class _NoBar:
         pass
 
 
-def _progress_bar(total: int, name: str, shown: bool):
+def progress_bar(total: int, desc: str, shown: bool, unit: str = "trial"):
+    """A tqdm bar (rate, ETA), or one that shows nothing."""
     if not shown:
         return _NoBar()
     from tqdm.auto import tqdm
-    return tqdm(total=total, desc=f"tuning {name}", unit="trial", leave=True)
+    return tqdm(total=total, desc=desc, unit=unit, leave=True)

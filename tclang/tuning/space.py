@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -123,6 +123,7 @@ class SearchSpace:
         """The point of some Options (knobs outside this space are dropped)."""
         return tuple(sorted((k, getattr(options, k)) for k in self.knobs))
 
+
     def features(self, candidate: Candidate) -> np.ndarray:
         """Numbers for the cost model: for each knob, whether it is automatic and what its
         value says (log2 of sizes, positions of a loop order, one-hot choices)."""
@@ -181,3 +182,10 @@ def describe(candidate: Candidate) -> str:
         else:
             parts.append(f"{knob}={value}")
     return ", ".join(parts) or "automatic"
+
+
+def candidate_of(options: Options) -> Candidate:
+    """Any Options as a point, every knob it sets kept (a manual schedule need not lie in
+    a search space)."""
+    return tuple(sorted((f.name, getattr(options, f.name)) for f in fields(options)
+                        if getattr(options, f.name) != f.default))

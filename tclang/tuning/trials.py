@@ -54,6 +54,7 @@ class Task:
     time_limit: float = 60.0  # seconds for the whole trial: compile, check and timing
     min_time: float = 0.2  # seconds of timed runs (after warm-up)
     reproducer_dir: str | None = None
+    cold_compile: bool = False  # compile without the disk cache (to report compile time)
 
 
 @dataclass
@@ -153,6 +154,10 @@ def _measure(task: Task, candidate: Candidate) -> Trial:
     import tclang as tc
     from tclang.errors import TCError, TCScheduleError
 
+    if task.cold_compile:  # this child only: neither the disk nor the parent's memory
+        from tclang.compiler import forget_compiled
+        os.environ["TCLANG_DISK_CACHE"] = "0"
+        forget_compiled()
     try:
         options = SearchSpace.options(candidate)
         kernel = tc.define(task.source, task.backend, options)[task.entry]
@@ -168,7 +173,7 @@ def _measure(task: Task, candidate: Candidate) -> Trial:
         return Trial(candidate, "error", message=f"internal error: {err!r}; "
                      + traceback.format_exc(limit=-3).replace("\n", " | ")[-300:])
     if task.reference is not None:
-        wrong = _mismatch(outputs, task.reference)
+        wrong = mismatch(outputs, task.reference)
         if wrong:
             where = _save_reproducer(task, candidate, wrong)
             return Trial(candidate, "wrong", compile_seconds=compile_seconds,
@@ -193,7 +198,7 @@ def _as_tuple(result) -> tuple:
     return tuple(result) if isinstance(result, (tuple, list)) else (result,)
 
 
-def _mismatch(outputs: tuple, reference: tuple) -> str:
+def mismatch(outputs: tuple, reference: tuple) -> str:
     """'' if the outputs agree with the reference within rounding, else what differs."""
     for k, (out, ref) in enumerate(zip(outputs, reference)):
         out, ref = np.asarray(out), np.asarray(ref)

@@ -1,0 +1,79 @@
+"""tclang compare / tc.compare: automatic vs manual vs tuned and NumPy, one table."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tclang as tc
+from tclang.cli import main
+from tclang.tuning.compare import einsum_spec, parse_manual
+
+from pathlib import Path
+
+EXAMPLE = str(Path(__file__).resolve().parents[2] / "examples" / "operators.tc")
+OPS = Path(EXAMPLE).read_text()
+
+
+def test_manual_specs_parse_into_options():
+    assert parse_manual("tile=32x32x64,unroll=4") == tc.Options(tile=(32, 32, 64), unroll=4)
+    assert parse_manual("loop_order=k:m:n, register_tile=4x16, pack=off, fusion=max") == \
+        tc.Options(loop_order=("k", "m", "n"), register_tile=(4, 16), pack=False,
+                   fusion="max")
+    assert parse_manual("register_tile=off,parallel=on") == \
+        tc.Options(register_tile=False, parallel=True)
+    for bad, words in (("tile=32xx", "not an integer"), ("tiles=4", "unknown knob"),
+                       ("unroll", "not name=value"), ("pack=maybe", "on or off"),
+                       ("fusion=most", "fusion must be one of")):
+        with pytest.raises(tc.TCScheduleError, match=words):
+            parse_manual(bad)
+
+
+def test_einsum_peer_only_where_einsum_writes_the_definition():
+    mod = tc.define(OPS)
+    assert einsum_spec(mod.matmul.definition) == "ac,cb->ab"
+    assert einsum_spec(mod.softmax.definition) is None  # three statements
+    assert einsum_spec(mod.conv2d.definition) is None  # h + kh is not one index
+    assert einsum_spec(mod.mlp_layer.definition) is None
+
+
+def test_compare_times_every_schedule_and_refuses_an_illegal_one():
+    total = tc.define("def total(float(N, M) A) -> (s) {\n  s +=! A(i, j)\n}").total
+    a = np.random.default_rng(0).random((30, 20), np.float32)
+    result = tc.compare(total, a, manual=["tile=8x8", "reorder_reductions=off,loop_order=1:0"],
+                        tune=2, rounds=2, limits=False, progress=False, min_time=0.01)
+    labels = [r.label for r in result.rows]
+    assert labels[:3] == ["automatic", "manual: tile=8x8",
+                          "manual: reorder_reductions=off,loop_order=1:0"]
+    assert labels[3].startswith("tuned (2 trials)") and labels[4] == "numpy"
+    illegal = result.rows[2]
+    assert illegal.status == "refused" and "breaks a flow" in illegal.message
+    assert illegal.seconds is None
+    timed = [r for r in result.rows if r.status == "ok"]
+    assert len(timed) == 4 and all(len(r.samples) == 2 for r in timed)
+    assert result.row("automatic").compile_seconds > 0  # compiled cold in round one
+    table = result.table()
+    assert "| automatic |" in table and "refused: " in table and "np.einsum('ab->')" in table
+
+
+def test_tclang_compare_on_the_examples_prints_the_table_and_draws_the_chart(tmp_path,
+                                                                          capsys):
+    code = main(["compare", EXAMPLE, "--entry", "matmul", "--sizes",
+                 "M=40,K=33,N=24", "--manual", "tile=16x16x16,unroll=2", "--rounds", "2",
+                 "--out", str(tmp_path), "--no-limits"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "| manual: tile=16x16x16,unroll=2 |" in out and "| numpy |" in out
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert "pip install matplotlib" in out
+    else:
+        assert (tmp_path / "compare-matmul.png").stat().st_size > 1000
+
+
+def test_tclang_compare_names_a_bad_manual_schedule(capsys):
+    code = main(["compare", EXAMPLE, "--entry", "matmul", "--sizes",
+                 "M=4,K=4,N=4", "--manual", "tile=4x4,speed=max"])
+    assert code == 1
+    assert "unknown knob 'speed'" in capsys.readouterr().err
