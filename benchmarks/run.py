@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tclang  # noqa: E402
 from benchmarks import kernels as K  # noqa: E402
+from tclang.tuning.roofline import machine_limits  # noqa: E402
 
 try:  # optional peer
     import torch
@@ -174,30 +175,6 @@ def _repeats(call, least: float = 0.02) -> int:
     return max(1, min(1000, int(least / once)))
 
 
-def machine_limits(gap: float) -> dict:
-    """What this machine can do, measured now: sgemm GFLOP/s through NumPy's BLAS at
-    2048^3 (all cores), and a STREAM-style triad (a = b + s*c) in GB/s."""
-    rng = np.random.default_rng(1)
-    n = 2048
-    a, b, c = (rng.standard_normal((n, n), np.float32) for _ in range(3))
-    times = []
-    for _ in range(3):
-        start = time.perf_counter()
-        np.matmul(a, b, out=c)
-        times.append(time.perf_counter() - start)
-        time.sleep(gap)
-    x, y, z = (rng.standard_normal(32_000_000, np.float32) for _ in range(3))
-    triads = []
-    for _ in range(5):
-        start = time.perf_counter()
-        np.multiply(z, 3.0, out=x)
-        np.add(x, y, out=x)
-        triads.append(time.perf_counter() - start)
-    # the two passes move 5 arrays' bytes: read z, write x, read x, read y, write x
-    return {"sgemm_gflops": 2.0 * n ** 3 / min(times) / 1e9,
-            "triad_gbs": 5 * x.nbytes / min(triads) / 1e9}
-
-
 def progress(k: int, total: int, label: str) -> None:
     width = 30
     done = int(width * k / total)
@@ -215,7 +192,7 @@ def run(args) -> tuple[list[dict], dict]:
         wanted = [w.strip().lower() for w in args.only.split(",")]
         cases = [b for b in cases if any(w in b.name.lower() for w in wanted)]
     progress(0, len(cases) + 1, "machine limits")
-    limits = machine_limits(args.gap)
+    limits = machine_limits(gap=args.gap)
     for k, b in enumerate(cases, start=1):
         progress(k, len(cases) + 1, b.name)
         inputs = b.inputs(rng)

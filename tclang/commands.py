@@ -1,8 +1,9 @@
-"""The `tclang` commands that need the whole compiler: explain, run, compare, demo.
+"""The `tclang` commands that need the whole compiler: explain, run, tune, compare, demo.
 
 explain: the compiled kernel stage by stage (tclang.stages names them: scop, dependences,
 schedule, transform, loops, code, llvm, llvm-opt, cuda, python) and its compile times.
 run: random inputs, the kernel checked against the reference interpreter, and its time.
+tune: tc.autotune from the command line (tclang.tuning.search).
 compare: automatic vs manual vs tuned schedules and NumPy, one table and a chart
 (tclang.tuning.compare).
 demo: matmul, an MLP layer and softmax on the CPU, checked and timed against NumPy.
@@ -37,6 +38,19 @@ def add_commands(sub) -> None:
     run.add_argument("--seed", type=int, default=0)
     run.set_defaults(run=_run)
 
+    tune = sub.add_parser("tune", help="autotune a definition for some sizes and store the "
+                                        "best options in the tuning database")
+    tune.add_argument("file", help="a .tc source file")
+    tune.add_argument("--entry", help="the definition (default: the only one)")
+    tune.add_argument("--sizes", default="", help="size values, e.g. M=512,N=512,K=512")
+    _tuning_arguments(tune)
+    tune.add_argument("--budget", type=int, default=64, help="timed trials (default 64)")
+    tune.add_argument("--strategy", default="evolution", choices=["evolution", "random"])
+    tune.add_argument("--time-limit", type=float, default=60.0,
+                      help="seconds per trial before it is killed (default 60)")
+    tune.add_argument("--seed", type=int, default=0)
+    tune.set_defaults(run=_tune)
+
     compare = sub.add_parser(
         "compare", help="automatic vs manual vs tuned schedules (and NumPy): one table, "
                         "one chart")
@@ -57,6 +71,7 @@ def add_commands(sub) -> None:
                                                     "(compare-ENTRY.png)")
     compare.add_argument("--no-limits", action="store_true",
                          help="skip measuring the machine's sgemm and triad (no roofline)")
+    _tuning_arguments(compare)
     compare.set_defaults(run=_compare)
 
     demo = sub.add_parser("demo", help="matmul, an MLP layer and softmax: checked against "
@@ -145,12 +160,31 @@ def _explain(args) -> int:
     return 0
 
 
-def _compare(args) -> int:
-    import os
+def _tuning_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--jobs", type=int, default=None,
+                   help="trials at once on this machine (default 2); compiles overlap, "
+                        "timings never do")
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="run the trials on a Dask cluster, e.g. tcp://host:8786 "
+                        "(pip install 'tclang[tune]')")
+    p.add_argument("--database", default=None,
+                   help="the tuning database (default: TCLANG_TUNING_DB or tuning.sqlite "
+                        "in the cache directory)")
 
+
+def _executor(args):
+    """A dask.distributed Client for --scheduler, else None (the local pool)."""
+    if not args.scheduler:
+        return None
+    try:
+        from distributed import Client
+    except ImportError:
+        raise TCError("--scheduler needs Dask: pip install 'tclang[tune]'") from None
+    return Client(args.scheduler)
+
+
+def _entry_and_inputs(args):
     import tclang
-    from tclang.tuning.compare import compare, parse_manual
-    manual = [(f"manual: {spec}", parse_manual(spec)) for spec in args.manual]  # early
     module = tclang.define(read_source(args.file))
     names = module.names
     entry = args.entry or (names[0] if len(names) == 1 else None)
@@ -159,13 +193,43 @@ def _compare(args) -> int:
     kernel = module[entry]
     sizes = parse_sizes(args.sizes)
     check_sizes(kernel.definition, sizes)
-    inputs = random_inputs(kernel.definition, sizes, np.random.default_rng(args.seed))
-    result = compare(kernel, *inputs, manual=manual, tune=args.tune, seed=args.seed,
-                     peers=[p.strip() for p in args.peers.split(",") if p.strip()],
-                     rounds=args.rounds, limits=not args.no_limits)
+    return kernel, random_inputs(kernel.definition, sizes, np.random.default_rng(args.seed))
+
+
+def _tune(args) -> int:
+    import tclang
+    kernel, inputs = _entry_and_inputs(args)
+    executor = _executor(args)
+    try:
+        result = tclang.autotune(kernel, *inputs, budget=args.budget, jobs=args.jobs,
+                                 executor=executor, seed=args.seed, strategy=args.strategy,
+                                 time_limit=args.time_limit, database=args.database)
+    finally:
+        if executor is not None:
+            executor.close()
+    print(result)
+    print('\nuse them with tc.define(source, options="tuned")' if result.stored else "")
+    return 1 if result.counts()["wrong"] else 0
+
+
+def _compare(args) -> int:
+    import os
+
+    from tclang.tuning.compare import compare, parse_manual
+    manual = [(f"manual: {spec}", parse_manual(spec)) for spec in args.manual]  # early
+    kernel, inputs = _entry_and_inputs(args)
+    executor = _executor(args)
+    try:
+        result = compare(kernel, *inputs, manual=manual, tune=args.tune, seed=args.seed,
+                         peers=[p.strip() for p in args.peers.split(",") if p.strip()],
+                         rounds=args.rounds, limits=not args.no_limits, jobs=args.jobs,
+                         executor=executor, database=args.database)
+    finally:
+        if executor is not None:
+            executor.close()
     print(result.table())
     os.makedirs(args.out, exist_ok=True)
-    chart = result.plot(os.path.join(args.out, f"compare-{entry}.png"))
+    chart = result.plot(os.path.join(args.out, f"compare-{kernel.name}.png"))
     print(f"\nchart: {chart}" if chart else "\n(pip install matplotlib for a chart)")
     refused = [r for r in result.rows if r.status != "ok"]
     return 1 if any(r.status in ("wrong", "crashed", "error") for r in refused) else 0

@@ -167,9 +167,12 @@ def _integer(spec: str, text: str) -> int:
 def compare(kernel, *args, manual=(), tune: int = 0, peers=("numpy", "torch"),
             rounds: int = 5, min_time: float = 0.2, limits: bool = True,
             database=None, seed: int = 0, progress: bool = True,
-            time_limit: float = 120.0) -> Comparison:
+            time_limit: float = 120.0, jobs: int | None = None,
+            executor=None) -> Comparison:
     """Compare the automatic schedule of `kernel` for `args` with manual ones (Options,
-    spec strings, or (label, Options) pairs), a tuned one (`tune` trials) and peers."""
+    spec strings, or (label, Options) pairs), a tuned one (`tune` trials, on `executor`
+    or `jobs` local trials at once) and peers. The comparison's own timings run here, one
+    after another."""
     from tclang.arguments import bind_arguments
     from tclang.tuning.search import autotune, kernel_outputs
 
@@ -185,7 +188,8 @@ def compare(kernel, *args, manual=(), tune: int = 0, peers=("numpy", "torch"),
         rows.append(Row(label, "manual", options))
     if tune:
         tuned = autotune(kernel, *args, budget=tune, seed=seed, database=database,
-                         progress=progress, time_limit=time_limit)
+                         progress=progress, time_limit=time_limit, jobs=jobs,
+                         executor=executor)
         found = describe(candidate_of(tuned.best))
         if found == "automatic":
             found = "automatic (nothing faster found)"

@@ -126,10 +126,13 @@ class TuningDatabase:
         Rows for other machines or versions are ignored, with a TCWarning."""
         if not self.path.exists():
             return None
-        with self._transaction() as conn:
+        conn = self._connect()  # a plain read: no write lock for a lookup
+        try:
             rows = conn.execute("SELECT machine, version, options, seconds, "
                                 "automatic_seconds, trials FROM best WHERE key = ?",
                                 (key,)).fetchall()
+        finally:
+            conn.close()
         mine = [r for r in rows if r[0] == machine and r[1] == version_id()]
         if not mine:
             if rows and warn:

@@ -9,10 +9,11 @@ crash or a hang costs that one trial. The child:
    makes the candidate "refused": counted, never timed);
 2. runs it once and compares every output with the reference (the automatic schedule's):
    a mismatch is a compiler bug, saved as a reproducer script and reported, never a winner;
-3. times it under a machine-wide lock (an flock'ed file in the temporary directory), so
-   that timings never overlap another tuner's timing on the same machine, whichever process
-   or Dask worker runs it; compiles run in parallel, outside the lock. Warm-up, then repeats
-   until `min_time` has passed (at least 3): the median.
+3. times it under a machine-wide lock (a record lock on a file in the temporary directory): held
+   shared while compiling and exclusively while timing, so compiles run in parallel but a
+   timing never overlaps another timing or a compile on the same machine, whichever
+   process or Dask worker runs them. Warm-up, then repeats until `min_time` has passed (at
+   least 3): the median.
 
 `run_trial(task, candidate)` is a plain function of picklable arguments: what a
 `concurrent.futures` executor or a `dask.distributed.Client` runs on its workers.
@@ -83,6 +84,7 @@ def run_trial(task: Task, candidate: Candidate) -> Trial:
             os.close(read_end)
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the tuner's to handle
             faulthandler.disable()  # a crash is reported as this trial's status, not dumped
+            _die_with_parent()
             trial = _measure(task, candidate)
             with os.fdopen(write_end, "wb") as pipe:
                 pickle.dump(trial, pipe)
@@ -113,6 +115,19 @@ def kill_running() -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+
+
+def _die_with_parent() -> None:
+    """Linux: the trial is killed if the tuner dies (killed, timed out), so no orphan
+    keeps computing, or holding the machine lock. Elsewhere nothing is done."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:  # the tuner died before the call above
+        os._exit(1)
 
 
 def _wait(pid: int, fd: int, time_limit: float, candidate: Candidate) -> Trial:
@@ -161,10 +176,11 @@ def _measure(task: Task, candidate: Candidate) -> Trial:
     try:
         options = SearchSpace.options(candidate)
         kernel = tc.define(task.source, task.backend, options)[task.entry]
-        start = time.perf_counter()
-        compiled = kernel.compile(*task.inputs)
-        compile_seconds = time.perf_counter() - start
-        outputs = _as_tuple(compiled(*task.inputs))
+        with machine_lock(exclusive=False):  # compiles together, never during a timing
+            start = time.perf_counter()
+            compiled = kernel.compile(*task.inputs)
+            compile_seconds = time.perf_counter() - start
+            outputs = _as_tuple(compiled(*task.inputs))
     except TCScheduleError as err:
         return Trial(candidate, "refused", message=str(err).split("\n")[0])
     except TCError as err:
@@ -179,7 +195,7 @@ def _measure(task: Task, candidate: Candidate) -> Trial:
             return Trial(candidate, "wrong", compile_seconds=compile_seconds,
                          message=f"{wrong} (a compiler bug; reproducer: {where})")
     outs = outputs if len(outputs) > 1 else outputs[0]
-    with timing_lock():
+    with machine_lock(exclusive=True):
         compiled(*task.inputs, out=outs)  # warm-up: caches, pages, the thread pool
         times: list[float] = []
         spent = 0.0
@@ -248,13 +264,19 @@ for e, g in zip(expected if isinstance(expected, tuple) else (expected,),
 
 
 @contextlib.contextmanager
-def timing_lock():
-    """Held while a trial times its kernel: one timing at a time on this machine."""
+def machine_lock(exclusive: bool):
+    """A machine-wide reader-writer lock (flock on one file for the user): a trial holds it
+    shared while it compiles and exclusively while it times, so timings never overlap
+    each other or another trial's compile, on this machine, whichever process runs them.
+
+    POSIX record locks (lockf), not flock: a compile forks helper processes (the scheduler,
+    the LLVM optimizer) that would inherit an flock and keep it after the trial released
+    it; a record lock belongs to the process that took it and is never inherited."""
     import fcntl
     path = Path(tempfile.gettempdir()) / f"tclang-timing-{os.getuid()}.lock"
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        fcntl.lockf(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         yield
     finally:
         os.close(fd)  # releases the lock

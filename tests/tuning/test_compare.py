@@ -77,3 +77,12 @@ def test_tclang_compare_names_a_bad_manual_schedule(capsys):
                  "M=4,K=4,N=4", "--manual", "tile=4x4,speed=max"])
     assert code == 1
     assert "unknown knob 'speed'" in capsys.readouterr().err
+
+
+def test_tclang_tune_stores_what_it_found(tmp_path, capsys):
+    db = tmp_path / "t.sqlite"
+    code = main(["tune", EXAMPLE, "--entry", "matmul", "--sizes", "M=9,K=7,N=16",
+                 "--budget", "2", "--database", str(db)])
+    out = capsys.readouterr().out
+    assert code == 0 and out.startswith("tuned matmul: ") and f"stored in {db}" in out
+    assert 'options="tuned"' in out
