@@ -163,9 +163,18 @@ class SearchSpace:
 
 
 def _has_contraction(definition: Definition) -> bool:
-    """A sum of products with a reduction index: what a register tile is for."""
-    from tclang.program import reads_of
-    return any(s.op == "+" and s.reduction_indices and len(reads_of(s.rhs)) >= 2
+    """A sum of products of tensor reads over a reduction index (matmul, conv, attention):
+    what a register tile is for. softmax's sum of exp(X - max) is not one."""
+    from tclang.program import Binary, reads_of
+
+    def products(e) -> bool:
+        if not isinstance(e, Binary):
+            return False
+        if e.op == "mul" and reads_of(e.lhs) and reads_of(e.rhs):
+            return True
+        return e.op in ("add", "sub", "mul", "div") and (products(e.lhs) or products(e.rhs))
+
+    return any(s.op == "+" and s.reduction_indices and products(s.rhs)
                for s in definition.statements)
 
 

@@ -86,3 +86,16 @@ def test_tclang_tune_stores_what_it_found(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0 and out.startswith("tuned matmul: ") and f"stored in {db}" in out
     assert 'options="tuned"' in out
+
+
+def test_register_tiles_are_searched_only_for_contractions():
+    from tclang.tuning.space import SearchSpace
+    mod = tc.define(OPS)
+    sizes = dict(M=8, K=8, N=8, B=4, I=8, O=8, D=8, C=2, H=6, W=6, KH=3, KW=3)
+    knobs = {name: SearchSpace.of(mod[name].definition, sizes, "cpu").knobs
+             for name in ("matmul", "mlp_layer", "conv2d", "softmax", "maxpool2x2")}
+    for name in ("matmul", "mlp_layer", "conv2d"):
+        assert "register_tile" in knobs[name] and "pack" in knobs[name]
+    for name in ("softmax", "maxpool2x2"):
+        assert "register_tile" not in knobs[name] and "pack" not in knobs[name]
+    assert "fusion" in knobs["softmax"] and "fusion" not in knobs["matmul"]
