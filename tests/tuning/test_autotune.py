@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -106,33 +107,42 @@ def test_a_wrong_result_is_a_reported_compiler_bug_never_the_winner(tmp_path, mo
     assert "COMPILER BUG" in str(result)
 
 
-def test_a_crashing_and_a_hanging_candidate_cost_one_trial_each(tmp_path, monkeypatch):
-    real = trials._measure
+def test_a_crashing_and_a_hanging_candidate_cost_one_trial_each(monkeypatch):
+    real_measure, real_run = trials._measure, trials.run_trial
     A, B = inputs()
     kernel = tc.define(MATMUL).mm
     from tclang.arguments import bind_arguments
     automatic = SearchSpace.of(kernel.definition, dict(bind_arguments(
         kernel.definition, (A, B)).sizes), "cpu").automatic()
-    hung, crashed = tmp_path / "hung", tmp_path / "crashed"
+    roles: dict = {}  # candidate -> its fate, decided in the tuner before the fork
+    lock = threading.Lock()
 
-    def sabotaged(task, candidate):  # runs in the trial's forked process
-        if candidate != automatic:
-            for marker, action in ((hung, lambda: time.sleep(3600)), (crashed, os.abort)):
-                try:
-                    os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
-                except FileExistsError:
-                    continue
-                action()
-        return real(task, candidate)
+    def assigning(task, candidate):  # the tuner's side: the first two others misbehave
+        with lock:
+            if candidate != automatic and candidate not in roles:
+                roles[candidate] = ("hang", "crash", "ok", "ok")[min(len(roles), 2)]
+        if roles.get(candidate) == "hang":  # killed after 3 s, not the minute the others get
+            task = dataclasses.replace(task, time_limit=3)
+        return real_run(task, candidate)
 
+    def sabotaged(task, candidate):  # the trial's forked process
+        if roles.get(candidate) == "hang":
+            time.sleep(3600)
+        if roles.get(candidate) == "crash":
+            os.abort()
+        return real_measure(task, candidate)
+
+    monkeypatch.setattr(trials, "run_trial", assigning)
     monkeypatch.setattr(trials, "_measure", sabotaged)
     start = time.monotonic()
-    result = quick(kernel, A, B, budget=3, store=False, time_limit=8, jobs=2)
+    result = quick(kernel, A, B, budget=3, store=False, jobs=2)
     counts = result.counts()
     assert counts["timeout"] == 1 and counts["crashed"] == 1 and counts["ok"] >= 3
     assert time.monotonic() - start < 60
     crash = next(t for t in result.trials if t.status == "crashed")
     assert "SIGABRT" in crash.message
+    hang = next(t for t in result.trials if t.status == "timeout")
+    assert "no result within 3 s" in hang.message
 
 
 def test_an_illegal_loop_order_is_refused_and_never_timed():
