@@ -126,6 +126,11 @@ def _kernel_and_inputs(args, backend: str | None = None):
     import tclang
     source = read_source(args.file)
     module = tclang.define(source, backend=backend or args.backend, options=_options(args))
+    return (source,) + _entry_and_inputs(args, module)
+
+
+def _entry_and_inputs(args, module):
+    """The kernel --entry names (or the only one) and random inputs for --sizes."""
     names = module.names
     entry = args.entry or (names[0] if len(names) == 1 else None)
     if entry is None:
@@ -134,8 +139,7 @@ def _kernel_and_inputs(args, backend: str | None = None):
     sizes = parse_sizes(args.sizes)
     check_sizes(kernel.definition, sizes)
     seed = getattr(args, "seed", 0)
-    inputs = random_inputs(kernel.definition, sizes, np.random.default_rng(seed))
-    return source, kernel, inputs
+    return kernel, random_inputs(kernel.definition, sizes, np.random.default_rng(seed))
 
 
 def _explain(args) -> int:
@@ -183,22 +187,9 @@ def _executor(args):
     return Client(args.scheduler)
 
 
-def _entry_and_inputs(args):
-    import tclang
-    module = tclang.define(read_source(args.file))
-    names = module.names
-    entry = args.entry or (names[0] if len(names) == 1 else None)
-    if entry is None:
-        raise TCError(f"{args.file} defines {', '.join(names)}: choose one with --entry")
-    kernel = module[entry]
-    sizes = parse_sizes(args.sizes)
-    check_sizes(kernel.definition, sizes)
-    return kernel, random_inputs(kernel.definition, sizes, np.random.default_rng(args.seed))
-
-
 def _tune(args) -> int:
     import tclang
-    kernel, inputs = _entry_and_inputs(args)
+    kernel, inputs = _entry_and_inputs(args, tclang.define(read_source(args.file)))
     executor = _executor(args)
     try:
         result = tclang.autotune(kernel, *inputs, budget=args.budget, jobs=args.jobs,
@@ -215,9 +206,10 @@ def _tune(args) -> int:
 def _compare(args) -> int:
     import os
 
+    import tclang
     from tclang.tuning.compare import compare, parse_manual
     manual = [(f"manual: {spec}", parse_manual(spec)) for spec in args.manual]  # early
-    kernel, inputs = _entry_and_inputs(args)
+    kernel, inputs = _entry_and_inputs(args, tclang.define(read_source(args.file)))
     executor = _executor(args)
     try:
         result = compare(kernel, *inputs, manual=manual, tune=args.tune, seed=args.seed,

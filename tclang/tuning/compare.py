@@ -176,8 +176,12 @@ def compare(kernel, *args, manual=(), tune: int = 0, peers=("numpy", "torch"),
     from tclang.arguments import bind_arguments
     from tclang.tuning.search import autotune, kernel_outputs
 
+    if kernel.module.on_device:
+        raise TCError("tc.compare runs on the CPU backends only for now (its trials fork, "
+                      "which a CUDA context does not survive); compare CUDA schedules with "
+                      "tc.Options(block=..., grid=...) and `tclang run --backend cuda`")
     definition = kernel.definition
-    binding = bind_arguments(definition, args, kernel.module.on_device)
+    binding = bind_arguments(definition, args)
     sizes = dict(binding.sizes)
     inputs = tuple(np.asarray(a) for a in binding.arrays)
     source, backend, entry = kernel.module.program.source, kernel.module.backend, kernel.name

@@ -110,8 +110,9 @@ def autotune(kernel, *args, budget: int = 64, time_limit: float = 60.0,
         raise TCError(f"budget must be at least 1 trial, not {budget}")
     module = kernel.module
     if module.on_device:
-        raise TCError("tc.autotune runs on the CPU backends only for now; tune the CUDA "
-                      "backend's block and grid with `tclang compare --manual`")
+        raise TCError("tc.autotune runs on the CPU backends only for now (its trials fork, "
+                      "which a CUDA context does not survive); set the CUDA backend's "
+                      "tc.Options(block=..., grid=...) by hand")
     definition = kernel.definition
     binding = bind_arguments(definition, args)
     shapes = binding.shape_key()

@@ -63,8 +63,17 @@ def test_matmul_options(options):
         close(kernel.mm(*args), expected, k)
 
 
-@pytest.mark.parametrize("backend", ["cpu", "reference"])
-@pytest.mark.parametrize("m,k,n", [(67, 31, 70), (64, 300, 33), (97, 1, 16), (71, 13, 1)])
+def on_both_backends(shapes):
+    """Each shape on the cpu and the reference interpreter; the interpreter's run of the
+    long reduction (k = 300, ~30 s) only with -m slow: the cpu run and the smaller shapes
+    cover the same code on the default run."""
+    return [pytest.param(backend, *shape, marks=pytest.mark.slow)
+            if backend == "reference" and 300 in shape else (backend, *shape)
+            for shape in shapes for backend in ("cpu", "reference")]
+
+
+@pytest.mark.parametrize("backend,m,k,n", on_both_backends(
+    [(67, 31, 70), (64, 300, 33), (97, 1, 16), (71, 13, 1)]))
 def test_packed_operands(backend, m, k, n):
     """The lane operand copied sliver by sliver (partial slivers at every edge), in the
     LLVM backend and in the reference interpreter; transposed and Fortran-ordered too."""
@@ -77,9 +86,8 @@ def test_packed_operands(backend, m, k, n):
         close(kernel.mm(np.asfortranarray(a), b.T.copy().T), expected, k)
 
 
-@pytest.mark.parametrize("backend", ["cpu", "reference"])
-@pytest.mark.parametrize("b,i,o", [(67, 31, 70), (64, 300, 33), (97, 1, 16), (71, 13, 1),
-                                   (1, 9, 17), (5, 2, 3)])
+@pytest.mark.parametrize("backend,b,i,o", on_both_backends(
+    [(67, 31, 70), (64, 300, 33), (97, 1, 16), (71, 13, 1), (1, 9, 17), (5, 2, 3)]))
 def test_an_operand_read_across_the_lanes_is_packed_lanes_first(backend, b, i, o):
     """x @ w.T (W(o, i) read across the lanes o): with pack=True W packed as its
     transpose, every edge; by default and with packing off the dot-product form; a
