@@ -17,8 +17,8 @@ from tclang.errors import (TCArgumentError, TCCompileError, TCError, TCIndexErro
 if TYPE_CHECKING:
     from tclang.options import Options
 
-__all__ = ["define", "compile", "autotune", "compare", "Options", "TCError", "TCSyntaxError", "TCSemanticError",
-           "TCArgumentError", "TCIndexError", "TCCompileError", "TCScheduleError",
+__all__ = ["define", "compile", "autotune", "compare", "Options", "TCError", "TCSyntaxError",
+           "TCSemanticError", "TCArgumentError", "TCIndexError", "TCCompileError", "TCScheduleError",
            "TCWarning", "__version__"]
 
 
@@ -39,7 +39,7 @@ def define(source: str, backend: str = "cpu", options: Options | str | None = No
     if backend not in BACKENDS:
         raise TCError(f"unknown backend {backend!r}; choose one of "
                       f"{', '.join(repr(b) for b in BACKENDS)}")
-    tuned = isinstance(options, str) and options == "tuned"
+    tuned = options == "tuned"
     if options is not None and not tuned and not isinstance(options, Options):
         what = repr(options) if isinstance(options, str) else type(options).__name__
         raise TCError(f'options must be a tclang.Options or "tuned", not {what}')

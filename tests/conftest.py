@@ -12,7 +12,6 @@
 
 import os
 import tempfile
-import threading
 
 import pytest
 from hypothesis import HealthCheck, settings

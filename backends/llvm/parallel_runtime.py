@@ -111,9 +111,10 @@ class _Runtime:
         return b.call(self.libc[name], [b.bitcast(a, I8P) if isinstance(a.type, ir.PointerType)
                                         and name != "pthread_create" else a for a in args])
 
-    def _count(self, b, stat: int, amount=None) -> None:
-        slot = b.gep(self.stats, [_i64(0), _i64(stat)])
-        b.atomic_rmw("add", slot, amount if amount is not None else _i64(1), "monotonic")
+    def _count(self, b, stat) -> None:
+        """One more in tclang_pool_stats[stat] (an int, or an i64 value)."""
+        index = stat if isinstance(stat, ir.Value) else _i64(stat)
+        b.atomic_rmw("add", b.gep(self.stats, [_i64(0), index]), _i64(1), "monotonic")
 
     @staticmethod
     def _field(b, job, field: int):
@@ -137,8 +138,7 @@ class _Runtime:
         end = b.add(start, chunk)
         end = b.select(b.icmp_signed("<", end, hi), end, hi)
         b.call(task, [ctx, start, end])
-        slot = b.gep(self.stats, [_i64(0), stat])
-        b.atomic_rmw("add", slot, _i64(1), "monotonic")
+        self._count(b, stat)
         b.branch(loop)
         b.position_at_end(done)
         b.ret_void()

@@ -75,9 +75,8 @@ CTRL_C_IN_PARALLEL_KERNEL = """
     assert "parallel" in compiled.loops, compiled.loops
     before = threads.statistics()["loops"]
     threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()  # Ctrl-C
-    calls = 0
     try:
-        for calls in range(100000):
+        for _ in range(100000):
             compiled(x, out=y)
         print("returned")
     except KeyboardInterrupt:

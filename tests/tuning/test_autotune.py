@@ -173,8 +173,6 @@ def test_tuning_on_a_dask_local_cluster_of_two_worker_processes(tmp_path):
         result = quick(tc.define(MATMUL).mm, A, B, executor=client,
                        database=tmp_path / "t.sqlite")
     assert result.counts()["ok"] >= 3 and result.stored
-    hosts_pids = {t.host for t in result.trials}
-    assert hosts_pids  # every trial reports where it ran
     rows = sqlite3.connect(tmp_path / "t.sqlite").execute("SELECT count(*) FROM trials")
     assert rows.fetchone()[0] == len(result.trials)
 
