@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from tclang.errors import TCError
+from tclang.errors import TCArgumentError, TCError
 from tclang.inputs import check_sizes, parse_sizes, random_inputs, read_source
 from tclang.options import Options
 
@@ -73,6 +73,13 @@ def add_commands(sub) -> None:
                          help="skip measuring the machine's sgemm and triad (no roofline)")
     _tuning_arguments(compare)
     compare.set_defaults(run=_compare)
+
+    export = sub.add_parser(
+        "export", help="a shared library with a C ABI and its header (runs without Python)")
+    _common(export)
+    export.add_argument("-o", "--output", required=True, help="folder for the library, "
+                                                            "header and objects")
+    export.set_defaults(run=_export)
 
     demo = sub.add_parser("demo", help="matmul, an MLP layer and softmax: checked against "
                                        "NumPy and timed")
@@ -140,6 +147,33 @@ def _entry_and_inputs(args, module):
     check_sizes(kernel.definition, sizes)
     seed = getattr(args, "seed", 0)
     return kernel, random_inputs(kernel.definition, sizes, np.random.default_rng(seed))
+
+
+def _export(args) -> int:
+    import tclang
+    from tclang.inputs import read_source
+    if args.backend != "cpu":
+        raise TCError(f"tclang export makes CPU libraries; --backend {args.backend} cannot "
+                      "be exported")
+    if args.generic == bool(args.sizes):
+        raise TCArgumentError("tclang export needs either --sizes (a library for those sizes) or "
+                      "--generic (one for every size)",
+                      hint="e.g. --sizes M=512,K=512,N=512, or --generic")
+    module = tclang.define(read_source(args.file), options=_options(args))
+    names = module.names
+    entry = args.entry or (names[0] if len(names) == 1 else None)
+    if entry is None:
+        raise TCError(f"{args.file} defines {', '.join(names)}: choose one with --entry")
+    sizes = None
+    if not args.generic:
+        sizes = parse_sizes(args.sizes)
+        check_sizes(module[entry].definition, sizes)
+    lib = module[entry].export(args.output, sizes)
+    made_for = "every size" if sizes is None else \
+        ", ".join(f"{k}={v}" for k, v in sizes.items())
+    print(f"{lib.library}  ({lib.function}, for {made_for})")
+    print(f"{lib.header}  (include it; link with -L{lib.library.parent} -ltclang_{entry})")
+    return 0
 
 
 def _explain(args) -> int:

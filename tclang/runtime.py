@@ -423,6 +423,13 @@ class Kernel:
         return CompiledKernel(compiled, self.definition, backend, options, sizes,
                               fast if options.specialize else None, target, layouts)
 
+    def export(self, directory, sizes: dict[str, int] | None = None):
+        """Write a shared library with a plain C ABI and its header into `directory`, for
+        `sizes` (C-contiguous arguments of exactly those extents) or, with None, for every
+        size; it runs without Python (tclang/export.py, docs/export.md)."""
+        from tclang.export import export_kernel
+        return export_kernel(self, directory, sizes)
+
     def _tuned_options(self, shapes: tuple) -> Options:
         """What tc.autotune stored for these shapes on this machine, else automatic."""
         from tclang.tuning.database import TuningDatabase, kernel_key, machine_id
