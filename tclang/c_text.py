@@ -15,21 +15,21 @@ from tclang.dtypes import DType
 
 #: static helpers every generated C file that prints index expressions starts with
 PRELUDE = """\
-static inline int64_t tc_floordiv(int64_t a, int64_t b) {
+static inline int64_t tcx_floordiv(int64_t a, int64_t b) {
     int64_t q = a / b;
     return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
-static inline int64_t tc_floormod(int64_t a, int64_t b) {
+static inline int64_t tcx_floormod(int64_t a, int64_t b) {
     int64_t r = a % b;
     return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
-static inline int64_t tc_min(int64_t a, int64_t b) { return a < b ? a : b; }
-static inline int64_t tc_max(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t tcx_min(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t tcx_max(int64_t a, int64_t b) { return a > b ? a : b; }
 """
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
           "eq": "==", "ne": "!=", "and": "&&", "or": "||", "div_nonneg": "/"}
-_CALLS = {"floordiv": "tc_floordiv", "rem": "tc_floormod", "min": "tc_min", "max": "tc_max"}
+_CALLS = {"floordiv": "tcx_floordiv", "rem": "tcx_floormod", "min": "tcx_min", "max": "tcx_max"}
 
 #: the C type an exported function takes for each element type (float16: its IEEE bits)
 C_TYPES = {

@@ -79,6 +79,11 @@ def add_commands(sub) -> None:
     _common(export)
     export.add_argument("-o", "--output", required=True, help="folder for the library, "
                                                             "header and objects")
+    export.add_argument("--target", default="cpu", choices=["cpu", "cuda"],
+                        help="cpu: this machine (default); cuda: the .cu, PTX, cubin and a "
+                             "library that launches them (needs nvcc, not a GPU)")
+    export.add_argument("--arch", default="sm_80", help="the GPU architecture for "
+                                                        "--target cuda (default sm_80)")
     export.set_defaults(run=_export)
 
     demo = sub.add_parser("demo", help="matmul, an MLP layer and softmax: checked against "
@@ -153,8 +158,8 @@ def _export(args) -> int:
     import tclang
     from tclang.inputs import read_source
     if args.backend != "cpu":
-        raise TCError(f"tclang export makes CPU libraries; --backend {args.backend} cannot "
-                      "be exported")
+        raise TCArgumentError(f"tclang export takes --target (cpu or cuda), not --backend "
+                              f"{args.backend}")
     if args.generic == bool(args.sizes):
         raise TCArgumentError("tclang export needs either --sizes (a library for those sizes) or "
                       "--generic (one for every size)",
@@ -168,7 +173,7 @@ def _export(args) -> int:
     if not args.generic:
         sizes = parse_sizes(args.sizes)
         check_sizes(module[entry].definition, sizes)
-    lib = module[entry].export(args.output, sizes)
+    lib = module[entry].export(args.output, sizes, args.target, args.arch)
     made_for = "every size" if sizes is None else \
         ", ".join(f"{k}={v}" for k, v in sizes.items())
     print(f"{lib.library}  ({lib.function}, for {made_for})")

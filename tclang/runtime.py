@@ -423,12 +423,15 @@ class Kernel:
         return CompiledKernel(compiled, self.definition, backend, options, sizes,
                               fast if options.specialize else None, target, layouts)
 
-    def export(self, directory, sizes: dict[str, int] | None = None):
+    def export(self, directory, sizes: dict[str, int] | None = None, target: str = "cpu",
+               arch: str = "sm_80"):
         """Write a shared library with a plain C ABI and its header into `directory`, for
         `sizes` (C-contiguous arguments of exactly those extents) or, with None, for every
-        size; it runs without Python (tclang/export.py, docs/export.md)."""
+        size; it runs without Python. target="cuda" also writes the .cu, PTX and cubin
+        (for `arch`) and the library launches the kernels (tclang/export.py,
+        docs/export.md)."""
         from tclang.export import export_kernel
-        return export_kernel(self, directory, sizes)
+        return export_kernel(self, directory, sizes, target, arch)
 
     def _tuned_options(self, shapes: tuple) -> Options:
         """What tc.autotune stored for these shapes on this machine, else automatic."""

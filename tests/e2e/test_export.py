@@ -187,10 +187,60 @@ def test_export_command_writes_library_and_header(tmp_path):
     assert "Traceback" not in neither.stderr
 
 
-def test_export_refuses_missing_sizes_and_other_backends(tmp_path):
+def test_export_refuses_missing_sizes_and_unknown_targets(tmp_path):
     module = tclang.define(CASES_BY_NAME["matmul"].source)
     with pytest.raises(tclang.TCArgumentError, match="needs a value for the size N"):
         module.matmul.export(tmp_path, {"M": 4, "K": 4})
-    emulated = tclang.define(CASES_BY_NAME["matmul"].source, backend="reference")
-    with pytest.raises(tclang.TCError, match="CPU library"):
-        emulated.matmul.export(tmp_path, None)
+    with pytest.raises(tclang.TCError, match="'cpu' and 'cuda'"):
+        module.matmul.export(tmp_path, None, target="metal")
+
+
+CUDA_DRIVER = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <math.h>
+#include "softmax.h"
+int main(void) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) { printf("no GPU\n"); return 77; }
+    const int n = 37, d = 13;
+    int64_t sizes[2] = {n, d}, shape[2];
+    float host[n * d], out[n * d];
+    for (int i = 0; i < n * d; i++) host[i] = (float)((i * 7) % 11) / 3.0f;
+    if (tclang_softmax_output_shape(0, sizes, shape)) return 2;
+    float *I, *O;
+    cudaMalloc((void **)&I, sizeof host); cudaMalloc((void **)&O, sizeof out);
+    cudaMemcpy(I, host, sizeof host, cudaMemcpyHostToDevice);
+    int status = tclang_softmax(I, sizes, NULL, O, shape, NULL, 0);
+    if (status) { printf("%d %s\n", status, tclang_softmax_error()); return 3; }
+    cudaMemcpy(out, O, sizeof out, cudaMemcpyDeviceToHost);
+    for (int r = 0; r < n; r++) {
+        double mx = -1e30, sum = 0;
+        for (int c = 0; c < d; c++) mx = fmax(mx, host[r * d + c]);
+        for (int c = 0; c < d; c++) sum += exp(host[r * d + c] - mx);
+        for (int c = 0; c < d; c++)
+            if (fabs(out[r * d + c] - exp(host[r * d + c] - mx) / sum) > 1e-5) return 4;
+    }
+    printf("ok\n");
+    return 0;
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc")
+def test_cuda_export_builds_ptx_cubin_and_a_launching_library(tmp_path):
+    """Built with nvcc on any machine; the driver runs where a GPU is (else it skips)."""
+    module = tclang.define(CASES_BY_NAME["softmax"].source)
+    lib = module.softmax.export(tmp_path / "lib", None, target="cuda", arch="sm_80")
+    folder = lib.library.parent
+    assert ".entry tclang_softmax_0" in (folder / "softmax.ptx").read_text()
+    assert (folder / "softmax.cubin").read_bytes()[:4] == b"\x7fELF"
+    assert "cudaStream_t stream" in lib.header.read_text()
+    (tmp_path / "driver.cu").write_text(CUDA_DRIVER)
+    subprocess.run([shutil.which("nvcc"), "-o", "driver", "driver.cu", f"-I{folder}",
+                    f"-L{folder}", "-ltclang_softmax", f"-Xlinker=-rpath,{folder}"],
+                   cwd=tmp_path, check=True, capture_output=True)
+    done = subprocess.run([str(tmp_path / "driver")], capture_output=True, text=True)
+    if done.returncode == 77:
+        pytest.skip("the library and a driver built; no GPU here to run them")
+    assert done.returncode == 0, done.stdout + done.stderr
