@@ -305,6 +305,10 @@ class _Emitter:
                 return f"_math.call({n!r}, ({joined},), np.dtype(np.{dt.compute.value}))"
             case P.Cast(operand=x, dtype=dt):
                 return self.cast(v(x), x.dtype, dt)
+            case P.Let(name=n, value=x, body=body):  # x is unconditional
+                return f"(l_{n} := {v(x)}, {v(body)})[1]"
+            case P.Local(name=n):
+                return f"l_{n}"
         raise TypeError(f"unknown expression {e!r}")
 
     @staticmethod

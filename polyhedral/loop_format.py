@@ -58,12 +58,16 @@ def format_value(e: P.Expr) -> str:
             return f"{n}({', '.join(format_value(a) for a in args)})"
         case P.Cast(operand=x, dtype=d):
             return f"{d.value}({format_value(x)})"
+        case P.Let(name=n, value=v, body=b):
+            return f"let {n} = {format_value(v)} in {format_value(b)}"
+        case P.Local(name=n):
+            return n
     raise ValueError(f"not a value expression: {e!r}")
 
 
 def _wrap_value(e: P.Expr) -> str:
     text = format_value(e)
-    return f"({text})" if isinstance(e, (P.Binary, P.Compare)) else text
+    return f"({text})" if isinstance(e, (P.Binary, P.Compare, P.Let)) else text
 
 
 def format_statement(s: L.StatementDef) -> str:

@@ -1,5 +1,6 @@
 """The polyhedral middle end in one function: checked definition -> scheduled loop IR.
 
+    definition, report = optimize(definition, sizes)  # passes: tclang/passes (not Options(passes=False))
     definition = widen_half_reductions(definition)  # half sums and products in float32
     definition = factor_out_scales(definition, sizes)  # X +=! e * c -> X +=! e; X = X * c
     scop = build_scop(widen_indices(definition), sizes)  # int64 index values; domains, accesses
@@ -36,6 +37,7 @@ from polyhedral.scop import build_scop
 from polyhedral.gpu import map_to_gpu
 from polyhedral.tiling import BandReport, apply_loop_order, transform_bands
 from tclang import program as P
+from tclang.passes import PASS_NAMES, optimize, passes_text, share_within_statements
 from tclang.stages import Stages
 from tclang.options import Options
 from tclang.target import Target
@@ -68,16 +70,26 @@ def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
     `layouts`: each input's strides in elements, when the code may assume them.
     `collect` receives each stage's text (tclang explain); TCLANG_DUMP prints them."""
     stages = Stages(defn.name, failures=(isl.Error, ValueError, KeyError), collect=collect)
+    run_passes = options.passes is not False
+    report = []
+    with stages("passes"):
+        if run_passes:  # dead code, folding, exact identities, shared values, hoisting
+            defn, report = optimize(defn, sizes)
     with stages("scop"):
         defn = widen_half_reductions(defn)  # half sums accumulate in float32
         if options.reorder_reductions is not False:  # scale a sum once, not every term
             defn = factor_out_scales(defn, sizes)
-        scop = build_scop(widen_indices(defn), sizes)  # index values exact in int64
+        defn = widen_indices(defn)  # index values exact in int64
+        if run_passes:  # last: what the scop is built from, Lets and all
+            defn, within = share_within_statements(defn)
+            report.append((PASS_NAMES[-1], within))
+        scop = build_scop(defn, sizes)
         if sizes is not None:
             check_bounds(scop)
             bounds = ()
         else:
             bounds = bounds_conditions(scop)
+    stages.show("passes", lambda: passes_text(defn, report))
     stages.show("scop", lambda: scop_text(scop))
     with stages("dependences"):
         deps = compute_dependences(scop, options.reorder_reductions is not False)

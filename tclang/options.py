@@ -47,6 +47,9 @@ class Options:
     check_bounds: check every array access of the generated code and raise
         `TCIndexError` at the first one outside its array (as TCLANG_CHECK_BOUNDS=1 does);
         for debugging and for the differential tester, slower.
+    passes: run the passes on the checked program (dead code, constant folding, exact
+        algebraic simplification, common subexpressions, hoisting; docs/passes.md) before
+        scheduling: None or True runs them, False compiles the definition as written.
     """
 
     fusion: str | None = None
@@ -65,6 +68,7 @@ class Options:
     check_bounds: bool | None = None
     register_tile: bool | tuple[int, int] | None = None
     pack: bool | None = None
+    passes: bool | None = None
 
     def __post_init__(self) -> None:
         if self.fusion is not None and self.fusion not in FUSIONS:
@@ -98,6 +102,8 @@ class Options:
                 raise TCScheduleError(f"register_tile must be None, False or a pair of "
                                       f"positive sizes (mr, nr), not {value!r}",
                                       hint="for example register_tile=(4, 16)")
+        if self.passes not in (None, True, False):
+            raise TCScheduleError(f"passes must be None, True or False, not {self.passes!r}")
         if self.pack not in (None, True, False):
             raise TCScheduleError(f"pack must be None, True or False, not {self.pack!r}")
         if not isinstance(self.specialize, bool):

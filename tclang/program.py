@@ -9,7 +9,7 @@ only where they are stored or cast to `half`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from tclang.affine import Affine, Condition
@@ -114,7 +114,69 @@ class Cast:
     dtype: DType
 
 
-Expr = Const | IndexValue | SizeValue | Read | Unary | Binary | Compare | Select | Call | Cast
+@dataclass(frozen=True)
+class Let:
+    """`body`, where `Local(name)` stands for `value`, computed once per statement
+    instance: what common subexpression elimination within a statement makes
+    (tclang/passes). The checker never makes one; `value` is evaluated unconditionally,
+    so it never holds a read that a `?:` guards."""
+
+    name: str
+    value: "Expr"
+    body: "Expr"
+    dtype: DType
+
+
+@dataclass(frozen=True)
+class Local:
+    """The value a `Let` around it bound to `name` (its type is that value's)."""
+
+    name: str
+    dtype: DType
+
+
+Expr = (Const | IndexValue | SizeValue | Read | Unary | Binary | Compare | Select | Call | Cast
+        | Let | Local)
+
+
+def children(e: Expr) -> tuple[Expr, ...]:
+    """The direct subexpressions of `e`, in evaluation order (a read's subscripts, a let's
+    value before its body)."""
+    t = type(e)
+    if t is Read:
+        return e.subscripts
+    if t is Binary or t is Compare:
+        return (e.lhs, e.rhs)
+    if t is Unary or t is Cast:
+        return (e.operand,)
+    if t is Call:
+        return e.args
+    if t is Select:
+        return (e.cond, e.then, e.other)
+    if t is Let:
+        return (e.value, e.body)
+    return ()
+
+
+def with_children(e: Expr, new: tuple[Expr, ...]) -> Expr:
+    """`e` with its direct subexpressions replaced by `new` (as `children` orders them);
+    `e` itself when nothing changed."""
+    if all(a is b for a, b in zip(children(e), new)):
+        return e
+    t = type(e)
+    if t is Read:
+        return replace(e, subscripts=tuple(new))
+    if t is Binary or t is Compare:
+        return replace(e, lhs=new[0], rhs=new[1])
+    if t is Unary or t is Cast:
+        return replace(e, operand=new[0])
+    if t is Call:
+        return replace(e, args=tuple(new))
+    if t is Select:
+        return replace(e, cond=new[0], then=new[1], other=new[2])
+    if t is Let:
+        return replace(e, value=new[0], body=new[1])
+    return e
 
 
 def walk(e: Expr):
@@ -136,6 +198,9 @@ def walk(e: Expr):
         case Call(args=args):
             for a in args:
                 yield from walk(a)
+        case Let(value=v, body=b):
+            yield from walk(v)
+            yield from walk(b)
 
 
 def reads_of(e: Expr) -> list[Read]:
@@ -156,6 +221,8 @@ def reads_of(e: Expr) -> list[Read]:
             stack.append(node.operand)
         elif t is Select:
             stack.extend((node.other, node.then, node.cond))
+        elif t is Let:
+            stack.extend((node.body, node.value))
     return found
 
 

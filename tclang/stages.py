@@ -24,6 +24,7 @@ from tclang.errors import TCCompileError, TCError
 
 #: every stage, in order, with what its text shows
 STAGES = {
+    "passes": "the definition after the passes on the checked program, and what each did",
     "scop": "the statements' iteration domains, reads and writes (isl)",
     "dependences": "flow, false and reduction dependences (isl)",
     "schedule": "the isl schedule tree the scheduler chose",

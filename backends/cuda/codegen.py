@@ -95,6 +95,7 @@ class _Generator:
         self.lines: list[str] = []
         self.buffers = {b.name: b for b in kernel.buffers}
         self.local: dict[str, L.Buffer] = {}
+        self.lets = 0  # C variables of lets so far: unique in the file
 
     def run(self) -> KernelSource:
         out = [PRELUDE]
@@ -319,6 +320,7 @@ class _Values:
         self.promoted = promoted
         self.indent = indent
         self.temps = 0
+        self.locals: dict[str, str] = {}  # a let's name -> its C variable
 
     def emit(self, e: P.Expr) -> str:
         match e:
@@ -349,6 +351,14 @@ class _Values:
                 return _call(n, [self.emit(a) for a in args], dt)
             case P.Cast(operand=x, dtype=dt):
                 return _cast(self.emit(x), x.dtype, dt)
+            case P.Let(name=n, value=v, body=body):  # v is unconditional: a declaration
+                name = f"tc_let{self.gen.lets}"
+                self.gen.lets += 1
+                self.gen.put(self.indent, f"const auto {name} = {self.emit(v)};")
+                self.locals[n] = name
+                return self.emit(body)
+            case P.Local(name=n):
+                return self.locals[n]
         raise TypeError(f"cannot emit {e!r}")
 
     def read(self, tensor: str, subs, affine, ref: int) -> str:

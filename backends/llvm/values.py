@@ -31,6 +31,7 @@ class ValueEmitter:
         self.statement = statement
         self.indices = indices  # index name -> i64
         self.promoted = promoted
+        self.locals: dict[str, ir.Value] = {}  # what the enclosing lets bound
 
     def emit(self, e: P.Expr) -> ir.Value:
         match e:
@@ -63,6 +64,11 @@ class ValueEmitter:
                 return mathlib.emit_builtin(self.b, n, values, dt.compute.value)
             case P.Cast(operand=x, dtype=dt):
                 return T.convert(self.b, self.emit(x), x.dtype, dt)
+            case P.Let(name=n, value=v, body=body):  # v is unconditional: it dominates body
+                self.locals[n] = self.emit(v)
+                return self.emit(body)
+            case P.Local(name=n):
+                return self.locals[n]
         raise TypeError(f"cannot emit {e!r}")
 
     # ---- memory ----

@@ -1,0 +1,66 @@
+"""Passes on the checked program, before the polyhedral stage: each a pure function
+`Definition -> (Definition, notes)`, exact (the program computes bit for bit what it did),
+shown by `tclang explain --stage passes`, and all off with `Options(passes=False)`.
+
+    defn, report = optimize(defn, sizes)     # sizes: a specialized compile's, else None
+    ...                                      # half sums widened, scales factored, indices
+    defn, notes = share_within_statements(defn)   # widened (polyhedral/pipeline.py), then
+
+In order: constant folding (sizes are constants when specialized) and algebraic
+simplification until neither changes anything, common subexpressions across statements,
+hoisting of size-only expressions (shape-generic kernels), dead code elimination. Common
+subexpressions within a statement come last, on exactly what the scop is built from, so
+the program rewrites between never meet its `Let`s. What each pass does and does not do is
+in its module and in docs/passes.md.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from tclang import program as P
+from tclang.passes.common import share_across_statements, share_within_statements
+from tclang.passes.dead_code import eliminate_dead_code
+from tclang.passes.folding import fold_constants, simplify_algebra
+from tclang.passes.hoisting import hoist_size_expressions
+from tclang.passes.rewrite import definition_text
+
+__all__ = ["optimize", "share_within_statements", "passes_text", "PASS_NAMES"]
+
+#: each pass's name, as explain shows it
+PASS_NAMES = ("constant folding", "algebraic simplification",
+              "common subexpressions across statements", "hoisting of size expressions",
+              "dead code elimination", "common subexpressions within statements")
+
+Report = list[tuple[str, list[str]]]
+
+
+def optimize(defn: P.Definition, sizes: Mapping[str, int] | None = None):
+    """`defn` after every pass but the last (see the module docstring), and what each did."""
+    notes: dict[str, list[str]] = {name: [] for name in PASS_NAMES[:5]}
+    for _ in range(4):  # folding exposes identities and identities expose constants
+        defn, folded = fold_constants(defn, sizes)
+        defn, simplified = simplify_algebra(defn)
+        notes["constant folding"] += folded
+        notes["algebraic simplification"] += simplified
+        if not folded and not simplified:
+            break
+    defn, shared = share_across_statements(defn)
+    notes["common subexpressions across statements"] += shared
+    defn, hoisted = hoist_size_expressions(defn, sizes)
+    notes["hoisting of size expressions"] += hoisted
+    defn, dead = eliminate_dead_code(defn)
+    notes["dead code elimination"] += dead
+    return defn, list(notes.items())
+
+
+def passes_text(defn: P.Definition, report: Report) -> str:
+    """What `tclang explain --stage passes` prints: the program the polyhedral stage gets,
+    then what each pass changed."""
+    lines = [definition_text(defn), ""]
+    if not report:
+        return "\n".join(lines + ["(passes off: Options(passes=False))"])
+    for name, notes in report:
+        lines.append(f"{name}: {'nothing to do' if not notes else ''}".rstrip())
+        lines += [f"    {note}" for note in notes]
+    return "\n".join(lines)

@@ -1,0 +1,225 @@
+"""Common subexpression elimination, across statements and within one.
+
+Across statements: where a later statement computes, at a point its evaluation never skips
+(not inside a `?:` branch), the very expression an earlier statement `T(i..) = e` stored,
+it reads T instead. That is exact when T holds e at every point read: the earlier statement
+is the only one writing T, it assigns (no reduction), e has no `?:` and does not read T,
+nothing in between writes what e reads, T's type is e's (not half, which would round), and
+the later statement's indices run over the same ranges as the earlier one's.
+
+Within a statement: an expression that occurs more than once where evaluation never skips
+it is computed once, as a `Let` the backends evaluate first, with `Local`s in its place
+(largest first). This pass runs last, on what the polyhedral stage receives (see
+tclang/passes/__init__.py), so the program rewrites before it never meet a `Let`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+from tclang import program as P
+from tclang.affine import Affine
+from tclang.dtypes import DType
+from tclang.passes.rewrite import expression_text, renumber_reads
+
+_OPERATIONS = (P.Unary, P.Binary, P.Compare, P.Call, P.Cast)
+
+
+# ---- across statements ---------------------------------------------------------------------
+
+def share_across_statements(defn: P.Definition):
+    """`defn` with later statements reading a tensor where it holds what they compute."""
+    writers = Counter(s.target for s in defn.statements)
+    statements = list(defn.statements)
+    notes: list[str] = []
+    for j in range(len(statements)):
+        for i in range(j):
+            earlier, later = statements[i], statements[j]
+            if not _provides(defn, earlier, writers):
+                continue
+            written = {s.target for s in statements[i + 1:j + 1]}
+            if written & {r.tensor for r in earlier.reads()}:
+                continue
+            found: list[str] = []
+            rhs = _replace_matches(later.rhs, earlier, later, found)
+            if found:
+                statements[j] = replace(later, rhs=renumber_reads(rhs))
+                notes += [f"{later.target}: {text}  ->  reads {earlier.target}, which holds it"
+                          for text in found]
+    if not notes:
+        return defn, []
+    return replace(defn, statements=tuple(statements)), notes
+
+
+def _provides(defn: P.Definition, s: P.Statement, writers: Counter) -> bool:
+    """Whether `s` leaves T(i..) == its value for good: the only writer of T, an
+    assignment of a non-trivial, unguarded expression of T's exact type, not reading T."""
+    if s.op != "=" or writers[s.target] != 1 or len(set(s.indices)) != len(s.indices):
+        return False
+    if not isinstance(s.rhs, _OPERATIONS) or s.rhs.dtype is DType.FLOAT16:
+        return False
+    if defn.tensor(s.target).dtype is not s.rhs.dtype:
+        return False
+    nodes = list(P.walk(s.rhs))
+    if any(type(n) in (P.Select, P.Let, P.Local) for n in nodes):
+        return False
+    return all(r.tensor != s.target and r.guard is None for r in s.reads())
+
+
+def _replace_matches(e: P.Expr, earlier: P.Statement, later: P.Statement,
+                     found: list[str]) -> P.Expr:
+    """`e` with each unconditional occurrence of earlier's value replaced by a read."""
+    mapping: dict[str, str] = {}
+    if _unify(earlier.rhs, e, mapping) and _covers(earlier, later, mapping):
+        found.append(expression_text(e))
+        subscripts = tuple(P.IndexValue(mapping[i]) for i in earlier.indices)
+        return P.Read(earlier.target, subscripts,
+                      tuple(Affine.index(mapping[i]) for i in earlier.indices), None, 0,
+                      e.dtype, later.span)
+    t = type(e)
+    if t is P.Read:
+        return e
+    if t is P.Select:  # only the condition is always evaluated
+        return P.with_children(e, (_replace_matches(e.cond, earlier, later, found),
+                                   e.then, e.other))
+    return P.with_children(e, tuple(_replace_matches(c, earlier, later, found)
+                                    for c in P.children(e)))
+
+
+def _unify(pattern: P.Expr, e: P.Expr, mapping: dict[str, str]) -> bool:
+    """Whether `e` is `pattern` with the earlier statement's indices renamed (the renaming
+    recorded in `mapping`, kept consistent)."""
+    t = type(pattern)
+    if t is not type(e) or pattern.dtype is not e.dtype:
+        return False
+    if t is P.IndexValue:
+        return mapping.setdefault(pattern.name, e.name) == e.name
+    if t is P.SizeValue:
+        return pattern.name == e.name
+    if t is P.Const:
+        return repr(pattern.value) == repr(e.value)
+    if t is P.Read:
+        if pattern.tensor != e.tensor or e.guard is not None or \
+                len(pattern.subscripts) != len(e.subscripts):
+            return False
+    elif t in (P.Unary, P.Binary, P.Compare):
+        if pattern.op != e.op:
+            return False
+    elif t is P.Call:
+        if pattern.name != e.name or len(pattern.args) != len(e.args):
+            return False
+    elif t is not P.Cast:
+        return False
+    saved = dict(mapping)
+    if all(_unify(a, b, mapping) for a, b in zip(P.children(pattern), P.children(e))):
+        return True
+    mapping.clear()
+    mapping.update(saved)
+    return False
+
+
+def _covers(earlier: P.Statement, later: P.Statement, mapping: dict[str, str]) -> bool:
+    """Every index of `earlier` is renamed, and runs where its image in `later` runs."""
+    if set(mapping) != set(earlier.indices):
+        return False
+    for name, image in mapping.items():
+        mine, theirs = earlier.range_of(name), later.range_of(image)
+        if str(mine.lo) != str(theirs.lo) or str(mine.hi) != str(theirs.hi):
+            return False
+    return True
+
+
+# ---- within a statement --------------------------------------------------------------------
+
+def share_within_statements(defn: P.Definition):
+    """`defn` with repeated unconditional subexpressions of a statement computed once."""
+    statements, notes = [], []
+    for s in defn.statements:
+        rhs, shared = _let_bound(s.rhs)
+        if shared:
+            s = replace(s, rhs=renumber_reads(rhs))
+            notes += [f"{s.target}: {text} computed once" for text in shared]
+        statements.append(s)
+    if not notes:
+        return defn, []
+    return replace(defn, statements=tuple(statements)), notes
+
+
+def _key(e: P.Expr):
+    """Structural identity of an expression: what it computes, not where it was written
+    (a read's `ref` and span do not count)."""
+    t = type(e)
+    if t is P.Read:
+        return ("read", e.tensor, e.dtype, e.guard, tuple(_key(s) for s in e.subscripts))
+    if t is P.Const:
+        return ("const", repr(e.value), e.dtype)
+    head = (t.__name__, e.dtype, getattr(e, "op", None), getattr(e, "name", None))
+    return head + tuple(_key(c) for c in P.children(e))
+
+
+def _unconditional(e: P.Expr):
+    """The subexpressions of `e` evaluated whenever `e` is (not in `?:` branches, not in
+    subscripts), parents first."""
+    yield e
+    t = type(e)
+    if t is P.Read:
+        return
+    if t is P.Select:
+        yield from _unconditional(e.cond)
+        return
+    for c in P.children(e):
+        yield from _unconditional(c)
+
+
+def _size(e: P.Expr) -> int:
+    return sum(1 for _ in P.walk(e))
+
+
+def _let_bound(rhs: P.Expr) -> tuple[P.Expr, list[str]]:
+    bindings: list[tuple[str, P.Expr]] = []
+    body = rhs
+    shared: list[str] = []
+    while True:
+        counts: Counter = Counter()
+        first: dict = {}
+        for root in [v for _, v in bindings] + [body]:
+            for node in _unconditional(root):
+                if isinstance(node, _OPERATIONS):
+                    key = _key(node)
+                    counts[key] += 1
+                    first.setdefault(key, node)
+        repeated = [first[k] for k, n in counts.items() if n > 1]
+        if not repeated:
+            break
+        chosen = max(repeated, key=_size)  # the largest: its parts go with it
+        key, name = _key(chosen), f"cse{len(bindings)}"
+        local = P.Local(name, chosen.dtype)
+        substituted = [(n, _substitute(v, key, local)) for n, v in bindings]
+        users = [k for k, (_, v) in enumerate(substituted) if _uses(v, name)]
+        at = users[0] if users else len(bindings)
+        if any(_uses(chosen, n) for n, _ in bindings[at:]):
+            break  # it needs a binding that needs it: leave it as it is
+        bindings = substituted
+        body = _substitute(body, key, local)
+        bindings.insert(at, (name, chosen))
+        shared.append(expression_text(chosen))
+    for name, value in reversed(bindings):
+        body = P.Let(name, value, body, body.dtype)
+    return body, shared
+
+
+def _uses(e: P.Expr, name: str) -> bool:
+    return any(type(x) is P.Local and x.name == name for x in P.walk(e))
+
+
+def _substitute(e: P.Expr, key, local: P.Local) -> P.Expr:
+    """`e` with its unconditional occurrences of `key` replaced by `local`."""
+    if _key(e) == key:
+        return local
+    t = type(e)
+    if t is P.Read:
+        return e
+    if t is P.Select:
+        return P.with_children(e, (_substitute(e.cond, key, local), e.then, e.other))
+    return P.with_children(e, tuple(_substitute(c, key, local) for c in P.children(e)))

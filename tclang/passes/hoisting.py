@@ -1,0 +1,70 @@
+"""Hoisting of size-only expressions: `1.0 / D` computed once per call, not per point.
+
+In a shape-generic kernel a float expression of sizes and constants alone that divides or
+calls a function (`1.0 / float(D)`, `sqrt(float(N))`) is the same at every point of every
+statement. It becomes a rank-0 temporary, assigned by a new first statement and read where
+the expression was. Only float32 and float64 values move: storing them is exact, where an
+int32 product of sizes would wrap in storage that the widened arithmetic (see
+tclang/wide_indices.py) never does. A specialized kernel needs none of this: its sizes are
+constants and constant folding computes such expressions at compile time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tclang import program as P
+from tclang.dtypes import DType
+from tclang.passes.rewrite import expression_text, map_statements
+
+_MOVABLE = (DType.FLOAT32, DType.FLOAT64)
+
+
+def hoist_size_expressions(defn: P.Definition, sizes=None):
+    """`defn` with its costly size-only float expressions computed once (generic only)."""
+    if sizes is not None or not defn.statements:
+        return defn, []
+    hoisted: dict = {}  # expression -> its temporary's name
+    taken = set(defn.tensors) | set(defn.sizes)
+
+    def hoist(e: P.Expr) -> P.Expr:
+        if _worth_hoisting(e):
+            if e not in hoisted:
+                name, k = "size_value", 0
+                while f"{name}{k}" in taken:
+                    k += 1
+                hoisted[e] = f"{name}{k}"
+                taken.add(f"{name}{k}")
+            return P.Read(hoisted[e], (), (), None, 0, e.dtype, defn.statements[0].span)
+        if type(e) is P.Read:
+            return e
+        return P.with_children(e, tuple(hoist(c) for c in P.children(e)))
+
+    rewritten = map_statements(defn, lambda s: hoist(s.rhs))
+    if not hoisted:
+        return defn, []
+    span = defn.statements[0].span
+    new = [P.Statement(0, name, (), "=", False, e, (), (), (), span,
+                       text=f"{name} = {expression_text(e)}")
+           for e, name in hoisted.items()]
+    temporaries = tuple(P.Tensor(name, e.dtype, (), "temporary", defn.span)
+                        for e, name in hoisted.items())
+    statements = tuple(replace(s, position=k)
+                       for k, s in enumerate(new + list(rewritten.statements)))
+    notes = [f"{expression_text(e)}: computed once, into {name}" for e, name in hoisted.items()]
+    return replace(rewritten, statements=statements,
+                   temporaries=rewritten.temporaries + temporaries), notes
+
+
+def _worth_hoisting(e: P.Expr) -> bool:
+    """A float value of sizes and constants only, with a division or a call in it."""
+    if e.dtype not in _MOVABLE or type(e) in (P.Const, P.SizeValue, P.Read):
+        return False
+    costly, sizes = False, False
+    for node in P.walk(e):
+        t = type(node)
+        if t in (P.Read, P.IndexValue, P.Local, P.Let, P.Select):
+            return False
+        sizes = sizes or t is P.SizeValue
+        costly = costly or t is P.Call or (t is P.Binary and node.op in ("div", "mod"))
+    return sizes and costly
