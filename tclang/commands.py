@@ -25,7 +25,7 @@ def add_commands(sub) -> None:
     explain = sub.add_parser("explain", help="show the schedule, loops and generated code")
     _common(explain)
     explain.add_argument("--stage", default=None,
-                         help="what to print, in order: scop, dependences, schedule, "
+                         help="what to print, in order: passes, scop, dependences, schedule, "
                               "transform, loops, code, llvm, llvm-opt, cuda, python, timings "
                               "(default: transform,loops and the optimized code: llvm-opt "
                               "on the cpu backend, code on the others)")

@@ -1,7 +1,7 @@
 """Differential testing: one program, every backend and schedule, one oracle.
 
 The oracle is the reference interpreter under the simplest schedule (no fusion, no tiling,
-reductions in program order). Every other configuration (CPU with the automatic schedule,
+reductions in program order) on the program as written (no passes, tclang/passes). Every other configuration (CPU with the automatic schedule,
 with random legal manual options, shape-generic; the emulated GPU; the reference under the
 automatic schedule) runs on the same inputs, bounds-checked, and must agree: exactly for
 integer and bool outputs, within a tolerance scaled by the float type and the number of
@@ -33,7 +33,10 @@ from tclang.frontend import check_source
 from tclang.fuzzing.generator import GeneratedProgram, Model, finish
 from tclang.inputs import random_inputs
 
-ORACLE = ("reference", tclang.Options(fusion="min", tile=(), reorder_reductions=False))
+# the program as written: the passes on the checked program (tclang/passes) are off, so
+# every other configuration, which runs them, is checked against what they must preserve
+ORACLE = ("reference", tclang.Options(fusion="min", tile=(), reorder_reductions=False,
+                                      passes=False))
 
 # Open bugs found by fuzzing, each with a strict-xfail regression in tests/fuzzing. With
 # avoid_known, a configuration a bug applies to is skipped when the bug has no signature
@@ -107,7 +110,8 @@ def random_options(rng: random.Random, defn: P.Definition | None = None) -> tcla
                           reorder_reductions=rng.choice((None, None, False)),
                           register_tile=rng.choice((None, None, False,
                                                     (rng.randint(1, 6), rng.choice((4, 8, 16))))),
-                          pack=rng.choice((None, None, True, False)))
+                          pack=rng.choice((None, None, True, False)),
+                          passes=rng.choice((None, None, None, False)))
 
 
 def default_configs(defn, rng: random.Random, backends, avoid=lambda options: False):

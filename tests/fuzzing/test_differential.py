@@ -94,10 +94,13 @@ def test_the_programs_ran(worker):
     """Most programs must really run (not skipped for sizes or known bugs)."""
     if SEEN["pass"] + SEEN["fail"] == 0:
         pytest.skip("run with the generated-program tests")
-    assert SEEN["pass"] + SEEN["fail"] >= 0.9 * PROGRAMS, dict(SEEN)
+    # counted over the chunks this process ran (pytest-xdist shares them out)
+    attempted = sum(n for status, n in SEEN.items() if status != "configurations")
+    ran = SEEN["pass"] + SEEN["fail"]
+    assert ran >= 0.9 * attempted, dict(SEEN)
     # the automatic schedule for every program, most of the others (a random loop order
     # that breaks a dependence is refused, as it should be, and not counted)
-    assert SEEN["configurations"] >= 1.5 * PROGRAMS, dict(SEEN)
+    assert SEEN["configurations"] >= 1.5 * ran, dict(SEEN)
 
 
 def _regression_params() -> list:
