@@ -91,35 +91,40 @@ def export_kernel(kernel, directory, sizes: dict[str, int] | None, target: str =
 
 
 def _compile(kernel, sizes: dict[str, int] | None, backend: str):
-    """The kernel compiled generic, or for `sizes` with C-contiguous inputs."""
+    """The kernel compiled generic (from its inputs' ranks and dtypes alone), or for
+    `sizes` with C-contiguous inputs (checked as a call with those shapes would be)."""
+    from tclang.arguments import Binding
     from tclang.runtime import Module
     module = kernel.module
     options = dataclasses.replace(module.options, specialize=sizes is not None)
     alone = Module(module.program, backend, options)[kernel.name]
     defn = kernel.definition
     if sizes is None:
-        shapes = [tuple(0 for _ in t.shape) for t in defn.inputs]
-    else:
-        missing = sorted({n for t in defn.inputs for d in t.shape for n in d.names()} -
-                         set(sizes))
-        if missing:
-            raise TCArgumentError(f"export of {defn.name} needs a value for the size"
-                          f"{'s' if len(missing) > 1 else ''} {', '.join(missing)}",
-                          hint="give every size, e.g. --sizes " +
-                               ",".join(f"{n}=64" for n in missing))
-        shapes = [tuple(d.evaluate(sizes) for d in t.shape) for t in defn.inputs]
+        empty = tuple(np.zeros((0,) * t.rank, dtype=t.dtype.numpy) for t in defn.inputs)
+        return alone._for(Binding(empty, {}))
+    unknown = sorted(set(sizes) - set(defn.sizes))
+    if unknown:
+        raise TCArgumentError(f"{defn.name} has no size{'s' if len(unknown) > 1 else ''} "
+                              f"{', '.join(unknown)}; its sizes are "
+                              f"{', '.join(defn.sizes) or 'none'}")
+    missing = sorted({n for t in defn.inputs for d in t.shape for n in d.names()} - set(sizes))
+    if missing:
+        raise TCArgumentError(f"export of {defn.name} needs a value for the size"
+                              f"{'s' if len(missing) > 1 else ''} {', '.join(missing)}",
+                              hint="give every size, e.g. --sizes " +
+                                   ",".join(f"{n}=64" for n in missing))
     # views of one element with the shapes and C-contiguous strides a call would have:
     # compiling reads only shapes, dtypes and strides, never the data
     arrays = []
-    for t, shape in zip(defn.inputs, shapes):
+    for t in defn.inputs:
+        shape = tuple(d.evaluate(sizes) for d in t.shape)
         one = np.zeros(1, dtype=t.dtype.numpy)
         strides, step = [], one.itemsize
         for extent in reversed(shape):
             strides.append(step)
             step *= max(extent, 1)
-        view = np.lib.stride_tricks.as_strided(one, shape, tuple(reversed(strides)),
-                                               writeable=False)
-        arrays.append(view)
+        arrays.append(np.lib.stride_tricks.as_strided(one, shape, tuple(reversed(strides)),
+                                                      writeable=False))
     return alone.compile(*arrays)
 
 

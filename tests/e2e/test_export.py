@@ -244,3 +244,22 @@ def test_cuda_export_builds_ptx_cubin_and_a_launching_library(tmp_path):
     if done.returncode == 77:
         pytest.skip("the library and a driver built; no GPU here to run them")
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_generic_export_of_a_definition_with_obligations(tmp_path):
+    """Output extent N - 2 and a constant extent: generic export binds no sizes at all."""
+    source = "def f(float(N) X, float(3) w) -> (O) { O(i) +=! X(i + k) * w(k) }"
+    module = tclang.define(source)
+    defn = module.f.definition
+    lib = module.f.export(tmp_path / "lib")
+    x, w = np.arange(11, dtype=np.float32), np.array([1, -2, 0.5], np.float32)
+    driver = build_driver(lib, defn, (x, w), tmp_path)
+    status, message, (o,) = run_driver(driver, defn, (x, w), tmp_path)
+    assert status == 0, message
+    np.testing.assert_allclose(o, np.convolve(x, w[::-1], "valid"), rtol=1e-6)
+    short = np.arange(1, dtype=np.float32)  # N = 1: O would have extent -1
+    driver = build_driver(lib, defn, (short, w), tmp_path)
+    status, message, _ = run_driver(driver, defn, (short, w), tmp_path)
+    assert status == STATUS["bad_sizes"] and "negative extent" in message, message
+    with pytest.raises(tclang.TCArgumentError, match="no size Q"):
+        module.f.export(tmp_path / "other", {"N": 4, "Q": 2})
