@@ -15,7 +15,7 @@ from polyhedral import loop_ir as L
 from polyhedral.bounds_runtime import BoundsCondition
 from polyhedral.lowering import ast_expr
 from polyhedral.scop import Scop, tensor_box
-from tclang.errors import Span, TCArgumentError
+from tclang.errors import TCArgumentError
 
 
 def _violations(scop: Scop):

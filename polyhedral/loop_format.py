@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from polyhedral import loop_ir as L
 from tclang import program as P
+from tclang.program_text import expression_text
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div_nonneg": "/", "rem": "%", "lt": "<",
           "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}
-_VALUE_INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "and": "&&",
-                "or": "||", "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 
 def format_index(e: L.IExpr) -> str:
@@ -38,36 +37,8 @@ def _wrap(e: L.IExpr) -> str:
 
 
 def format_value(e: P.Expr) -> str:
-    """A statement body's typed expression, in the language's own notation."""
-    match e:
-        case P.Const(value=v):
-            return repr(v) if not isinstance(v, bool) else str(v).lower()
-        case P.IndexValue(name=n) | P.SizeValue(name=n):
-            return n
-        case P.Read(tensor=t, subscripts=subs):
-            return f"{t}[{']['.join(format_value(s) for s in subs)}]" if subs else t
-        case P.Unary(op="neg", operand=x):
-            return f"-{_wrap_value(x)}"
-        case P.Unary(op="not", operand=x):
-            return f"!{_wrap_value(x)}"
-        case P.Binary(op=op, lhs=a, rhs=b) | P.Compare(op=op, lhs=a, rhs=b):
-            return f"{_wrap_value(a)} {_VALUE_INFIX[op]} {_wrap_value(b)}"
-        case P.Select(cond=c, then=t, other=o):
-            return f"({format_value(c)} ? {format_value(t)} : {format_value(o)})"
-        case P.Call(name=n, args=args):
-            return f"{n}({', '.join(format_value(a) for a in args)})"
-        case P.Cast(operand=x, dtype=d):
-            return f"{d.value}({format_value(x)})"
-        case P.Let(name=n, value=v, body=b):
-            return f"let {n} = {format_value(v)} in {format_value(b)}"
-        case P.Local(name=n):
-            return n
-    raise ValueError(f"not a value expression: {e!r}")
-
-
-def _wrap_value(e: P.Expr) -> str:
-    text = format_value(e)
-    return f"({text})" if isinstance(e, (P.Binary, P.Compare, P.Let)) else text
+    """A statement body's typed expression, as pseudo-C."""
+    return expression_text(e, loops=True)
 
 
 def format_statement(s: L.StatementDef) -> str:

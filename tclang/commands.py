@@ -344,8 +344,8 @@ def _demo(args) -> int:
              ("mlp_layer", (X, W, bias), lambda: np.maximum(X @ W.T + bias, 0)),
              ("softmax", (S,), lambda: softmax(S))]
     print(f"tclang {tclang.__version__}: three one-line operators, size {n}, on the CPU\n")
-    print(f"| operator | compile (s) | max error vs NumPy | tclang (ms) | NumPy (ms) | "
-          f"tclang / NumPy speed |")
+    print("| operator | compile (s) | max error vs NumPy | tclang (ms) | NumPy (ms) | "
+          "tclang / NumPy speed |")
     print("|---|---|---|---|---|---|")
     ok = True
     for name, inputs, numpy_fn in cases:

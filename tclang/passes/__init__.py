@@ -23,7 +23,7 @@ from tclang.passes.common import share_across_statements, share_within_statement
 from tclang.passes.dead_code import eliminate_dead_code
 from tclang.passes.folding import fold_constants, simplify_algebra
 from tclang.passes.hoisting import hoist_size_expressions
-from tclang.passes.rewrite import definition_text
+from tclang.program_text import definition_text
 
 __all__ = ["optimize", "share_within_statements", "passes_text", "PASS_NAMES"]
 

@@ -21,7 +21,8 @@ from dataclasses import replace
 from tclang import program as P
 from tclang.affine import Affine
 from tclang.dtypes import DType
-from tclang.passes.rewrite import expression_text, renumber_reads
+from tclang.passes.rewrite import renumber_reads
+from tclang.program_text import expression_text
 
 _OPERATIONS = (P.Unary, P.Binary, P.Compare, P.Call, P.Cast)
 

@@ -27,6 +27,7 @@ raised).
 from __future__ import annotations
 
 import math
+import operator
 from typing import Mapping
 
 import numpy as np
@@ -116,6 +117,12 @@ def _wrap(value: int, dtype: DType):
     return int(np.array(value & ((1 << 64) - 1), dtype=np.uint64).astype(dtype.numpy))
 
 
+_FLOAT_OPS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
+              "div": operator.truediv}
+_INT_OPS = {"add": operator.add, "sub": operator.sub, "mul": operator.mul,
+            "div": operator.floordiv, "mod": operator.mod}  # floor, as the language's
+
+
 def _binary(op: str, a, b, dtype: DType):
     if dtype is DType.BOOL:
         if op == "and":
@@ -124,31 +131,15 @@ def _binary(op: str, a, b, dtype: DType):
             return bool(a) or bool(b)
         raise _NotFoldable
     if dtype.is_float:
-        x, y = np.array(a, dtype=dtype.numpy), np.array(b, dtype=dtype.numpy)
-        with np.errstate(all="ignore"):
-            match op:
-                case "add":
-                    return _float(x + y, dtype)
-                case "sub":
-                    return _float(x - y, dtype)
-                case "mul":
-                    return _float(x * y, dtype)
-                case "div":
-                    return _float(x / y, dtype)
-        raise _NotFoldable  # float %: leave it to the backend's own rules
+        if op == "mod":
+            raise _NotFoldable  # float %: left to the backend's own rules
+        with np.errstate(all="ignore"):  # in the type itself: numpy rounds as IEEE does
+            return _float(_FLOAT_OPS[op](np.array(a, dtype=dtype.numpy),
+                                         np.array(b, dtype=dtype.numpy)), dtype)
     a, b = int(a), int(b)
-    match op:
-        case "add":
-            return _wrap(a + b, dtype)
-        case "sub":
-            return _wrap(a - b, dtype)
-        case "mul":
-            return _wrap(a * b, dtype)
-        case "div":
-            return 0 if b == 0 else _wrap(a // b, dtype)
-        case "mod":
-            return 0 if b == 0 else _wrap(a % b, dtype)
-    raise _NotFoldable
+    if op in ("div", "mod") and b == 0:
+        return 0
+    return _wrap(_INT_OPS[op](a, b), dtype)
 
 
 def _unary(op: str, a, dtype: DType):
@@ -264,7 +255,7 @@ def _simplify(e: P.Expr) -> P.Expr:
 # ---- notes ---------------------------------------------------------------------------------
 
 def _text(e: P.Expr) -> str:
-    from tclang.passes.rewrite import expression_text
+    from tclang.program_text import expression_text
     return expression_text(e)
 
 

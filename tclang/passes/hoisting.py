@@ -15,7 +15,8 @@ from dataclasses import replace
 
 from tclang import program as P
 from tclang.dtypes import DType
-from tclang.passes.rewrite import expression_text, map_statements
+from tclang.passes.rewrite import map_statements
+from tclang.program_text import expression_text
 
 _MOVABLE = (DType.FLOAT32, DType.FLOAT64)
 

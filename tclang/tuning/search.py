@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import math
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
