@@ -223,10 +223,12 @@ def test_passes_change_no_result(name, specialize, backend):
         import shutil
         if shutil.which("g++") is None:
             pytest.skip("no g++ for the emulated GPU")
+        if name != "all passes":
+            pytest.skip("one program on the emulated GPU is enough (g++ is slow)")
     source = PROGRAMS[name]
     exact = tc.Options(specialize=specialize, reorder_reductions=False)
     rng = np.random.default_rng(1)
-    for n, d in ((1, 7), (5, 1), (13, 11)):
+    for n, d in ((1, 7), (13, 11)):
         first = (rng.integers(-5, 5, (n, d)).astype(np.int32) if name == "integers"
                  else rng.uniform(-2, 2, (n, d)).astype(np.float32))
         inputs = (first, rng.uniform(-2, 2, d).astype(np.float32))
