@@ -37,7 +37,7 @@ from polyhedral.scop import build_scop
 from polyhedral.gpu import map_to_gpu
 from polyhedral.tiling import BandReport, apply_loop_order, transform_bands
 from tclang import program as P
-from tclang.passes import PASS_NAMES, optimize, passes_text, share_within_statements
+from tclang.passes import finish, optimize, passes_text
 from tclang.stages import Stages
 from tclang.options import Options
 from tclang.target import Target
@@ -81,8 +81,7 @@ def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
             defn = factor_out_scales(defn, sizes)
         defn = widen_indices(defn)  # index values exact in int64
         if run_passes:  # last: what the scop is built from, Lets and all
-            defn, within = share_within_statements(defn)
-            report.append((PASS_NAMES[-1], within))
+            defn = finish(defn, report)
         scop = build_scop(defn, sizes)
         if sizes is not None:
             check_bounds(scop)

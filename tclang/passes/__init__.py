@@ -4,7 +4,7 @@ shown by `tclang explain --stage passes`, and all off with `Options(passes=False
 
     defn, report = optimize(defn, sizes)     # sizes: a specialized compile's, else None
     ...                                      # half sums widened, scales factored, indices
-    defn, notes = share_within_statements(defn)   # widened (polyhedral/pipeline.py), then
+    defn = finish(defn, report)              # widened (polyhedral/pipeline.py), then
 
 In order: constant folding (sizes are constants when specialized) and algebraic
 simplification until neither changes anything, common subexpressions across statements,
@@ -25,7 +25,7 @@ from tclang.passes.folding import fold_constants, simplify_algebra
 from tclang.passes.hoisting import hoist_size_expressions
 from tclang.program_text import definition_text
 
-__all__ = ["optimize", "share_within_statements", "passes_text", "PASS_NAMES"]
+__all__ = ["optimize", "finish", "passes_text", "PASS_NAMES"]
 
 #: each pass's name, as explain shows it
 PASS_NAMES = ("constant folding", "algebraic simplification",
@@ -52,6 +52,16 @@ def optimize(defn: P.Definition, sizes: Mapping[str, int] | None = None):
     defn, dead = eliminate_dead_code(defn)
     notes["dead code elimination"] += dead
     return defn, list(notes.items())
+
+
+def finish(defn: P.Definition, report: Report) -> P.Definition:
+    """The last pass, on what the scop is built from: the casts of constants that widening
+    index arithmetic made are folded (not reported: the widening's, not the user's), then
+    common subexpressions within each statement are bound once."""
+    defn, _ = fold_constants(defn)
+    defn, within = share_within_statements(defn)
+    report.append((PASS_NAMES[-1], within))
+    return defn
 
 
 def passes_text(defn: P.Definition, report: Report) -> str:

@@ -173,6 +173,11 @@ def _unconditional(e: P.Expr):
         yield from _unconditional(c)
 
 
+def _varies(e: P.Expr) -> bool:
+    """Not a constant expression (those are folding's)."""
+    return any(type(n) in (P.Read, P.IndexValue, P.SizeValue, P.Local) for n in P.walk(e))
+
+
 def _size(e: P.Expr) -> int:
     return sum(1 for _ in P.walk(e))
 
@@ -186,7 +191,7 @@ def _let_bound(rhs: P.Expr) -> tuple[P.Expr, list[str]]:
         first: dict = {}
         for root in [v for _, v in bindings] + [body]:
             for node in _unconditional(root):
-                if isinstance(node, _OPERATIONS):
+                if isinstance(node, _OPERATIONS) and _varies(node):
                     key = _key(node)
                     counts[key] += 1
                     first.setdefault(key, node)
