@@ -60,8 +60,14 @@ def export_kernel(kernel, directory, sizes: dict[str, int] | None, target: str =
     if target not in ("cpu", "cuda"):
         raise TCError(f"export targets are 'cpu' and 'cuda', not {target!r}")
     defn = kernel.definition
-    compiled = _compile(kernel, sizes, "cpu" if target == "cpu" else "cuda-emulated")
-    info = compiled._c.info
+    if target == "cuda":
+        from tclang.export_cuda import schedule_for_gpu
+        info, kernel_source = schedule_for_gpu(kernel, sizes)
+        static = sizes is not None  # specialized CUDA code has the strides as constants
+    else:
+        compiled = _compile(kernel, sizes)
+        info = compiled._c.info
+        static = compiled._c.artifact.blobs.get("static") == b"1"
     for condition in info.bounds:
         if condition.predicate is None:
             raise TCError(f"{defn.name}: a bounds condition of this definition can only "
@@ -70,13 +76,12 @@ def export_kernel(kernel, directory, sizes: dict[str, int] | None, target: str =
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
     name = defn.name
-    static = compiled._c.artifact.blobs.get("static") == b"1"
     wrapper = Wrapper(defn, info, sizes, static)
     header = folder / f"{name}.h"
     if target == "cuda":
         from tclang.export_cuda import write_cuda
         header.write_text(header_text(defn, sizes, f"CUDA, {arch}", cuda=True))
-        return write_cuda(wrapper, compiled, folder, arch, header)
+        return write_cuda(wrapper, kernel_source, folder, arch, header)
     from backends.llvm import export as llvm_export
     (folder / f"{name}.o").write_bytes(compiled._c.artifact.blobs["object"])
     (folder / "tclang_runtime.o").write_bytes(llvm_export.runtime_object())
@@ -90,14 +95,14 @@ def export_kernel(kernel, directory, sizes: dict[str, int] | None, target: str =
                            dict(sizes) if sizes is not None else None)
 
 
-def _compile(kernel, sizes: dict[str, int] | None, backend: str):
+def _compile(kernel, sizes: dict[str, int] | None):
     """The kernel compiled generic (from its inputs' ranks and dtypes alone), or for
     `sizes` with C-contiguous inputs (checked as a call with those shapes would be)."""
     from tclang.arguments import Binding
     from tclang.runtime import Module
     module = kernel.module
     options = dataclasses.replace(module.options, specialize=sizes is not None)
-    alone = Module(module.program, backend, options)[kernel.name]
+    alone = Module(module.program, "cpu", options)[kernel.name]
     defn = kernel.definition
     if sizes is None:
         empty = tuple(np.zeros((0,) * t.rank, dtype=t.dtype.numpy) for t in defn.inputs)
@@ -113,8 +118,12 @@ def _compile(kernel, sizes: dict[str, int] | None, backend: str):
                               f"{'s' if len(missing) > 1 else ''} {', '.join(missing)}",
                               hint="give every size, e.g. --sizes " +
                                    ",".join(f"{n}=64" for n in missing))
-    # views of one element with the shapes and C-contiguous strides a call would have:
-    # compiling reads only shapes, dtypes and strides, never the data
+    return alone.compile(*contiguous_views(defn, sizes))
+
+
+def contiguous_views(defn: Definition, sizes: dict[str, int]) -> list[np.ndarray]:
+    """Views of one element with the shapes and C-contiguous strides a call with `sizes`
+    would have: compiling reads only shapes, dtypes and strides, never the data."""
     arrays = []
     for t in defn.inputs:
         shape = tuple(d.evaluate(sizes) for d in t.shape)
@@ -125,7 +134,7 @@ def _compile(kernel, sizes: dict[str, int] | None, backend: str):
             step *= max(extent, 1)
         arrays.append(np.lib.stride_tricks.as_strided(one, shape, tuple(reversed(strides)),
                                                       writeable=False))
-    return alone.compile(*arrays)
+    return arrays
 
 
 # ---- the header ----------------------------------------------------------------------------

@@ -105,15 +105,40 @@ def nvcc() -> str:
     return found
 
 
-def write_cuda(wrapper: Wrapper, compiled, folder: Path, arch: str, header: Path):
+def schedule_for_gpu(kernel, sizes: dict[str, int] | None):
+    """(KernelInfo, KernelSource): the kernel scheduled for the GPU limits of
+    backend='cuda-emulated' and printed as CUDA C, nothing compiled (no GPU, no g++)."""
+    import dataclasses
+
+    from backends.cuda.codegen import generate
+    from polyhedral.pipeline import schedule_definition
+    from tclang.compiler import KernelInfo, compile_target
+    from tclang.export import contiguous_views
+    from tclang.parser import recursion_room
+    options = dataclasses.replace(kernel.module.options, specialize=sizes is not None)
+    layouts = None
+    if sizes is not None:
+        layouts = tuple(tuple(s // a.itemsize for s in a.strides)
+                        for a in contiguous_views(kernel.definition, sizes))
+    with recursion_room():
+        scheduled = schedule_definition(kernel.definition, sizes, options,
+                                        compile_target("cuda-emulated", options), layouts)
+        source = generate(scheduled.kernel)
+    k = scheduled.kernel
+    info = KernelInfo(k.name, k.sizes, k.buffers, k.zero_fill,
+                      tuple((s.id, s.text, s.line) for s in k.statements), "",
+                      scheduled.schedule, scheduled.strategy, scheduled.fallback,
+                      scheduled.bounds)
+    return info, source
+
+
+def write_cuda(wrapper: Wrapper, kernel_source, folder: Path, arch: str, header: Path):
     """The .cu, .ptx, .cubin and shared library of one export, made by nvcc in parallel."""
-    from backends.cuda.launches import from_json
+    from backends.cuda.launches import table
     from tclang.export import ExportedLibrary
     name = wrapper.name
-    blobs = compiled._c.artifact.blobs
     source = folder / f"{name}.cu"
-    source.write_text(cuda_source(wrapper, blobs["cuda"].decode(),
-                                  from_json(blobs["launches"])))
+    source.write_text(cuda_source(wrapper, kernel_source.text, table(kernel_source)))
     common = [nvcc(), "-O3", "-std=c++17", f"-arch={arch}"]
     jobs = {
         f"{name}.ptx": common + ["-ptx", "-o", f"{name}.ptx", source.name],
