@@ -16,6 +16,7 @@ import numpy as np
 from tclang import program as P
 from tclang.dtypes import from_numpy
 from tclang.errors import TCArgumentError
+from tclang.host_tensors import host_view, is_host_tensor
 
 
 class DeviceArray:
@@ -72,6 +73,8 @@ def as_array(value, name: str, position: int, scalar_dtype=None, device: bool = 
         array = value.view(np.ndarray) if type(value) is not np.ndarray else value
     elif isinstance(value, (bool, int, float)) and scalar_dtype is not None:
         array = _python_scalar(value, scalar_dtype, name, position)
+    elif is_host_tensor(value):  # PyTorch on the CPU: its memory, not a copy
+        array = host_view(value, f"argument {position} ({name})")
     elif hasattr(value, "__cuda_array_interface__"):
         if device:
             return DeviceArray(value)
@@ -222,9 +225,11 @@ def check_out(defn: P.Definition, out, binding: Binding) -> tuple[np.ndarray, ..
                 any(isinstance(a, DeviceArray) for a in binding.arrays):
             checked.append(_check_device_out(k, tensor, DeviceArray(array), shape, binding))
             continue
+        if is_host_tensor(array):  # written in place through a view of its memory
+            array = host_view(array, f"out[{k}] ({tensor.name})")
         if not isinstance(array, np.ndarray):
-            raise TCArgumentError(f"out[{k}] ({tensor.name}) must be a NumPy array, not "
-                                  f"{type(array).__name__}")
+            raise TCArgumentError(f"out[{k}] ({tensor.name}) must be a NumPy array or a CPU "
+                                  f"torch tensor, not {type(array).__name__}")
         if isinstance(array, np.ma.MaskedArray):
             raise _masked(f"out[{k}] ({tensor.name})")
         if array.shape != shape:

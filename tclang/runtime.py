@@ -24,6 +24,7 @@ from tclang.cachekey import cache_key, canonical_source
 from tclang.compiler import (Compiled, allocate, compile_definition, compile_target,
                              get_backend)
 from tclang.errors import TCArgumentError, TCError
+from tclang.host_tensors import like_the_caller
 from tclang.options import Options
 from tclang.parser import recursion_room
 from tclang.program import Definition, Program
@@ -142,7 +143,7 @@ class CompiledKernel:
         result = self.run(binding, out)
         if hot is not None:  # only once the whole call, out= included, was found right
             self._hot.remember(hot, args, binding, self)
-        return result
+        return like_the_caller(result, args, out)
 
     def run(self, binding: Binding, out=None):
         self._check_applies(binding)
@@ -389,7 +390,7 @@ class Kernel:
         result = compiled.run(binding, out)
         if hot is not None:  # only once the whole call, out= included, was found right
             self._hot.remember(hot, args, binding, compiled)
-        return result
+        return like_the_caller(result, args, out)
 
     def compile(self, *args) -> CompiledKernel:
         """Compile for the shapes and dtypes of `args` (inputs), without running."""

@@ -1,0 +1,55 @@
+"""PyTorch CPU tensors as arguments: viewed without a copy on the way in, and results of
+the same kind on the way out.
+
+A call whose inputs include a CPU `torch.Tensor` returns tensors: each NumPy result
+wrapped by `torch.from_numpy`, which shares its memory (no copy). `out=` takes CPU
+tensors (written in place through a NumPy view of their memory, strided ones included)
+and the call returns those same tensor objects. A tensor that requires grad is refused
+with what to do: a kernel call records no gradient. (GPU tensors go to backend='cuda',
+which returns tensors on their device; docs/language.md.) torch is never imported here
+unless the caller passed a tensor.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tclang.errors import TCArgumentError
+
+
+def is_host_tensor(value) -> bool:
+    """A torch.Tensor (or subclass, such as a Parameter) in CPU memory."""
+    if not type(value).__module__.startswith("torch"):
+        return False
+    device = getattr(value, "device", None)
+    return getattr(device, "type", None) == "cpu" and hasattr(value, "data_ptr")
+
+
+def host_view(tensor, what: str) -> np.ndarray:
+    """The tensor's memory as a NumPy array (no copy); `what` names it in errors."""
+    if getattr(tensor, "requires_grad", False):
+        raise TCArgumentError(f"{what} is a tensor that requires grad: a kernel call records "
+                              "no gradient", hint=f"pass {what.split(' ')[-1].strip('()')}"
+                                                  ".detach() to compute without one")
+    try:
+        return tensor.numpy()
+    except (TypeError, RuntimeError) as err:  # a dtype NumPy lacks (bfloat16), a conjugate
+        raise TCArgumentError(f"{what} is a tensor NumPy cannot view ({err})",
+                              hint="convert it to a float32, float64, float16 or integer "
+                                   "tensor") from None
+
+
+def like_the_caller(result, args: tuple, out):
+    """`result` as the caller's kind: the out= tensors themselves, or tensors sharing the
+    NumPy results' memory when an input was a CPU tensor; else unchanged."""
+    if out is not None:
+        outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+        if any(is_host_tensor(o) for o in outs):
+            return outs[0] if len(outs) == 1 else outs
+        return result
+    if not any(is_host_tensor(a) for a in args):
+        return result
+    import torch
+    if isinstance(result, tuple):
+        return tuple(torch.from_numpy(r) for r in result)
+    return torch.from_numpy(result)
