@@ -21,7 +21,7 @@ from dataclasses import replace
 from tclang import program as P
 from tclang.affine import Affine
 from tclang.dtypes import DType
-from tclang.passes.rewrite import renumber_reads
+from tclang.passes.rewrite import postorder, renumber_reads
 from tclang.program_text import expression_text
 
 _OPERATIONS = (P.Unary, P.Binary, P.Compare, P.Call, P.Cast)
@@ -34,10 +34,11 @@ def share_across_statements(defn: P.Definition):
     writers = Counter(s.target for s in defn.statements)
     statements = list(defn.statements)
     notes: list[str] = []
+    provides = [_provides(defn, s, writers) for s in statements]
     for j in range(len(statements)):
         for i in range(j):
             earlier, later = statements[i], statements[j]
-            if not _provides(defn, earlier, writers):
+            if not provides[i]:
                 continue
             written = {s.target for s in statements[i + 1:j + 1]}
             if written & {r.tensor for r in earlier.reads()}:
@@ -46,6 +47,7 @@ def share_across_statements(defn: P.Definition):
             rhs = _replace_matches(later.rhs, earlier, later, found)
             if found:
                 statements[j] = replace(later, rhs=renumber_reads(rhs))
+                provides[j] = _provides(defn, statements[j], writers)
                 notes += [f"{later.target}: {text}  ->  reads {earlier.target}, which holds it"
                           for text in found]
     if not notes:
@@ -62,8 +64,7 @@ def _provides(defn: P.Definition, s: P.Statement, writers: Counter) -> bool:
         return False
     if defn.tensor(s.target).dtype is not s.rhs.dtype:
         return False
-    nodes = list(P.walk(s.rhs))
-    if any(type(n) in (P.Select, P.Let, P.Local) for n in nodes):
+    if any(type(n) in (P.Select, P.Let, P.Local) for n in postorder([s.rhs])):
         return False
     return all(r.tensor != s.target and r.guard is None for r in s.reads())
 
@@ -147,39 +148,53 @@ def share_within_statements(defn: P.Definition):
     return replace(defn, statements=tuple(statements)), notes
 
 
-def _key(e: P.Expr):
-    """Structural identity of an expression: what it computes, not where it was written
-    (a read's `ref` and span do not count)."""
-    t = type(e)
-    if t is P.Read:
-        return ("read", e.tensor, e.dtype, e.guard, tuple(_key(s) for s in e.subscripts))
-    if t is P.Const:
-        return ("const", repr(e.value), e.dtype)
-    head = (t.__name__, e.dtype, getattr(e, "op", None), getattr(e, "name", None))
-    return head + tuple(_key(c) for c in P.children(e))
+class _Shapes:
+    """Structural identity of every node under some roots, in one pass (hash-consing):
+    `sid[id(node)]` is the same number for nodes that compute the same thing (a read's
+    `ref` and span do not count), with each identity's size and whether it varies (not a
+    constant expression: those are folding's). Linear in the nodes, however deep."""
+
+    def __init__(self, roots):
+        self.sid: dict[int, int] = {}
+        self.size: list[int] = []
+        self.varies: list[bool] = []
+        self.node: list[P.Expr] = []
+        table: dict[tuple, int] = {}
+        for e in postorder(roots):
+            t = type(e)
+            kids = e.subscripts if t is P.Read else P.children(e)
+            kid_ids = tuple(self.sid[id(c)] for c in kids)
+            if t is P.Read:
+                key = ("read", e.tensor, e.dtype, e.guard, kid_ids)
+            elif t is P.Const:
+                key = ("const", repr(e.value), e.dtype)
+            else:
+                key = (t.__name__, e.dtype, getattr(e, "op", None), getattr(e, "name", None),
+                       kid_ids)
+            sid = table.get(key)
+            if sid is None:
+                sid = table[key] = len(self.size)
+                self.size.append(1 + sum(self.size[k] for k in kid_ids))
+                self.varies.append(t in (P.Read, P.IndexValue, P.SizeValue, P.Local) or
+                                   any(self.varies[k] for k in kid_ids))
+                self.node.append(e)
+            self.sid[id(e)] = sid
 
 
 def _unconditional(e: P.Expr):
     """The subexpressions of `e` evaluated whenever `e` is (not in `?:` branches, not in
     subscripts), parents first."""
-    yield e
-    t = type(e)
-    if t is P.Read:
-        return
-    if t is P.Select:
-        yield from _unconditional(e.cond)
-        return
-    for c in P.children(e):
-        yield from _unconditional(c)
-
-
-def _varies(e: P.Expr) -> bool:
-    """Not a constant expression (those are folding's)."""
-    return any(type(n) in (P.Read, P.IndexValue, P.SizeValue, P.Local) for n in P.walk(e))
-
-
-def _size(e: P.Expr) -> int:
-    return sum(1 for _ in P.walk(e))
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        yield x
+        t = type(x)
+        if t is P.Read:
+            continue
+        if t is P.Select:
+            stack.append(x.cond)
+            continue
+        stack.extend(reversed(P.children(x)))
 
 
 def _let_bound(rhs: P.Expr) -> tuple[P.Expr, list[str]]:
@@ -187,45 +202,47 @@ def _let_bound(rhs: P.Expr) -> tuple[P.Expr, list[str]]:
     body = rhs
     shared: list[str] = []
     while True:
+        roots = [v for _, v in bindings] + [body]
+        shapes = _Shapes(roots)
         counts: Counter = Counter()
-        first: dict = {}
-        for root in [v for _, v in bindings] + [body]:
+        for root in roots:
             for node in _unconditional(root):
-                if isinstance(node, _OPERATIONS) and _varies(node):
-                    key = _key(node)
-                    counts[key] += 1
-                    first.setdefault(key, node)
-        repeated = [first[k] for k, n in counts.items() if n > 1]
+                sid = shapes.sid[id(node)]
+                if isinstance(node, _OPERATIONS) and shapes.varies[sid]:
+                    counts[sid] += 1
+        repeated = [sid for sid, n in counts.items() if n > 1]
         if not repeated:
             break
-        chosen = max(repeated, key=_size)  # the largest: its parts go with it
-        key, name = _key(chosen), f"cse{len(bindings)}"
-        local = P.Local(name, chosen.dtype)
-        substituted = [(n, _substitute(v, key, local)) for n, v in bindings]
+        chosen = max(repeated, key=lambda sid: shapes.size[sid])  # its parts go with it
+        value, name = shapes.node[chosen], f"cse{len(bindings)}"
+        local = P.Local(name, value.dtype)
+        substituted = [(n, _substitute(v, shapes, chosen, local)) for n, v in bindings]
         users = [k for k, (_, v) in enumerate(substituted) if _uses(v, name)]
         at = users[0] if users else len(bindings)
-        if any(_uses(chosen, n) for n, _ in bindings[at:]):
+        if any(_uses(value, n) for n, _ in bindings[at:]):
             break  # it needs a binding that needs it: leave it as it is
         bindings = substituted
-        body = _substitute(body, key, local)
-        bindings.insert(at, (name, chosen))
-        shared.append(expression_text(chosen))
+        body = _substitute(body, shapes, chosen, local)
+        bindings.insert(at, (name, value))
+        shared.append(expression_text(value))
     for name, value in reversed(bindings):
         body = P.Let(name, value, body, body.dtype)
     return body, shared
 
 
 def _uses(e: P.Expr, name: str) -> bool:
-    return any(type(x) is P.Local and x.name == name for x in P.walk(e))
+    return any(type(x) is P.Local and x.name == name for x in postorder([e]))
 
 
-def _substitute(e: P.Expr, key, local: P.Local) -> P.Expr:
-    """`e` with its unconditional occurrences of `key` replaced by `local`."""
-    if _key(e) == key:
+def _substitute(e: P.Expr, shapes: _Shapes, chosen: int, local: P.Local) -> P.Expr:
+    """`e` with its unconditional occurrences of identity `chosen` replaced by `local`."""
+    if shapes.sid[id(e)] == chosen:
         return local
     t = type(e)
     if t is P.Read:
         return e
     if t is P.Select:
-        return P.with_children(e, (_substitute(e.cond, key, local), e.then, e.other))
-    return P.with_children(e, tuple(_substitute(c, key, local) for c in P.children(e)))
+        return P.with_children(e, (_substitute(e.cond, shapes, chosen, local), e.then,
+                                   e.other))
+    return P.with_children(e, tuple(_substitute(c, shapes, chosen, local)
+                                    for c in P.children(e)))

@@ -34,7 +34,7 @@ import numpy as np
 
 from tclang import program as P
 from tclang.dtypes import DType
-from tclang.passes.rewrite import map_statements, rewrite_bottom_up
+from tclang.passes.rewrite import map_statements, postorder, rewrite_bottom_up
 
 _INT32 = np.iinfo(np.int32)
 
@@ -199,7 +199,7 @@ def _is(e: P.Expr, value) -> bool:
 
 
 def _gathers(e: P.Expr) -> bool:
-    return any(type(n) is P.Read and n.is_gather for n in P.walk(e))
+    return any(type(n) is P.Read and n.is_gather for n in postorder([e]))
 
 
 def _simplify(e: P.Expr) -> P.Expr:

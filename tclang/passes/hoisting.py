@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from tclang import program as P
 from tclang.dtypes import DType
-from tclang.passes.rewrite import map_statements
+from tclang.passes.rewrite import map_statements, postorder
 from tclang.program_text import expression_text
 
 _MOVABLE = (DType.FLOAT32, DType.FLOAT64)
@@ -27,9 +27,12 @@ def hoist_size_expressions(defn: P.Definition, sizes=None):
         return defn, []
     hoisted: dict = {}  # expression -> its temporary's name
     taken = set(defn.tensors) | set(defn.sizes)
+    kinds = _kinds(s.rhs for s in defn.statements)
 
     def hoist(e: P.Expr) -> P.Expr:
-        if _worth_hoisting(e):
+        size_only, costly = kinds[id(e)]
+        if size_only and costly and e.dtype in _MOVABLE and \
+                type(e) not in (P.Const, P.SizeValue):
             if e not in hoisted:
                 name, k = "size_value", 0
                 while f"{name}{k}" in taken:
@@ -57,15 +60,18 @@ def hoist_size_expressions(defn: P.Definition, sizes=None):
                    temporaries=rewritten.temporaries + temporaries), notes
 
 
-def _worth_hoisting(e: P.Expr) -> bool:
-    """A float value of sizes and constants only, with a division or a call in it."""
-    if e.dtype not in _MOVABLE or type(e) in (P.Const, P.SizeValue, P.Read):
-        return False
-    costly, sizes = False, False
-    for node in P.walk(e):
-        t = type(node)
+def _kinds(roots) -> dict[int, tuple[bool, bool]]:
+    """id(node) -> (a value of sizes and constants with a size in it, a division or a call
+    in it), for every node, in one pass from the leaves up."""
+    facts: dict[int, tuple[bool, bool, bool]] = {}  # (no read, index, ...; a size; costly)
+    for e in postorder(roots):
+        t = type(e)
+        parts = [facts[id(c)] for c in P.children(e)]
         if t in (P.Read, P.IndexValue, P.Local, P.Let, P.Select):
-            return False
-        sizes = sizes or t is P.SizeValue
-        costly = costly or t is P.Call or (t is P.Binary and node.op in ("div", "mod"))
-    return sizes and costly
+            facts[id(e)] = (False, False, False)
+        else:
+            costly = t is P.Call or (t is P.Binary and e.op in ("div", "mod"))
+            facts[id(e)] = (all(p[0] for p in parts),
+                            t is P.SizeValue or any(p[1] for p in parts),
+                            costly or any(p[2] for p in parts))
+    return {k: (pure and size, costly) for k, (pure, size, costly) in facts.items()}

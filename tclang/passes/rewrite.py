@@ -22,6 +22,21 @@ def rewrite_bottom_up(e: P.Expr, f: Callable[[P.Expr], P.Expr]) -> P.Expr:
     return f(P.with_children(e, new))
 
 
+def postorder(roots):
+    """Every node under `roots` (subscripts included), children before parents, without
+    recursion: a statement may be a chain thousands of terms long, and a recursive
+    generator costs its depth at every step."""
+    for root in roots:
+        stack = [(root, False)]
+        while stack:
+            e, expanded = stack.pop()
+            if expanded:
+                yield e
+                continue
+            stack.append((e, True))
+            stack.extend((c, False) for c in reversed(P.children(e)))
+
+
 def renumber_reads(e: P.Expr) -> P.Expr:
     """`e` with its reads' `ref` numbered 0, 1, ... in the order `reads_of` lists them."""
     counter = iter(range(1 << 40))
