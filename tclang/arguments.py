@@ -74,7 +74,7 @@ def as_array(value, name: str, position: int, scalar_dtype=None, device: bool = 
     elif isinstance(value, (bool, int, float)) and scalar_dtype is not None:
         array = _python_scalar(value, scalar_dtype, name, position)
     elif is_host_tensor(value):  # PyTorch on the CPU: its memory, not a copy
-        array = host_view(value, f"argument {position} ({name})")
+        array = host_view(value, f"argument {position} ({name})", name)
     elif hasattr(value, "__cuda_array_interface__"):
         if device:
             return DeviceArray(value)
@@ -226,7 +226,7 @@ def check_out(defn: P.Definition, out, binding: Binding) -> tuple[np.ndarray, ..
             checked.append(_check_device_out(k, tensor, DeviceArray(array), shape, binding))
             continue
         if is_host_tensor(array):  # written in place through a view of its memory
-            array = host_view(array, f"out[{k}] ({tensor.name})")
+            array = host_view(array, f"out[{k}] ({tensor.name})", tensor.name)
         if not isinstance(array, np.ndarray):
             raise TCArgumentError(f"out[{k}] ({tensor.name}) must be a NumPy array or a CPU "
                                   f"torch tensor, not {type(array).__name__}")

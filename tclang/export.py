@@ -37,12 +37,13 @@ from tclang.program import Definition
 
 @dataclass(frozen=True)
 class ExportedLibrary:
-    """What `export` wrote: the library, its header, and the pieces it was linked from."""
+    """What `export` wrote: the library, its header, the wrapper's source (.c or .cu) and
+    the other files: the object files it was linked from (CPU), or the PTX and cubin."""
 
     library: Path
     header: Path
     wrapper: Path
-    objects: tuple[Path, ...]
+    parts: tuple[Path, ...]
     entry: str
     sizes: dict | None  # None: shape-generic
 
@@ -203,7 +204,7 @@ int tclang_{name}(
 
 /* The shape of output `output` (0-based) for inputs of these extents: writes its rank
  * extents into `shape` and returns TCLANG_OK, or a status as tclang_{name} would. */
-int tclang_{name}_output_shape(int output, {shape_parameters(defn) or "void *unused"},
+int tclang_{name}_output_shape(int output, {shape_parameters(defn)},
     int64_t *shape);
 
 /* The message of the last call on this thread that did not return TCLANG_OK. */

@@ -27,16 +27,11 @@ STATUS = {"TCLANG_OK": 0, "TCLANG_BAD_ARGUMENT": 1, "TCLANG_BAD_SIZES": 2,
           "TCLANG_INDEX_ERROR": 3, "TCLANG_OUT_OF_MEMORY": 4, "TCLANG_CUDA_ERROR": 5}
 
 
-def parameters(defn: Definition, pointer_suffix: str = "") -> list[str]:
+def parameters(defn: Definition) -> list[str]:
     """Each argument as `T *X, const int64_t *X_sizes, const int64_t *X_strides`."""
-    params = []
-    for t in defn.inputs:
-        params.append(f"const {C_TYPES[t.dtype]} *{t.name}{pointer_suffix}, "
-                      f"const int64_t *{t.name}_sizes, const int64_t *{t.name}_strides")
-    for t in defn.outputs:
-        params.append(f"{C_TYPES[t.dtype]} *{t.name}{pointer_suffix}, "
-                      f"const int64_t *{t.name}_sizes, const int64_t *{t.name}_strides")
-    return params
+    return [f"{'const ' if t.role == 'input' else ''}{C_TYPES[t.dtype]} *{t.name}, "
+            f"const int64_t *{t.name}_sizes, const int64_t *{t.name}_strides"
+            for t in defn.inputs + defn.outputs]
 
 
 def shape_parameters(defn: Definition) -> str:

@@ -25,12 +25,13 @@ def is_host_tensor(value) -> bool:
     return getattr(device, "type", None) == "cpu" and hasattr(value, "data_ptr")
 
 
-def host_view(tensor, what: str) -> np.ndarray:
-    """The tensor's memory as a NumPy array (no copy); `what` names it in errors."""
+def host_view(tensor, what: str, name: str) -> np.ndarray:
+    """The tensor's memory as a NumPy array (no copy); `what` and `name` say which
+    argument it is in errors."""
     if getattr(tensor, "requires_grad", False):
         raise TCArgumentError(f"{what} is a tensor that requires grad: a kernel call records "
-                              "no gradient", hint=f"pass {what.split(' ')[-1].strip('()')}"
-                                                  ".detach() to compute without one")
+                              "no gradient", hint=f"pass {name}.detach() to compute "
+                                                  "without one")
     try:
         return tensor.numpy()
     except (TypeError, RuntimeError) as err:  # a dtype NumPy lacks (bfloat16), a conjugate

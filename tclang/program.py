@@ -180,50 +180,18 @@ def with_children(e: Expr, new: tuple[Expr, ...]) -> Expr:
 
 
 def walk(e: Expr):
-    """Every node of an expression tree, parents before children."""
-    yield e
-    match e:
-        case Read(subscripts=subs):
-            for s in subs:
-                yield from walk(s)
-        case Unary(operand=x) | Cast(operand=x):
-            yield from walk(x)
-        case Binary(lhs=a, rhs=b) | Compare(lhs=a, rhs=b):
-            yield from walk(a)
-            yield from walk(b)
-        case Select(cond=c, then=t, other=o):
-            yield from walk(c)
-            yield from walk(t)
-            yield from walk(o)
-        case Call(args=args):
-            for a in args:
-                yield from walk(a)
-        case Let(value=v, body=b):
-            yield from walk(v)
-            yield from walk(b)
+    """Every node of an expression tree, parents before children, in evaluation order
+    (iterative: a statement may be a chain thousands of terms long)."""
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(children(node)))
 
 
 def reads_of(e: Expr) -> list[Read]:
     """The reads of an expression in source order (gathers' inner reads after the outer)."""
-    found, stack = [], [e]
-    while stack:
-        node = stack.pop()
-        t = type(node)
-        if t is Read:
-            found.append(node)
-            stack.extend(reversed(node.subscripts))
-        elif t is Binary or t is Compare:
-            stack.append(node.rhs)
-            stack.append(node.lhs)
-        elif t is Call:
-            stack.extend(reversed(node.args))
-        elif t is Unary or t is Cast:
-            stack.append(node.operand)
-        elif t is Select:
-            stack.extend((node.other, node.then, node.cond))
-        elif t is Let:
-            stack.extend((node.body, node.value))
-    return found
+    return [node for node in walk(e) if type(node) is Read]
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ import numpy as np
 from tclang import program as P
 from tclang.dtypes import DType
 from tclang.passes.rewrite import map_statements, postorder, rewrite_bottom_up
+from tclang.program_text import expression_text
 
 _INT32 = np.iinfo(np.int32)
 
@@ -50,7 +51,7 @@ def fold_constants(defn: P.Definition, sizes: Mapping[str, int] | None = None):
             return P.Const(int(sizes[e.name]), e.dtype)
         folded = _fold(e)
         if folded is not e and type(folded) is P.Const and type(e) is not P.Const:
-            notes.append(_show(e, folded))
+            notes.append(_note(e, folded))
         return folded
 
     return map_statements(defn, lambda s: rewrite_bottom_up(s.rhs, fold)), notes
@@ -63,10 +64,14 @@ def simplify_algebra(defn: P.Definition):
     def simplify(e: P.Expr) -> P.Expr:
         out = _simplify(e)
         if out is not e:
-            notes.append(f"{_text(e)}  ->  {_text(out)}")
+            notes.append(_note(e, out))
         return out
 
     return map_statements(defn, lambda s: rewrite_bottom_up(s.rhs, simplify)), notes
+
+
+def _note(before: P.Expr, after: P.Expr) -> str:
+    return f"{expression_text(before)}  ->  {expression_text(after)}"
 
 
 # ---- folding -------------------------------------------------------------------------------
@@ -231,7 +236,7 @@ def _simplify(e: P.Expr) -> P.Expr:
                 return a
         elif op == "div" and _is(b, 1):
             return a
-        elif op == "sub" and (_is(b, 0.0) if dt.is_float else _is(b, 0)):
+        elif op == "sub" and _is(b, 0):  # +0.0 for floats
             return a
         elif op == "add":
             if dt.is_float:
@@ -250,14 +255,3 @@ def _simplify(e: P.Expr) -> P.Expr:
             and e.operand.dtype is DType.FLOAT64 and e.operand.operand.dtype is DType.FLOAT32:
         return e.operand.operand
     return e
-
-
-# ---- notes ---------------------------------------------------------------------------------
-
-def _text(e: P.Expr) -> str:
-    from tclang.program_text import expression_text
-    return expression_text(e)
-
-
-def _show(before: P.Expr, after: P.Const) -> str:
-    return f"{_text(before)}  ->  {_text(after)}"
