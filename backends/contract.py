@@ -47,7 +47,8 @@ class Backend(Protocol):
     name: str
     #: the kernel runs where arrays with `__cuda_array_interface__` live: the runtime passes
     #: them as they are (no host copy) and asks `allocate(shape, dtype, zero, like)` for
-    #: outputs of the same kind as the user's array `like`
+    #: outputs of the same kind as the user's array `like`, and `copy(destination, source)`
+    #: between two such arrays (a strided out= is computed contiguous, then copied)
     device_arrays: bool
 
     def target(self) -> Target:

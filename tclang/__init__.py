@@ -12,14 +12,14 @@ __version__ = "0.1.0"
 from typing import TYPE_CHECKING
 
 from tclang.errors import (TCArgumentError, TCCompileError, TCError, TCIndexError,
-                           TCScheduleError, TCSemanticError, TCSyntaxError, TCWarning)
+                           TCLaunchError, TCScheduleError, TCSemanticError, TCSyntaxError, TCWarning)
 
 if TYPE_CHECKING:
     from tclang.options import Options
 
 __all__ = ["define", "compile", "autotune", "compare", "Options", "TCError", "TCSyntaxError",
            "TCSemanticError", "TCArgumentError", "TCIndexError", "TCCompileError", "TCScheduleError",
-           "TCWarning", "__version__"]
+           "TCLaunchError", "TCWarning", "__version__"]
 
 
 def define(source: str, backend: str = "cpu", options: Options | str | None = None):

@@ -16,7 +16,7 @@ import numpy as np
 from tclang import program as P
 from tclang.dtypes import from_numpy
 from tclang.errors import TCArgumentError
-from tclang.host_tensors import host_view, is_host_tensor
+from tclang.host_tensors import host_view, is_host_tensor, refuse_grad
 
 
 class DeviceArray:
@@ -75,12 +75,15 @@ def as_array(value, name: str, position: int, scalar_dtype=None, device: bool = 
         array = _python_scalar(value, scalar_dtype, name, position)
     elif is_host_tensor(value):  # PyTorch on the CPU: its memory, not a copy
         array = host_view(value, f"argument {position} ({name})", name)
+    elif type(value).__module__.startswith("torch") and getattr(value, "is_cuda", False):
+        refuse_grad(value, f"argument {position} ({name})", name)
+        if device:
+            return DeviceArray(value)
+        raise _on_gpu(position, name)
     elif hasattr(value, "__cuda_array_interface__"):
         if device:
             return DeviceArray(value)
-        raise TCArgumentError(f"argument {position} ({name}) lives on a GPU; this backend "
-                              "needs host memory", hint="copy it to the host, or define the "
-                                                        "kernel with backend='cuda'")
+        raise _on_gpu(position, name)
     else:
         try:
             array = np.from_dlpack(value) if hasattr(value, "__dlpack__") and \
@@ -99,6 +102,12 @@ def as_array(value, name: str, position: int, scalar_dtype=None, device: bool = 
     if not array.dtype.isnative:
         array = array.astype(array.dtype.newbyteorder("="))  # kernels read native order
     return array
+
+
+def _on_gpu(position: int, name: str) -> TCArgumentError:
+    return TCArgumentError(f"argument {position} ({name}) lives on a GPU; this backend needs "
+                           "host memory", hint="copy it to the host, or define the kernel with "
+                                               "backend='cuda'")
 
 
 def _masked(what: str) -> TCArgumentError:
@@ -221,6 +230,7 @@ def check_out(defn: P.Definition, out, binding: Binding) -> tuple[np.ndarray, ..
     shapes = output_shapes(defn, binding.sizes)
     checked = []
     for k, (tensor, array, shape) in enumerate(zip(defn.outputs, outs, shapes)):
+        refuse_grad(array, f"out[{k}] ({tensor.name})", tensor.name)
         if hasattr(array, "__cuda_array_interface__") and \
                 any(isinstance(a, DeviceArray) for a in binding.arrays):
             checked.append(_check_device_out(k, tensor, DeviceArray(array), shape, binding))

@@ -118,6 +118,11 @@ class TCCompileError(TCError):
     """A backend failed to build a kernel; the message says which stage and why."""
 
 
+class TCLaunchError(TCError, RuntimeError):
+    """A built kernel failed on its device: the GPU refused a launch or faulted while it
+    ran. The message names the generated function and the launch's grid and block."""
+
+
 class TCScheduleError(_LocatedError, ValueError):
     """A manual schedule (`tclang.Options`) is invalid or would break a dependence."""
 

@@ -25,13 +25,19 @@ def is_host_tensor(value) -> bool:
     return getattr(device, "type", None) == "cpu" and hasattr(value, "data_ptr")
 
 
-def host_view(tensor, what: str, name: str) -> np.ndarray:
-    """The tensor's memory as a NumPy array (no copy); `what` and `name` say which
-    argument it is in errors."""
-    if getattr(tensor, "requires_grad", False):
+def refuse_grad(tensor, what: str, name: str) -> None:
+    """A tensor that requires grad, on any device, is refused: a kernel call records no
+    gradient (and PyTorch will not hand out its memory)."""
+    if type(tensor).__module__.startswith("torch") and getattr(tensor, "requires_grad", False):
         raise TCArgumentError(f"{what} is a tensor that requires grad: a kernel call records "
                               "no gradient", hint=f"pass {name}.detach() to compute "
                                                   "without one")
+
+
+def host_view(tensor, what: str, name: str) -> np.ndarray:
+    """The tensor's memory as a NumPy array (no copy); `what` and `name` say which
+    argument it is in errors."""
+    refuse_grad(tensor, what, name)
     try:
         return tensor.numpy()
     except (TypeError, RuntimeError) as err:  # a dtype NumPy lacks (bfloat16), a conjugate

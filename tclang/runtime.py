@@ -158,7 +158,10 @@ class CompiledKernel:
                 array = target  # points no statement writes keep their values
             else:
                 shape = tuple(L.evaluate(d, sizes) for d in buf.shape)
-                if target is not None:  # computed contiguous, then copied into out=
+                if isinstance(target, DeviceArray):  # the same, on the device
+                    array = self._device_copy(target)
+                    copy_back.append((target, array))
+                elif target is not None:  # computed contiguous, then copied into out=
                     array = np.ascontiguousarray(target)
                     copy_back.append((target, array))
                 else:
@@ -170,7 +173,10 @@ class CompiledKernel:
             arrays.append(new(buf, shape, buf.name in self._zero))
         self._c.artifact.run(arrays, [sizes[s] for s in self._c.info.sizes])
         for target, array in copy_back:
-            np.copyto(target, array)
+            if isinstance(target, DeviceArray):
+                get_backend(self.backend).copy(target.obj, array.obj)
+            else:
+                np.copyto(target, array)
         results = [getattr(r, "obj", r) for r in results]  # device arrays: the user's kind
         return results[0] if len(results) == 1 else tuple(results)
 
@@ -211,6 +217,14 @@ class CompiledKernel:
         backend = get_backend(self.backend)
         return lambda buf, shape, zero: DeviceArray(
             backend.allocate(shape, buf.dtype.numpy, zero, like.obj))
+
+    def _device_copy(self, target: DeviceArray) -> DeviceArray:
+        """A C-contiguous copy of a strided device out= array (points no statement writes
+        keep their values), of the same library: the kernel writes outputs contiguously."""
+        backend = get_backend(self.backend)
+        array = backend.allocate(target.shape, target.dtype, False, target.obj)
+        backend.copy(array, target.obj)
+        return DeviceArray(array)
 
     def _allocate(self, buf: L.Buffer, shape: tuple[int, ...], zero: bool) -> np.ndarray:
         """A new host array; one too big for memory is the caller's error, located at the

@@ -11,6 +11,7 @@ back as the same kind of object (PyTorch, CuPy, PyCUDA GPUArray).
 
 from __future__ import annotations
 
+import atexit
 import functools
 
 import numpy as np
@@ -19,7 +20,7 @@ from backends.contract import Artifact
 from backends.cuda import launches as LT
 from backends.cuda.codegen import generate
 from polyhedral import loop_ir as L
-from tclang.errors import TCCompileError
+from tclang.errors import TCArgumentError, TCCompileError, TCLaunchError
 from tclang.target import Target
 
 
@@ -37,10 +38,22 @@ def _device():
         device = cuda.Device(0)
         context = device.retain_primary_context()
         context.push()
+        atexit.register(_release, cuda, context)
     except Exception as err:  # no driver, no device: say so in tclang's words
         raise TCCompileError(f"backend='cuda' found no usable NVIDIA GPU ({err}); use "
                              "backend='cuda-emulated' on machines without one") from None
     return cuda, device, context
+
+
+def _release(cuda, context) -> None:
+    """Pop the primary context before PyCUDA's own exit hook runs (atexit is last in, first
+    out): PyCUDA aborts the process if it finds a context still pushed."""
+    try:
+        while cuda.Context.get_current() is not None:
+            cuda.Context.pop()
+    except cuda.Error:
+        pass
+    context.detach()
 
 
 class CudaBackend:
@@ -85,6 +98,19 @@ class CudaBackend:
         """Outputs of a call whose inputs live on the GPU: the same kind of array."""
         return device_empty(shape, dtype, zero, like)
 
+    def copy(self, destination, source):
+        """Device to device, between two arrays of one library (a strided out=)."""
+        module = type(destination).__module__.split(".")[0]
+        if module == "torch":
+            destination.copy_(source)
+        elif module == "cupy":
+            import cupy
+            cupy.copyto(destination, source)
+        else:
+            raise TCArgumentError(f"out= of type {type(destination).__name__} must be "
+                                  "C-contiguous", hint="pass a contiguous array, or a "
+                                  "PyTorch tensor or CuPy array (strided ones are copied)")
+
 
 def _artifact(cubin: bytes, text: str, entries, buffers, statements, size_names):
     cuda, _, _ = _device()
@@ -112,13 +138,22 @@ def _artifact(cubin: bytes, text: str, entries, buffers, statements, size_names)
         cuda.memset_d8(err, 0, LT.ERR_FIELDS * 8)
         args = pointers + [np.int64(v) for v in sizes] + [np.int64(v) for v in strides] + \
             [np.uintp(int(err))]
+        launched = []
         for entry, fn in functions:
             if not entry.runs(env):
                 continue
             grid, block = entry.dims(env)
-            fn(*args, grid=grid, block=block)
+            try:
+                fn(*args, grid=grid, block=block)
+            except cuda.Error as failure:
+                raise _launch_error("refused to launch", [(entry.function, grid, block)],
+                                    failure) from None
+            launched.append((entry.function, grid, block))
         record = np.zeros(LT.ERR_FIELDS, dtype=np.int64)
-        cuda.memcpy_dtoh(record, err)  # also waits for the kernels
+        try:
+            cuda.memcpy_dtoh(record, err)  # also waits for the kernels
+        except cuda.Error as failure:
+            raise _launch_error("failed while running", launched, failure) from None
         if record[0]:
             LT.raise_index_error(record, buffers, statements, [a.shape for a in arrays])
         for host, memory in copy_back:
@@ -128,6 +163,16 @@ def _artifact(cubin: bytes, text: str, entries, buffers, statements, size_names)
 
     return Artifact(source=text, run=run, stages={"cuda": text},
                     blobs={"cubin": cubin, "cuda": text.encode(), "launches": LT.to_json(entries)})
+
+
+def _launch_error(what: str, launches, failure) -> TCLaunchError:
+    """A driver error in tclang's words: which generated functions, with which grid and
+    block. A fault while running leaves the CUDA context unusable, so say that too."""
+    names = "; ".join(f"{name} (grid {grid}, block {block})" for name, grid, block in launches)
+    after = "" if what == "refused to launch" else (
+        " The CUDA context is unusable after a fault: restart the process, and report the "
+        "program and shapes as a tclang bug (Options(check_bounds=True) names the access).")
+    return TCLaunchError(f"the GPU {what} {names or 'the kernel'}: {failure}.{after}")
 
 
 def device_empty(shape, dtype: np.dtype, zero: bool, like):

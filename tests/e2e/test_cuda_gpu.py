@@ -1,0 +1,168 @@
+"""backend="cuda" on a real NVIDIA GPU: the whole corpus against NumPy (every shape
+specialized, shape-generic, Fortran-ordered and strided inputs), float16/32/64, PyTorch CUDA
+tensors and CuPy arrays used in place (outputs on the device, of the caller's kind, `out=`
+written in place), the disk cache of cubins, and a refused launch as a TCLaunchError.
+
+Everything here is behind the `gpu` marker and skips cleanly without PyCUDA or a GPU (CI
+has neither); tests/e2e/test_cuda_emulated.py runs the same generated CUDA on the CPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tclang
+from tests.corpus import CASES, Case, assert_close, check_call, define, make_inputs, run_case
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(importlib.util.find_spec("pycuda") is None,
+                                 reason="backend='cuda' needs PyCUDA and an NVIDIA GPU")]
+
+MM = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }"
+GATHER = "def take(float(N) T, int32(K) I) -> (O) { O(k) = T(I(k)) }"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def gpu():
+    """Skip (not fail) when PyCUDA imports but finds no GPU."""
+    from backends.cuda.backend import _device
+    try:
+        return _device()
+    except tclang.TCCompileError as err:
+        pytest.skip(str(err))
+
+
+@pytest.mark.parametrize("case,k", [pytest.param(c, k, id=f"{c.name}-shape{k}")
+                                    for c in CASES for k in range(len(c.shapes))])
+def test_corpus(case: Case, k: int):
+    outputs, expected = run_case(case, case.shapes[k], "cuda")
+    assert_close(outputs, expected, case)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_corpus_shape_generic(case: Case):
+    kernel = define(case, "cuda", tclang.Options(specialize=False))[case.entry]
+    for shape in case.shapes:
+        outputs, expected = check_call(case, kernel, make_inputs(case, shape))
+        assert_close(outputs, expected, case)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_corpus_fortran_order(case: Case):
+    outputs, expected = run_case(case, case.shapes[-1], "cuda", layout="F")
+    assert_close(outputs, expected, case)
+
+
+@pytest.mark.parametrize("dtype,tolerance", [("half", 2e-2), ("float", 1e-5),
+                                             ("double", 1e-12)])
+@pytest.mark.parametrize("shape", [(1, 1, 1), (7, 13, 5), (64, 33, 17)])
+def test_matmul_dtypes(dtype, tolerance, shape):
+    m, k, n = shape
+    source = MM.replace("float", dtype)
+    numpy_type = {"half": np.float16, "float": np.float32, "double": np.float64}[dtype]
+    rng = np.random.default_rng(7)
+    a = rng.uniform(-1, 1, (m, k)).astype(numpy_type)
+    b = rng.uniform(-1, 1, (k, n)).astype(numpy_type)
+    c = tclang.define(source, backend="cuda").mm(a, b)
+    assert c.dtype == numpy_type
+    expected = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(c.astype(np.float64), expected, rtol=tolerance,
+                               atol=tolerance * max(k, 1) ** 0.5)
+
+
+def test_strided_numpy_views():
+    rng = np.random.default_rng(3)
+    base_a = rng.standard_normal((14, 26)).astype(np.float32)
+    base_b = rng.standard_normal((13, 10)).astype(np.float32)
+    a, b = base_a[::2, ::2], base_b[:, ::2]  # 7x13 and 13x5, neither contiguous
+    c = tclang.define(MM, backend="cuda").mm(a, b)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_torch_cuda_tensors_in_place():
+    torch = pytest.importorskip("torch")
+    a = torch.randn(37, 19, device="cuda")
+    b = torch.randn(19, 23, device="cuda").t().contiguous().t()  # strided: read as it is
+    kernel = tclang.define(MM, backend="cuda").mm
+    c = kernel(a, b)
+    assert isinstance(c, torch.Tensor) and c.device.type == "cuda"
+    torch.testing.assert_close(c, a @ b, rtol=1e-4, atol=1e-4)
+    out = torch.full((37, 23), float("nan"), device="cuda")
+    assert kernel(a, b, out=out) is out
+    torch.testing.assert_close(out, a @ b, rtol=1e-4, atol=1e-4)
+    strided_out = torch.full((23, 37), float("nan"), device="cuda").t()
+    assert kernel(a, b, out=strided_out) is strided_out
+    torch.testing.assert_close(strided_out, a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_torch_inputs_are_not_copied():
+    """The kernel reads the tensor's own device memory: a probe kernel returns an element
+    the host never saw after it was written on the device."""
+    torch = pytest.importorskip("torch")
+    from tclang.arguments import as_array
+    t = torch.arange(12.0, device="cuda").reshape(3, 4)
+    seen = as_array(t, "A", 1, device=True)
+    assert seen.device_pointer == t.data_ptr()
+    t[1, 2] = 99.0  # written on the device after the view was taken
+    got = tclang.define("def f(float(M,N) A) -> (B) { B(m,n) = A(m,n) }", backend="cuda").f(t)
+    assert got.data_ptr() != t.data_ptr() and float(got[1, 2]) == 99.0
+
+
+def test_cupy_arrays_in_place():
+    cupy = pytest.importorskip("cupy")
+    rng = np.random.default_rng(5)
+    a_host = rng.standard_normal((11, 7)).astype(np.float32)
+    b_host = rng.standard_normal((7, 13)).astype(np.float32)
+    a, b = cupy.asarray(a_host), cupy.asarray(b_host)
+    kernel = tclang.define(MM, backend="cuda").mm
+    c = kernel(a, b)
+    assert isinstance(c, cupy.ndarray)
+    np.testing.assert_allclose(cupy.asnumpy(c), a_host @ b_host, rtol=1e-5, atol=1e-5)
+    out = cupy.zeros((11, 13), dtype=cupy.float32)
+    assert kernel(a, b, out=out) is out
+    np.testing.assert_allclose(cupy.asnumpy(out), a_host @ b_host, rtol=1e-5, atol=1e-5)
+
+
+def test_gather_out_of_range_on_the_gpu():
+    kernel = tclang.define(GATHER, backend="cuda").take
+    table = np.arange(5, dtype=np.float32)
+    np.testing.assert_array_equal(kernel(table, np.array([4, 0, 2], np.int32)), [4, 0, 2])
+    with pytest.raises(tclang.TCIndexError, match="T"):
+        kernel(table, np.array([1, 5], np.int32))
+    np.testing.assert_array_equal(kernel(table, np.array([3], np.int32)), [3])  # still usable
+
+
+def test_a_refused_launch_is_a_tclang_error(monkeypatch):
+    from backends.cuda import launches
+    kernel = tclang.define(MM, backend="cuda").mm
+    a = np.ones((4, 4), np.float32)
+    kernel(a, a)  # compiled; now every launch asks for a block no GPU has
+    monkeypatch.setattr(launches.LaunchEntry, "dims",
+                        lambda self, sizes: ((1, 1, 1), (4096, 1, 1)))
+    with pytest.raises(tclang.TCLaunchError, match=r"refused to launch \w+.*block \(4096"):
+        kernel(a, a)
+
+
+def test_cubins_come_back_from_the_disk_cache(tmp_path):
+    """A second process compiles nothing: its kernel comes from the disk, and the key has
+    the device's compute capability and the CUDA version."""
+    script = ("import numpy as np, tclang\n"
+              f"k = tclang.define({MM!r}, backend='cuda').mm\n"
+              "a = np.ones((5, 3), np.float32)\n"
+              "c = k.compile(a, a.T.copy())\n"
+              "assert np.allclose(c(a, a.T.copy()), 3.0)\n"
+              "print(c.cache)\n")
+    env = dict(os.environ, TCLANG_CACHE_DIR=str(tmp_path))
+    runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                           text=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(
+                               os.path.abspath(__file__))))) for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0, run.stderr
+    assert [r.stdout.strip() for r in runs] == ["compiled", "disk"]
+    from backends.cuda.backend import CudaBackend
+    assert "sm_" in CudaBackend().target().arch and "cuda" in CudaBackend().target().arch
