@@ -1,8 +1,8 @@
 """GPU mapping (PPCG's `gpu_create_kernel`, TC's outer-block/inner-thread strategy).
 
 Each outermost band becomes one kernel launch. A permutable band with leading coincident
-members is tiled (tile loops count tiles, point loops start at 0); up to three coincident
-members are mapped to blocks by filters `b_k = tile_k mod grid_k` and to threads by
+members is tiled (tile loops count tiles, point loops start at 0); the innermost three
+coincident members (at most) are mapped to blocks by filters `b_k = tile_k mod grid_k` and to threads by
 `t_k = point_k mod block_k`, with the innermost mapped member on x (threadIdx.x walks the
 stride-1 dimension, so accesses coalesce). The block and thread ids are isl parameters
 bounded by a context node above the filters; sizes that do not divide give guards or
@@ -28,6 +28,10 @@ from tclang.target import Target
 
 THREADS = (32, 8, 4)  # default threads per mapped member, x (innermost member) first
 TILE = 32
+# one mapped member alone (an elementwise chain, a row's statements): 32 threads a block
+# would cap an SM at half its threads (it runs at most 32 blocks), so a block takes 256
+THREADS_1D = 256
+MIN_BLOCKS = 264  # two blocks for each of an H100's 132 multiprocessors
 GENERIC_GRID = 4096  # blocks per mapped member when the sizes are not known
 
 
@@ -77,12 +81,15 @@ def _map_band(node, scop: Scop, options: Options, target: Target, plans) -> isl.
         plans[name] = LaunchPlan(name, (L.Int(1),), (1,), 0)
         return node.insert_mark(_id(scop, name))
     mapped = min(3, leading)
-    sizes = _tile_sizes(band, mapped, options)
+    first = leading - mapped  # the innermost coincident members: the last walks stride 1
+    sizes = _tile_sizes(band, first, mapped, options)
+    if options.tile_sizes(len(band)) is None and not options.block:
+        sizes = _enough_blocks(band, sizes, first, mapped)
     tile = node.band_tile(_multi_val(node, sizes))
-    block = _block(band, sizes, mapped, options, target)
-    grid_caps, grid = _grid(tile, scop, mapped, options, target)
+    block = _block(band, sizes, first, mapped, options, target)
+    grid_caps, grid = _grid(tile, scop, first, mapped, options, target)
     # members are mapped backwards: the innermost mapped member goes to x
-    members = list(reversed(range(mapped)))
+    members = list(reversed(range(first, first + mapped)))
     blocks = _mod_filter(tile, members, [f"b{k}" for k in range(mapped)], grid_caps, scop)
     threads = _mod_filter(tile.child(0), members, [f"t{k}" for k in range(mapped)], block,
                           scop)
@@ -122,24 +129,52 @@ def _graft_copies(point: isl.ScheduleNode, kernel: str) -> isl.ScheduleNode:
     return point
 
 
-def _tile_sizes(band: list[B.Member], mapped: int, options: Options) -> list[int]:
+def _tile_sizes(band: list[B.Member], first: int, mapped: int,
+                options: Options) -> list[int]:
     manual = options.tile_sizes(len(band))
     if manual is not None and any(manual):
         return [s if s > 0 else UNTILED for s in manual]
     sizes = []
     for m in band:
-        size = TILE
+        is_mapped = first <= m.position < first + mapped
+        size = THREADS_1D if mapped == 1 and is_mapped else TILE
         if m.extent is not None and m.extent <= size:
-            size = UNTILED if m.position >= mapped else max(m.extent, 1)
+            size = max(m.extent, 1) if is_mapped else UNTILED
         sizes.append(size)
     return sizes
 
 
-def _block(band, sizes, mapped: int, options: Options, target: Target) -> list[int]:
-    wanted = list(options.block) if options.block else list(THREADS)
+def _enough_blocks(band: list[B.Member], sizes: list[int], first: int,
+                   mapped: int) -> list[int]:
+    """Tiles no larger than the threads on y and z when 32-wide tiles would leave most of
+    the GPU's multiprocessors idle (a convolution's 56x56 image and 64 channels make 8
+    blocks; each thread then loops over 4 rows and 8 channels): one point per thread on
+    those members, the x member kept 32 wide for coalescing."""
+    def blocks(tiles: list[int]) -> int:
+        count = 1
+        for m in band[first:first + mapped]:
+            if m.extent is None:
+                return MIN_BLOCKS  # sizes known at run time: the grid is what it is
+            count *= -(-m.extent // max(1, min(tiles[m.position], m.extent)))
+        return count
+
+    if blocks(sizes) >= MIN_BLOCKS:
+        return sizes
+    smaller = list(sizes)
+    for k in range(1, mapped):  # y, then z: the members outside x
+        position = first + mapped - 1 - k
+        if smaller[position] != UNTILED:
+            smaller[position] = min(smaller[position], THREADS[k])
+    return smaller
+
+
+def _block(band, sizes, first: int, mapped: int, options: Options,
+           target: Target) -> list[int]:
+    wanted = list(options.block) if options.block else \
+        [THREADS_1D] if mapped == 1 else list(THREADS)
     block = []
     for k in range(mapped):
-        member = band[mapped - 1 - k]  # x is the innermost mapped member
+        member = band[first + mapped - 1 - k]  # x is the innermost mapped member
         threads = wanted[k] if k < len(wanted) else 1
         limit = sizes[member.position]
         if member.extent is not None:
@@ -150,13 +185,13 @@ def _block(band, sizes, mapped: int, options: Options, target: Target) -> list[i
     return block
 
 
-def _grid(tile, scop: Scop, mapped: int, options: Options, target: Target):
+def _grid(tile, scop: Scop, first: int, mapped: int, options: Options, target: Target):
     """(the moduli of the block filters, the launch grid as index expressions)."""
     partial = tile.band_get_partial_schedule()
     domain = tile.get_domain()
     caps, grid = [], []
     for k in range(mapped):
-        member = mapped - 1 - k
+        member = first + mapped - 1 - k
         cap = target.max_grid[k]
         if options.grid and k < len(options.grid):
             cap = min(cap, options.grid[k])

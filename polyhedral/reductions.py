@@ -7,7 +7,13 @@ into a private register, then combine the partial results in shared memory by a 
 (halving the active threads, a barrier per level), and thread 0 stores the result. TC had
 this only for `+`, through a library; here it is plain loop IR for every reduction
 operator, so the interpreter, the CUDA code and its emulation all run the same steps.
-The same plan is used when the left side is small and the reduction long.
+The same plan is used when the left side is small and the reduction long, and for row
+reductions (softmax's max and sum, layernorm's mean and variance, a matrix-vector product):
+each left-side point reads its own row along the reduction's stride-1 subscript, so one
+thread per point would read with a stride of a whole row and no reuse across points, while
+a block per point reads the row coalesced. Several reductions of one band over the same
+left side (softmax's max then sum) run one after the other for each point, which is legal
+because each reads the earlier ones' results only at its own point.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from polyhedral import loop_ir as L
 from polyhedral.loop_ir import size_index
 from polyhedral.scop import Scop, ScopStatement
 from tclang import program as P
+from tclang.affine import Affine
 from tclang.dtypes import identity
 from tclang.options import Options
 from tclang.target import Target
@@ -25,82 +32,148 @@ from tclang.target import Target
 THREADS = 256
 SMALL_OUTPUT = 128  # left-side points below which a long reduction goes across a block
 LONG_REDUCTION = 4096
+ROW_REDUCTION = 32  # a row reduction shorter than a warp stays on one thread
 
 
 def plan_block_reduction(node: isl.ScheduleNode, scop: Scop, options: Options,
                          target: Target, name: str, parallel_members: int):
     """(launch body, its buffers, extra statements, grid, block) or None if the band is not
-    a single reduction worth spreading over a block."""
-    st = _single_reduction(node, scop)
-    if st is None:
+    a sequence of reductions worth spreading over a block."""
+    steps = _reductions(node, scop)
+    if steps is None:
         return None
+    updates = [st for st in steps if st.kind == "reduce"]
     sizes = scop.sizes
-    lhs = [st.source.range_of(i) for i in st.source.indices]
-    red = [st.source.range_of(i) for i in st.source.reduction_indices]
+    first = updates[0].source
+    lhs = [first.range_of(i) for i in first.indices]
+    longest = 0
+    if sizes is not None:
+        longest = max(_volume([u.source.range_of(i) for i in u.source.reduction_indices], sizes)
+                      for u in updates)
+    limit = _power_of_two(min(options.block[0] if options.block else THREADS,
+                              target.max_threads_per_block))
     if parallel_members:
         if sizes is None:
             return None
-        points = _volume(lhs, sizes)
-        if points >= SMALL_OUTPUT or _volume(red, sizes) < LONG_REDUCTION:
+        small_output = _volume(lhs, sizes) < SMALL_OUTPUT and longest >= LONG_REDUCTION
+        results = {st.source.target for st in steps}
+        rows = longest >= ROW_REDUCTION and all(_reads_own_row(u.source, results)
+                                                for u in updates)
+        if not (small_output or rows):
             return None
-    threads = _power_of_two(min(options.block[0] if options.block else THREADS,
-                                target.max_threads_per_block))
-    return _build(st, lhs, red, scop, threads, name, target)
+        limit = min(limit, _power_of_two(longest))
+    return _build(steps, lhs, scop, limit, target)
 
 
-def _single_reduction(node, scop: Scop) -> ScopStatement | None:
+def _reductions(node, scop: Scop) -> list[ScopStatement] | None:
+    """The band's reductions and assignments in program order, if it holds reductions (+,
+    *, min, max) over one left side, their inits, assignments to points of that left side
+    (a mean's division by the count, moved out of its reduction), and reads of each other's
+    results only at the reading statement's own point."""
     names = []
     node.get_domain().foreach_set(lambda s: names.append(s.get_tuple_name()))
     statements = [scop.statement(n) for n in names]
-    updates = [s for s in statements if s.kind == "reduce" and s.source.reduction_indices]
-    if len(updates) != 1:
+    steps = sorted((s for s in statements if s.kind != "init"),
+                   key=lambda s: s.source.position)
+    updates = [s.source for s in steps if s.kind == "reduce" and s.source.reduction_indices]
+    if not updates:
         return None
-    update = updates[0]
-    others = [s for s in statements if s is not update]
-    if any(s.kind != "init" or s.source is not update.source for s in others):
+    if any(s.source not in updates for s in statements if s.kind == "init"):
         return None
-    if update.source.op not in ("+", "*", "min", "max"):
-        return None
-    return update
+    first = updates[0]
+    for st in steps:
+        s = st.source
+        if st.kind == "reduce" and s.op not in ("+", "*", "min", "max") or \
+                st.kind == "assign" and s.reduction_indices or \
+                s.indices != first.indices or \
+                any(s.range_of(i) != first.range_of(i) for i in s.indices):
+            return None
+    targets = {st.source.target for st in steps}
+    own_point = tuple(Affine.index(i) for i in first.indices)
+    for st in steps:
+        for read in _all_reads(st.source):
+            if read.tensor in targets and read.affine != own_point:
+                return None
+    return steps
 
 
-def _build(st: ScopStatement, lhs, red, scop: Scop, threads: int, name: str, target: Target):
-    s = st.source
-    dtype = scop.definition.tensor(s.target).dtype
+def _all_reads(s: P.Statement) -> list[P.Read]:
+    return [r for e in (s.rhs, *s.exists) for r in P.reads_of(e)]
+
+
+def _reads_own_row(s: P.Statement, results: set[str]) -> bool:
+    """Whether every read of `s` (but the band's own results, read at this point) either
+    holds the whole left side (each point reads its own data) or none of it (a vector all
+    points share), and walks its last subscript with the innermost reduction index only:
+    the shape of a row reduction."""
+    lhs = set(s.indices)
+    innermost = s.reduction_indices[-1]
+    walks = False
+    for read in _all_reads(s):
+        if read.tensor in results:
+            continue
+        if read.is_gather or not read.affine:
+            return False
+        used = set().union(*(a.indices() for a in read.affine))
+        if used & lhs and not lhs <= used:
+            return False  # part of the left side: reuse across points, not a row
+        last = read.affine[-1]
+        if last.indices() & lhs:
+            return False  # the left side walks the stride-1 subscript: threads coalesce
+        walks = walks or (last.indices() == {innermost} and last.coefficient(innermost) == 1
+                          and bool(used & lhs))
+    return walks
+
+
+def _build(steps: list[ScopStatement], lhs, scop: Scop, threads: int, target: Target):
     sizes = scop.sizes
     points = _count(lhs, sizes)
     grid_cap = target.max_grid[0]
     grid = L.Op("max", (L.Int(1), L.Op("min", (L.Int(grid_cap), points))))
-    acc, partial = f"{s.target}_acc", f"{s.target}_partial"
-    ident_id = f"R{s.position}"
-    ident = _identity_statement(ident_id, s, dtype, st)
-    q, r, t = L.Var("rq"), L.Var("rr"), L.Var("t0")
+    q, t = L.Var("rq"), L.Var("t0")
     lhs_values = _decompose(q, lhs, sizes)
-    red_values = _decompose(r, red, sizes)
-    to_acc = (L.Promotion(-1, acc, tuple(lhs_values)),)
-    body = [
-        L.Run(ident_id, tuple(lhs_values), to_acc),
-        L.For(r.name, t, _count(red, sizes), threads,
-              L.Run(st.id, tuple(lhs_values) + tuple(red_values), to_acc)),
-        L.Combine(None, dtype, partial, (t,), acc, (L.Int(0),) * max(1, len(lhs))),
-        L.Barrier(),
-    ]
-    half = threads // 2
-    while half >= 1:
-        body.append(L.If(L.Op("lt", (t, L.Int(half))),
-                         L.Combine(s.op, dtype, partial, (t,), partial,
-                                   (L.add(t, L.Int(half)),))))
+    body: list[L.Node] = []
+    buffers: list[L.Buffer] = []
+    identities = []
+    for st in steps:
+        s = st.source
+        if st.kind == "assign":  # one thread computes the point; the others wait for it
+            body += [L.If(L.Op("eq", (t, L.Int(0))), L.Run(st.id, tuple(lhs_values), ())),
+                     L.Barrier()]
+            continue
+        dtype = scop.definition.tensor(s.target).dtype
+        red = [s.range_of(i) for i in s.reduction_indices]
+        r = L.Var("rr")
+        again = sum(x.source.target == s.target for x in steps if x.kind == "reduce") > 1
+        tag = f"{s.target}{s.position if again else ''}"  # two reductions into one tensor
+        acc, partial = f"{tag}_acc", f"{tag}_partial"
+        ident_id = f"R{s.position}"
+        identities.append(_identity_statement(ident_id, s, dtype, st))
+        to_acc = (L.Promotion(-1, acc, tuple(lhs_values)),)
+        body += [
+            L.Run(ident_id, tuple(lhs_values), to_acc),
+            L.For(r.name, t, _count(red, sizes), threads,
+                  L.Run(st.id, tuple(lhs_values) + tuple(_decompose(r, red, sizes)), to_acc)),
+            L.Combine(None, dtype, partial, (t,), acc, (L.Int(0),) * max(1, len(lhs))),
+            L.Barrier(),
+        ]
+        half = threads // 2
+        while half >= 1:
+            body.append(L.If(L.Op("lt", (t, L.Int(half))),
+                             L.Combine(s.op, dtype, partial, (t,), partial,
+                                       (L.add(t, L.Int(half)),))))
+            body.append(L.Barrier())
+            half //= 2
+        final_op = None if s.reset else s.op
+        body.append(L.If(L.Op("eq", (t, L.Int(0))),
+                         L.Combine(final_op, dtype, s.target, tuple(lhs_values), partial,
+                                   (L.Int(0),))))
+        # the next reduction may read this result, the next point reuses the partials
         body.append(L.Barrier())
-        half //= 2
-    final_op = None if s.reset else s.op
-    body.append(L.If(L.Op("eq", (t, L.Int(0))),
-                     L.Combine(final_op, dtype, s.target, tuple(lhs_values), partial,
-                               (L.Int(0),))))
-    body.append(L.Barrier())  # the next point reuses the partial results
+        buffers += [L.Buffer(partial, dtype, (L.Int(threads),), "shared"),
+                    L.Buffer(acc, dtype, (L.Int(1),) * max(1, len(lhs)), "private")]
     loop = L.For(q.name, L.Var("b0"), points, grid_cap, L.Block(tuple(body)))
-    buffers = (L.Buffer(partial, dtype, (L.Int(threads),), "shared"),
-               L.Buffer(acc, dtype, (L.Int(1),) * max(1, len(lhs)), "private"))
-    return loop, buffers, (ident,), (grid,), (threads,)
+    return loop, tuple(buffers), tuple(identities), (grid,), (threads,)
 
 
 def _identity_statement(sid: str, s: P.Statement, dtype, st: ScopStatement) -> L.StatementDef:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import threading
 
 import numpy as np
 
@@ -116,8 +117,26 @@ def _artifact(cubin: bytes, text: str, entries, buffers, statements, size_names)
     cuda, _, _ = _device()
     module = cuda.module_from_buffer(cubin)
     functions = [(e, module.get_function(e.function)) for e in entries]
+    # what every call would otherwise redo: the error record (on the device, zero until a
+    # kernel records a bad subscript, and zeroed again after), its host copy, and the
+    # argument packing PyCUDA prepares once per signature. A lock keeps two threads'
+    # calls from sharing the record.
+    err = cuda.mem_alloc(LT.ERR_FIELDS * 8)
+    cuda.memset_d8(err, 0, LT.ERR_FIELDS * 8)
+    record = np.zeros(LT.ERR_FIELDS, dtype=np.int64)
+    lock = threading.Lock()
+    prepared: dict[str, list] = {}
+
+    def launchers(signature: str) -> list:
+        if signature not in prepared:
+            prepared[signature] = [(e, fn.prepare(signature)) for e, fn in functions]
+        return prepared[signature]
 
     def run(arrays, sizes):
+        with lock:
+            _run(arrays, sizes)
+
+    def _run(arrays, sizes):
         env = dict(zip(size_names, sizes))
         pointers, keep, copy_back = [], [], []
         for k, a in enumerate(arrays):
@@ -130,32 +149,31 @@ def _artifact(cubin: bytes, text: str, entries, buffers, statements, size_names)
                 if buffers[k].kind == "output":
                     copy_back.append((a, memory))
                 pointer = int(memory)
-            pointers.append(np.uintp(pointer))
+            pointers.append(int(pointer))
         strides = [s for k, a in enumerate(arrays) for s in LT.element_strides(
             a.shape, None if getattr(a, "device_pointer", None) is None else a.strides,
             a.itemsize)]
-        err = cuda.mem_alloc(LT.ERR_FIELDS * 8)
-        cuda.memset_d8(err, 0, LT.ERR_FIELDS * 8)
-        args = pointers + [np.int64(v) for v in sizes] + [np.int64(v) for v in strides] + \
-            [np.uintp(int(err))]
+        args = pointers + [int(v) for v in sizes] + [int(v) for v in strides] + [int(err)]
+        signature = "P" * len(pointers) + "q" * (len(sizes) + len(strides)) + "P"
         launched = []
-        for entry, fn in functions:
+        for entry, fn in launchers(signature):
             if not entry.runs(env):
                 continue
             grid, block = entry.dims(env)
             try:
-                fn(*args, grid=grid, block=block)
+                fn.prepared_call(grid, block, *args)
             except cuda.Error as failure:
                 raise _launch_error("refused to launch", [(entry.function, grid, block)],
                                     failure) from None
             launched.append((entry.function, grid, block))
-        record = np.zeros(LT.ERR_FIELDS, dtype=np.int64)
         try:
             cuda.memcpy_dtoh(record, err)  # also waits for the kernels
         except cuda.Error as failure:
             raise _launch_error("failed while running", launched, failure) from None
         if record[0]:
-            LT.raise_index_error(record, buffers, statements, [a.shape for a in arrays])
+            found = record.copy()
+            cuda.memset_d8(err, 0, LT.ERR_FIELDS * 8)  # the next call starts clean
+            LT.raise_index_error(found, buffers, statements, [a.shape for a in arrays])
         for host, memory in copy_back:
             staged = np.empty(host.shape, dtype=host.dtype)
             cuda.memcpy_dtoh(staged, memory)

@@ -2,7 +2,10 @@
 
 Codegen is printing: one emitter per loop-IR node, one per expression node. Every kernel
 takes the buffers, the sizes, the strides (in elements) and an error record; block and
-thread ids become `b0 = blockIdx.x`... Index arithmetic is 64-bit. The language's integer
+thread ids become `b0 = blockIdx.x`... Index arithmetic is 32-bit where it provably fits
+(a specialized kernel whose every size and buffer offset is below 2^30: GPU integer units
+are 32-bit, and 64-bit multiplies and divisions cost several instructions each), else
+64-bit; gathered subscripts are always 64-bit. The language's integer
 division and remainder (Python's), saturating float -> int casts and half-precision
 storage come from small device helpers at the top of the file. Under TCLANG_EMULATION each
 kernel also gets an `extern "C"` host entry that runs it with the CPU emulation of the
@@ -35,6 +38,10 @@ TC_DEV long long tc_floordiv(long long a, long long b) {
   long long q = a / b, r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? q - 1 : q; }
 TC_DEV long long tc_floormod(long long a, long long b) {
   long long r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
+TC_DEV int tc_floordiv(int a, int b) {
+  int q = a / b, r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? q - 1 : q; }
+TC_DEV int tc_floormod(int a, int b) {
+  int r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }
 template <class T> TC_DEV T tc_idiv(T a, T b) {            /* Python's //, 0 for b == 0 */
   if (b == 0) return 0;
   if ((T)(b + 1) == 0 && (T)-1 < 0) return (T)(0 - a);
@@ -66,6 +73,10 @@ TC_DEV bool tc_inside(long long value, long long extent, long long* err, long lo
   return false; }
 """
 
+NARROW_LIMIT = 1 << 30  # sizes and offsets below this: 32-bit indices, no overflow in sums
+JAM = 8  # at most this many iterations of a thread's loop share one reduction loop
+WIDE_STEP = 1 << 20  # a loop stepping this far counts in 64 bits (a grid-stride loop)
+
 _MATH_DOUBLE = {"abs": "fabs", "min": "fmin", "max": "fmax", "fdivide": None,
                 "sigmoid": "tc_sigmoid"}
 
@@ -96,6 +107,9 @@ class _Generator:
         self.buffers = {b.name: b for b in kernel.buffers}
         self.local: dict[str, L.Buffer] = {}
         self.lets = 0  # C variables of lets so far: unique in the file
+        narrow = _fits_32_bits(kernel)
+        self.itype = "int" if narrow else "long long"  # index arithmetic's C type
+        self.suffix = "" if narrow else "LL"  # ... and its literals' suffix
 
     def run(self) -> KernelSource:
         out = [PRELUDE]
@@ -124,11 +138,12 @@ class _Generator:
             threads *= t
         self.lines = []
         self.local = {b.name: b for b in launch.buffers}
+        self.block = launch.block
         axes = "xyz"
         for k in range(len(launch.grid)):
-            self.put(1, f"const long long b{k} = blockIdx.{axes[k]}; (void)b{k};")
+            self.put(1, f"const {self.itype} b{k} = blockIdx.{axes[k]}; (void)b{k};")
         for k in range(len(launch.block)):
-            self.put(1, f"const long long t{k} = threadIdx.{axes[k]}; (void)t{k};")
+            self.put(1, f"const {self.itype} t{k} = threadIdx.{axes[k]}; (void)t{k};")
         for b in launch.buffers:
             dims = "".join(f"[{self.index(d)}]" for d in b.shape)
             store = "__shared__ " if b.kind == "shared" else ""
@@ -149,6 +164,18 @@ class _Generator:
     def put(self, indent: int, line: str) -> None:
         self.lines.append("  " * indent + line)
 
+    def loop_header(self, indent: int, var: str, lo: L.IExpr, hi: L.IExpr, step: int) -> None:
+        """`for (...) {`: with 32-bit indices, a loop stepping past WIDE_STEP (blocks
+        striding over a grid's worth of points) counts in 64 bits, as `v + step` could
+        overflow an int, and gives its body the 32-bit value."""
+        if self.itype == "int" and step >= WIDE_STEP:
+            self.put(indent, f"for (long long {var}_w = {self.index(lo)}; {var}_w < "
+                             f"{self.index(hi)}; {var}_w += {step}) {{")
+            self.put(indent + 1, f"const int {var} = (int){var}_w;")
+            return
+        self.put(indent, f"for ({self.itype} {var} = {self.index(lo)}; {var} < "
+                         f"{self.index(hi)}; {var} += {step}) {{")
+
     # ---- loop nodes ----
     def node(self, n: L.Node, indent: int) -> None:
         match n:
@@ -157,11 +184,12 @@ class _Generator:
                     self.node(item, indent)
             case L.For() if self.accumulates(n):
                 self.private_accumulator(n, indent)
+            case L.For() if self.jammable(n):
+                self.jammed_accumulators(n, indent)
             case L.For(var=v, lo=lo, hi=hi, step=step, body=body):
                 if n.unroll:
                     self.put(indent, f"#pragma unroll {n.unroll}")
-                self.put(indent, f"for (long long {v} = {self.index(lo)}; {v} < "
-                                 f"{self.index(hi)}; {v} += {step}) {{")
+                self.loop_header(indent, v, lo, hi, step)
                 self.node(body, indent + 1)
                 self.put(indent, "}")
             case L.If(cond=c, then=t, other=o):
@@ -214,19 +242,82 @@ class _Generator:
         position = {name: k for k, name in enumerate(s.indices)}
         self.put(indent, f"{{  // {s.target} accumulates in a register")
         for name in s.lhs:
-            self.put(indent + 1, f"const long long o_{name} = {self.index(r.indices[position[name]])};")
+            self.put(indent + 1, f"const {self.itype} o_{name} = "
+                                 f"{self.index(r.indices[position[name]])};")
         target = self.address(s.target, [f"o_{i}" for i in s.lhs])
         self.put(indent + 1, f"{ctype} acc = {_load(target, dtype)};")
         if loop.unroll:
             self.put(indent + 1, f"#pragma unroll {loop.unroll}")
-        self.put(indent + 1, f"for (long long {loop.var} = {self.index(loop.lo)}; {loop.var} < "
-                             f"{self.index(loop.hi)}; {loop.var} += {loop.step}) {{")
+        self.loop_header(indent + 1, loop.var, loop.lo, loop.hi, loop.step)
         for name, value in zip(s.indices, r.indices):
-            self.put(indent + 2, f"const long long i_{name} = {self.index(value)};")
+            self.put(indent + 2, f"const {self.itype} i_{name} = {self.index(value)};")
         value = _Values(self, s, {p.ref: p for p in r.promoted}, indent + 2).emit(s.value)
         self.put(indent + 2, f"acc = {_combine(s.op, 'acc', value, dtype)};")
         self.put(indent + 1, "}")
         self.put(indent + 1, f"{target} = {_store('acc', dtype)};")
+        self.put(indent, "}")
+
+    # ---- a thread's rows jammed into one reduction loop (register tiling) ----
+    def jammed_trips(self, loop: L.For) -> int:
+        """The iterations of `for (v = t_k; v < H; v += block_k)`, the same on every thread
+        when H is a multiple of the step; 0 for any other loop."""
+        lo, hi = loop.lo, loop.hi
+        if not (isinstance(lo, L.Var) and lo.name.startswith("t") and lo.name[1:].isdigit()
+                and isinstance(hi, L.Int)):
+            return 0
+        k = int(lo.name[1:])
+        if k >= len(self.block) or self.block[k] != loop.step or hi.value % loop.step:
+            return 0
+        return hi.value // loop.step
+
+    def jammable(self, loop: L.For) -> bool:
+        """A parallel loop over a thread's share of rows (a matmul's `m` under its `n` on
+        x) whose body initializes each row's element, then reduces into it: jamming its
+        iterations into the reduction loop keeps one accumulator per row in registers and
+        loads each element the rows share (B(k, n)) once for all of them, instead of a
+        serial chain of fused multiply-adds, each waiting on the last, with two loads."""
+        if not loop.parallel or not self.private_memory or not 2 <= self.jammed_trips(loop) <= JAM:
+            return False
+        items = loop.body.body if isinstance(loop.body, L.Block) else (loop.body,)
+        *inits, last = items
+        if not isinstance(last, L.For) or not self.accumulates(last) or \
+                L.uses_var(last.lo, loop.var) or L.uses_var(last.hi, loop.var):
+            return False
+        return all(isinstance(i, L.If) and i.other is None and isinstance(i.then, L.Run)
+                   and self.kernel.statement(i.then.statement).kind == "init" for i in inits)
+
+    def jammed_accumulators(self, loop: L.For, indent: int) -> None:
+        items = loop.body.body if isinstance(loop.body, L.Block) else (loop.body,)
+        *inits, inner = items
+        copies = [{loop.var: L.add(loop.lo, L.Int(j * loop.step))}
+                  for j in range(self.jammed_trips(loop))]
+        runs = [L.substitute_node(inner.body, c) for c in copies]
+        s = self.kernel.statement(inner.body.statement)
+        dtype = self.buffers[s.target].dtype
+        ctype = "float" if dtype is DType.FLOAT16 else CTYPES[dtype]
+        position = {name: k for k, name in enumerate(s.indices)}
+        self.put(indent, f"{{  // {loop.var}: {len(copies)} rows jammed into one reduction loop")
+        for item in inits:
+            for c in copies:
+                self.node(L.substitute_node(item, c), indent + 1)
+        targets = []
+        for j, r in enumerate(runs):
+            subs = [self.index(r.indices[position[name]]) for name in s.lhs]
+            targets.append(self.address(s.target, subs))
+            self.put(indent + 1, f"{ctype} acc{j} = {_load(targets[j], dtype)};")
+        if inner.unroll:
+            self.put(indent + 1, f"#pragma unroll {inner.unroll}")
+        self.loop_header(indent + 1, inner.var, inner.lo, inner.hi, inner.step)
+        for j, r in enumerate(runs):
+            self.put(indent + 2, "{")
+            for name, value in zip(s.indices, r.indices):
+                self.put(indent + 3, f"const {self.itype} i_{name} = {self.index(value)};")
+            value = _Values(self, s, {p.ref: p for p in r.promoted}, indent + 3).emit(s.value)
+            self.put(indent + 3, f"acc{j} = {_combine(s.op, f'acc{j}', value, dtype)};")
+            self.put(indent + 2, "}")
+        self.put(indent + 1, "}")
+        for j, target in enumerate(targets):
+            self.put(indent + 1, f"{target} = {_store(f'acc{j}', dtype)};")
         self.put(indent, "}")
 
     def run_statement(self, r: L.Run, indent: int) -> None:
@@ -234,7 +325,7 @@ class _Generator:
         promoted = {p.ref: p for p in r.promoted}
         self.put(indent, "{" + (f"  // {s.id}: {s.text}" if s.text else ""))
         for name, value in zip(s.indices, r.indices):
-            self.put(indent + 1, f"const long long i_{name} = {self.index(value)};")
+            self.put(indent + 1, f"const {self.itype} i_{name} = {self.index(value)};")
         emitter = _Values(self, s, promoted, indent + 1)
         value = emitter.emit(s.value)
         dtype = self.buffers[s.target].dtype
@@ -273,13 +364,11 @@ class _Generator:
         return f"{buffer}{''.join(f'[{s}]' for s in subscripts)}" if subscripts else f"{buffer}[0]"
 
     def stride(self, tensor: str, dim: int) -> str:
+        """A constant where the kernel is specialized (inputs' layouts are in the cache
+        key; the runtime allocates the rest row-major), else the argument."""
         b = self.buffers[tensor]
-        if self.specialized is not None and b.kind != "input":
-            shape = [L.evaluate(d, self.specialized) for d in b.shape]
-            stride = 1
-            for extent in shape[dim + 1:]:
-                stride *= max(extent, 1)
-            return f"{stride}LL"
+        if self.specialized is not None and b.strides is not None:
+            return f"{b.strides[dim]}{self.suffix}"
         return f"st_{tensor}_{dim}"
 
     def extent(self, tensor: str, dim: int) -> str:
@@ -288,10 +377,11 @@ class _Generator:
     def index(self, e: L.IExpr) -> str:
         match e:
             case L.Int(value=v):
-                return f"{v}LL"
+                return f"{v}{self.suffix}"
             case L.Var(name=n):
                 if n in self.kernel.sizes:
-                    return f"{self.specialized[n]}LL" if self.specialized else f"z_{n}"
+                    return f"{self.specialized[n]}{self.suffix}" if self.specialized \
+                        else f"z_{n}"
                 return n
             case L.Op(op="neg", args=(a,)):
                 return f"(-{self.index(a)})"
@@ -376,15 +466,15 @@ class _Values:
         return f"(({' && '.join(checks)}) ? {value} : {zero})"
 
     def affine(self, a) -> str:
-        """A quasi-affine subscript in 64-bit arithmetic."""
+        """A quasi-affine subscript in the kernel's index arithmetic."""
         parts = [self.gen.index(L.size_index(a.offset, self.gen.specialized))]
         for atom, coef in a.terms:
             if isinstance(atom, str):
                 term = f"i_{atom}"
             else:
                 fn = "tc_floordiv" if atom.kind == "div" else "tc_floormod"
-                term = f"{fn}({self.affine(atom.inner)}, {atom.divisor}LL)"
-            parts.append(term if coef == 1 else f"{coef}LL * {term}")
+                term = f"{fn}({self.affine(atom.inner)}, {atom.divisor}{self.gen.suffix})"
+            parts.append(term if coef == 1 else f"{coef}{self.gen.suffix} * {term}")
         return "(" + " + ".join(parts) + ")"
 
     def check(self, tensor: str, dim: int, subscripts: list[str]) -> str:
@@ -407,6 +497,26 @@ class _Values:
         ctype = CTYPES[dtype]
         fn = "tc_idiv" if op == "div" else "tc_imod"
         return f"{fn}<{ctype}>({a}, {b})"
+
+
+def _fits_32_bits(kernel: L.Kernel) -> bool:
+    """Whether every size, and every element offset of every buffer, is below
+    NARROW_LIMIT in a specialized kernel, so that no index expression (a few such terms
+    summed) overflows an int."""
+    if not kernel.size_values:
+        return False
+    sizes = dict(kernel.size_values)
+    if any(abs(v) >= NARROW_LIMIT for v in sizes.values()):
+        return False
+    for b in kernel.buffers:
+        if b.kind in ("shared", "private", "scratch"):
+            continue
+        if b.strides is None:
+            return False
+        shape = [L.evaluate(d, sizes) for d in b.shape]
+        if sum(max(e - 1, 0) * abs(st) for e, st in zip(shape, b.strides)) >= NARROW_LIMIT:
+            return False
+    return True
 
 
 def _launches(node: L.Node, condition: L.IExpr | None) -> list:

@@ -17,10 +17,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from backends.cuda.codegen import PRELUDE, generate
-from polyhedral.pipeline import schedule_definition
+from polyhedral.pipeline import _row_major, schedule_definition, with_choices
 from tclang.errors import TCWarning
 from tclang.frontend import check_source
 from tclang.options import Options
+from tclang.program import evaluate_shape
 from tclang.target import Target
 from tests.corpus import CASES
 
@@ -36,7 +37,12 @@ def _source(case, options: Options) -> str:
         program = check_source(case.source)
     defn = program[case.entry]
     sizes = case.shapes[0] if options.specialize else None
-    return generate(schedule_definition(defn, sizes, options, GPU).kernel).text
+    kernel = schedule_definition(defn, sizes, options, GPU).kernel
+    layouts = None  # as the runtime passes them: row-major inputs
+    if sizes is not None:
+        layouts = tuple(tuple(_row_major(list(evaluate_shape(t.shape, sizes))))
+                        for t in defn.inputs)
+    return generate(with_choices(kernel, options, GPU, layouts)).text
 
 
 def _compile(text: str) -> tuple[int, str]:
@@ -89,3 +95,13 @@ def test_nvcc_compiles_for_sm80_and_sm90(compiled, name):
     for (case, label), (code, errors) in results.items():
         if case == name:
             assert code == 0, f"{name} ({label}):\n{errors}\n{jobs[(case, label)][:3000]}"
+
+
+def test_index_arithmetic_is_32_bit_where_it_fits():
+    """Specialized code whose sizes and offsets fit in 2^30 indexes in int (the GPU's
+    native width); shape-generic code, whose sizes are only known at run time, in 64 bits.
+    (Sizes past 2^30 are in tests/e2e/test_big_indices.py.)"""
+    jobs = _sources()
+    assert "const int i_" in jobs[("matmul", "specialized")]
+    assert "long long i_" not in jobs[("matmul", "specialized")]
+    assert "const long long i_" in jobs[("matmul", "generic")]

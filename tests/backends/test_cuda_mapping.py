@@ -1,0 +1,69 @@
+"""How loops meet the GPU's threads, through the generated CUDA and its CPU emulation:
+the innermost coincident members on the grid (x walking stride 1), enough blocks for
+the machine, 256-thread blocks for one mapped member, a thread's rows jammed into one
+reduction loop; each checked against NumPy on odd, prime and size-1 extents."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tclang as tc
+from backends.cuda.emulation.build import available
+from benchmarks import kernels as K
+
+pytestmark = pytest.mark.skipif(not available(), reason="the emulation needs g++")
+CUDA = "cuda-emulated"
+
+
+def _conv(x, w):
+    n, c, h, wd = x.shape
+    m, _, kh, kw = w.shape
+    out = np.zeros((n, m, h - kh + 1, wd - kw + 1), np.float64)
+    for i in range(kh):
+        for j in range(kw):
+            out += np.einsum("nchw,mc->nmhw", x[:, :, i:i + h - kh + 1, j:j + wd - kw + 1],
+                             w[:, :, i, j])
+    return out
+
+
+def test_four_parallel_dimensions_map_the_innermost_three():
+    x = np.ones((2, 3, 9, 40), np.float32)
+    w = np.ones((5, 3, 3, 3), np.float32)
+    loops = tc.compile(K.CONV2D, "conv2d", x, w, backend=CUDA).loops
+    # w (stride 1) on x, h on y, m on z; the batch n a loop in every thread
+    assert "w=(32 * b0) + t0" in loops
+    assert "n=c" in loops
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 3, 3), (2, 3, 9, 40), (3, 2, 7, 5)])
+def test_conv2d_matches_numpy(shape):
+    rng = np.random.default_rng(sum(shape))
+    x = rng.standard_normal(shape).astype(np.float32)
+    w = rng.standard_normal((5, shape[1], 3, 3)).astype(np.float32)
+    got = tc.define(K.CONV2D, backend=CUDA).conv2d(x, w)
+    np.testing.assert_allclose(got, _conv(x, w), rtol=1e-4, atol=1e-4)
+
+
+def test_a_small_grid_takes_smaller_tiles_on_y():
+    a = np.ones((64, 64), np.float32)
+    loops = tc.compile(K.MATMUL, "matmul", a, a, backend=CUDA).loops
+    assert "grid(2, 8)" in loops  # not 2x2 blocks of 32x32 points
+
+
+def test_one_mapped_member_runs_256_threads_a_block():
+    x = np.ones(1000, np.float32)
+    assert "block(256)" in tc.compile(K.CHAIN, "chain", x, x, backend=CUDA).loops
+
+
+@pytest.mark.parametrize("m,k,n", [(64, 37, 96), (37, 5, 33), (1, 3, 64), (96, 1, 64)])
+def test_jammed_rows_match_numpy(m, k, n):
+    """With 32x32 tiles (as large matrices get), each thread takes 4 rows of a tile: those
+    that are full tiles run jammed into one reduction loop, partial ones plainly."""
+    rng = np.random.default_rng(m * k * n)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    kernel = tc.define(K.MATMUL, backend=CUDA, options=tc.Options(tile=(32, 32, 32))).matmul
+    if m % 32 == 0 and k > 1:  # (one step of k is no loop)
+        assert "rows jammed into one reduction loop" in kernel.compile(a, b).source
+    np.testing.assert_allclose(kernel(a, b), a @ b, rtol=1e-4, atol=1e-4)
