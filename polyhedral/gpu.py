@@ -32,6 +32,7 @@ TILE = 32
 # would cap an SM at half its threads (it runs at most 32 blocks), so a block takes 256
 THREADS_1D = 256
 MIN_BLOCKS = 264  # two blocks for each of an H100's 132 multiprocessors
+COLUMNS = 4  # points each x thread takes along a contraction's x member
 GENERIC_GRID = 4096  # blocks per mapped member when the sizes are not known
 
 
@@ -85,6 +86,7 @@ def _map_band(node, scop: Scop, options: Options, target: Target, plans) -> isl.
     sizes = _tile_sizes(band, first, mapped, options)
     if options.tile_sizes(len(band)) is None and not options.block:
         sizes = _enough_blocks(band, sizes, first, mapped)
+        sizes = _wider_x_for_contractions(band, sizes, first, mapped)
     tile = node.band_tile(_multi_val(node, sizes))
     block = _block(band, sizes, first, mapped, options, target)
     grid_caps, grid = _grid(tile, scop, first, mapped, options, target)
@@ -166,6 +168,28 @@ def _enough_blocks(band: list[B.Member], sizes: list[int], first: int,
         if smaller[position] != UNTILED:
             smaller[position] = min(smaller[position], THREADS[k])
     return smaller
+
+
+def _wider_x_for_contractions(band: list[B.Member], sizes: list[int], first: int,
+                               mapped: int) -> list[int]:
+    """A contraction (a reduction member inside the mapped ones: matmul's k) whose grid
+    stays large gets x tiles COLUMNS times the x threads: each thread then owns a 4x4
+    register tile of 32x128 points (the CUDA code jams them into the reduction loop), so
+    each element loaded from shared memory feeds four multiply-adds instead of one."""
+    x = first + mapped - 1
+    member = band[x]
+    wide = COLUMNS * THREADS[0]
+    if mapped < 2 or len(band) <= first + mapped or member.extent is None or \
+            member.extent < wide or sizes[x] != TILE or sizes[x - 1] != TILE:
+        return sizes
+    wider = list(sizes)
+    wider[x] = wide
+    count = 1
+    for m in band[first:first + mapped]:
+        if m.extent is None:
+            return sizes
+        count *= -(-m.extent // max(1, min(wider[m.position], m.extent)))
+    return wider if count >= MIN_BLOCKS else sizes
 
 
 def _block(band, sizes, first: int, mapped: int, options: Options,

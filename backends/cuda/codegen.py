@@ -74,7 +74,7 @@ TC_DEV bool tc_inside(long long value, long long extent, long long* err, long lo
 """
 
 NARROW_LIMIT = 1 << 30  # sizes and offsets below this: 32-bit indices, no overflow in sums
-JAM = 8  # at most this many iterations of a thread's loop share one reduction loop
+JAM = 16  # at most this many points of a thread's loops share one reduction loop
 WIDE_STEP = 1 << 20  # a loop stepping this far counts in 64 bits (a grid-stride loop)
 
 _MATH_DOUBLE = {"abs": "fabs", "min": "fmin", "max": "fmax", "fdivide": None,
@@ -171,7 +171,7 @@ class _Generator:
         if self.itype == "int" and step >= WIDE_STEP:
             self.put(indent, f"for (long long {var}_w = {self.index(lo)}; {var}_w < "
                              f"{self.index(hi)}; {var}_w += {step}) {{")
-            self.put(indent + 1, f"const int {var} = (int){var}_w;")
+            self.put(indent + 1, f"const int {var} = (int){var}_w; (void){var};")
             return
         self.put(indent, f"for ({self.itype} {var} = {self.index(lo)}; {var} < "
                          f"{self.index(hi)}; {var} += {step}) {{")
@@ -186,6 +186,8 @@ class _Generator:
                 self.private_accumulator(n, indent)
             case L.For() if self.jammable(n):
                 self.jammed_accumulators(n, indent)
+            case L.For() if self.private_memory and self.hoisted_jam(n) is not None:
+                self.accumulators_across(n, indent)
             case L.For(var=v, lo=lo, hi=hi, step=step, body=body):
                 if n.unroll:
                     self.put(indent, f"#pragma unroll {n.unroll}")
@@ -270,54 +272,106 @@ class _Generator:
             return 0
         return hi.value // loop.step
 
+    def jam_nest(self, loop: L.For):
+        """(the thread loops, the inits, the reduction loop) of a register tile, or None.
+
+        One or two parallel loops over a thread's share of points (a matmul's rows `m`
+        strided by the threads on y, and its columns `n` by those on x) whose body
+        initializes each point's element, then reduces into it: jamming their iterations
+        into the reduction loop keeps one accumulator per point in registers and loads
+        each element the points share (A(m, k) along a row, B(k, n) down a column) once
+        for all of them, instead of a serial chain of fused multiply-adds, each waiting
+        on the last, with two loads."""
+        loops, node, points = [], loop, 1
+        while isinstance(node, L.For) and node.parallel and self.jammed_trips(node) >= 1:
+            loops.append(node)
+            points *= self.jammed_trips(node)
+            items = node.body.body if isinstance(node.body, L.Block) else (node.body,)
+            if len(items) == 1 and isinstance(items[0], L.For) and items[0].parallel and \
+                    len(loops) < 2:
+                node = items[0]
+                continue
+            *inits, last = items
+            if not self.private_memory or not 2 <= points <= JAM or \
+                    not isinstance(last, L.For) or not self.accumulates(last) or \
+                    any(L.uses_var(last.lo, x.var) or L.uses_var(last.hi, x.var)
+                        for x in loops):
+                return None
+            runs = [i.then if isinstance(i, L.If) and i.other is None else i for i in inits]
+            if not all(isinstance(r, L.Run) and self.kernel.statement(r.statement).kind ==
+                       "init" for r in runs):
+                return None
+            return loops, inits, last
+        return None
+
     def jammable(self, loop: L.For) -> bool:
-        """A parallel loop over a thread's share of rows (a matmul's `m` under its `n` on
-        x) whose body initializes each row's element, then reduces into it: jamming its
-        iterations into the reduction loop keeps one accumulator per row in registers and
-        loads each element the rows share (B(k, n)) once for all of them, instead of a
-        serial chain of fused multiply-adds, each waiting on the last, with two loads."""
-        if not loop.parallel or not self.private_memory or not 2 <= self.jammed_trips(loop) <= JAM:
-            return False
-        items = loop.body.body if isinstance(loop.body, L.Block) else (loop.body,)
-        *inits, last = items
-        if not isinstance(last, L.For) or not self.accumulates(last) or \
-                L.uses_var(last.lo, loop.var) or L.uses_var(last.hi, loop.var):
-            return False
-        return all(isinstance(i, L.If) and i.other is None and isinstance(i.then, L.Run)
-                   and self.kernel.statement(i.then.statement).kind == "init" for i in inits)
+        return self.jam_nest(loop) is not None
 
     def jammed_accumulators(self, loop: L.For, indent: int) -> None:
-        items = loop.body.body if isinstance(loop.body, L.Block) else (loop.body,)
-        *inits, inner = items
-        copies = [{loop.var: L.add(loop.lo, L.Int(j * loop.step))}
-                  for j in range(self.jammed_trips(loop))]
-        runs = [L.substitute_node(inner.body, c) for c in copies]
-        s = self.kernel.statement(inner.body.statement)
-        dtype = self.buffers[s.target].dtype
-        ctype = "float" if dtype is DType.FLOAT16 else CTYPES[dtype]
-        position = {name: k for k, name in enumerate(s.indices)}
-        self.put(indent, f"{{  // {loop.var}: {len(copies)} rows jammed into one reduction loop")
-        for item in inits:
-            for c in copies:
+        jam = _Jam(self, loop)
+        self.put(indent, f"{{  // {jam.names}: {len(jam.runs)} points jammed into one "
+                         "reduction loop")
+        for item in jam.inits:
+            for c in jam.copies:
                 self.node(L.substitute_node(item, c), indent + 1)
-        targets = []
-        for j, r in enumerate(runs):
-            subs = [self.index(r.indices[position[name]]) for name in s.lhs]
-            targets.append(self.address(s.target, subs))
-            self.put(indent + 1, f"{ctype} acc{j} = {_load(targets[j], dtype)};")
-        if inner.unroll:
-            self.put(indent + 1, f"#pragma unroll {inner.unroll}")
-        self.loop_header(indent + 1, inner.var, inner.lo, inner.hi, inner.step)
-        for j, r in enumerate(runs):
-            self.put(indent + 2, "{")
-            for name, value in zip(s.indices, r.indices):
-                self.put(indent + 3, f"const {self.itype} i_{name} = {self.index(value)};")
-            value = _Values(self, s, {p.ref: p for p in r.promoted}, indent + 3).emit(s.value)
-            self.put(indent + 3, f"acc{j} = {_combine(s.op, f'acc{j}', value, dtype)};")
-            self.put(indent + 2, "}")
+        jam.declare(indent + 1)
+        jam.reduce(indent + 1)
+        jam.store(indent + 1)
+        self.put(indent, "}")
+
+    # ---- ... and the register tile kept across the tiles of the reduction ----
+    def hoisted_jam(self, loop: L.For) -> tuple[int, L.For] | None:
+        """(its position, the jammed nest) if `loop` walks the reduction's tiles (matmul's
+        k tiles: copies to shared memory, a barrier, the jammed nest, a barrier) and
+        nothing else in it touches the reduced tensor: the accumulators then stay in
+        registers across all tiles, loaded once before and stored once after, instead of
+        a load and a store of each per tile."""
+        if loop.parallel or not isinstance(loop.body, L.Block):
+            return None
+        items = loop.body.body
+        nests = [k for k, item in enumerate(items)
+                 if isinstance(item, L.For) and self.jam_nest(item) is not None]
+        if len(nests) != 1:
+            return None
+        jam = _Jam(self, items[nests[0]])
+        if any(L.uses_var(i, loop.var) for r in jam.runs for i in jam.lhs_values(r)):
+            return None
+        for k, item in enumerate(items):
+            if k == nests[0]:
+                continue
+            for n in L.walk_nodes(item):
+                if not isinstance(n, (L.For, L.If, L.Block, L.Barrier, L.Copy)) or \
+                        isinstance(n, L.Copy) and n.tensor == jam.s.target:
+                    return None
+        return nests[0], items[nests[0]]
+
+    def accumulators_across(self, loop: L.For, indent: int) -> None:
+        position, nest = self.hoisted_jam(loop)
+        jam = _Jam(self, nest)
+        self.put(indent, f"{{  // {jam.names}: {len(jam.runs)} points in registers across "
+                         f"{loop.var}")
+        jam.declare(indent + 1)
+        if loop.unroll:
+            self.put(indent + 1, f"#pragma unroll {loop.unroll}")
+        self.loop_header(indent + 1, loop.var, loop.lo, loop.hi, loop.step)
+        for k, item in enumerate(loop.body.body):
+            if k != position:
+                self.node(item, indent + 2)
+                continue
+            for init in jam.inits:  # the identity into the accumulators
+                for j, c in enumerate(jam.copies):
+                    copy = L.substitute_node(init, c)
+                    run = copy.then if isinstance(copy, L.If) else copy
+                    if isinstance(copy, L.If):
+                        self.put(indent + 2, f"if ({self.index(copy.cond)}) {{")
+                    statement = self.kernel.statement(run.statement)
+                    value = _Values(self, statement, {}, indent + 3).emit(statement.value)
+                    self.put(indent + 3, f"acc{j} = {value};")
+                    if isinstance(copy, L.If):
+                        self.put(indent + 2, "}")
+            jam.reduce(indent + 2)
         self.put(indent + 1, "}")
-        for j, target in enumerate(targets):
-            self.put(indent + 1, f"{target} = {_store(f'acc{j}', dtype)};")
+        jam.store(indent + 1)
         self.put(indent, "}")
 
     def run_statement(self, r: L.Run, indent: int) -> None:
@@ -364,12 +418,13 @@ class _Generator:
         return f"{buffer}{''.join(f'[{s}]' for s in subscripts)}" if subscripts else f"{buffer}[0]"
 
     def stride(self, tensor: str, dim: int) -> str:
-        """A constant where the kernel is specialized (inputs' layouts are in the cache
-        key; the runtime allocates the rest row-major), else the argument."""
+        """A constant for the arrays the runtime allocates (row-major) in a specialized
+        kernel; an input's is the argument: a device array's layout is the caller's, but
+        a NumPy input is staged on the device row-major whatever its own layout."""
         b = self.buffers[tensor]
-        if self.specialized is not None and b.strides is not None:
+        if self.specialized is not None and b.strides is not None and b.kind != "input":
             return f"{b.strides[dim]}{self.suffix}"
-        return f"st_{tensor}_{dim}"
+        return f"st_{tensor}_{dim}" if self.itype != "int" else f"((int)st_{tensor}_{dim})"
 
     def extent(self, tensor: str, dim: int) -> str:
         return self.index(self.buffers[tensor].shape[dim])
@@ -399,6 +454,52 @@ class _Generator:
                        "and": "&&", "or": "||"}[op]
                 return f"({self.index(a)} {sym} {self.index(b)})"
         raise TypeError(f"unknown index expression {e!r}")
+
+
+class _Jam:
+    """A jammed nest's points: each its substitution of the thread loops' variables, its
+    copy of the reduction's run, its element of the target and its accumulator `acc<j>`."""
+
+    def __init__(self, gen: _Generator, loop: L.For):
+        self.gen = gen
+        loops, self.inits, self.inner = gen.jam_nest(loop)
+        self.names = ", ".join(x.var for x in loops)
+        self.copies: list[dict] = [{}]
+        for x in loops:
+            self.copies = [{**c, x.var: L.add(x.lo, L.Int(j * x.step))}
+                           for c in self.copies for j in range(gen.jammed_trips(x))]
+        self.runs = [L.substitute_node(self.inner.body, c) for c in self.copies]
+        self.s = gen.kernel.statement(self.inner.body.statement)
+        self.dtype = gen.buffers[self.s.target].dtype
+        self.position = {name: k for k, name in enumerate(self.s.indices)}
+        self.targets = [gen.address(self.s.target, [gen.index(i) for i in self.lhs_values(r)])
+                        for r in self.runs]
+
+    def lhs_values(self, run: L.Run) -> list[L.IExpr]:
+        return [run.indices[self.position[name]] for name in self.s.lhs]
+
+    def declare(self, indent: int) -> None:
+        ctype = "float" if self.dtype is DType.FLOAT16 else CTYPES[self.dtype]
+        for j, target in enumerate(self.targets):
+            self.gen.put(indent, f"{ctype} acc{j} = {_load(target, self.dtype)};")
+
+    def reduce(self, indent: int) -> None:
+        gen, s, inner = self.gen, self.s, self.inner
+        if inner.unroll:
+            gen.put(indent, f"#pragma unroll {inner.unroll}")
+        gen.loop_header(indent, inner.var, inner.lo, inner.hi, inner.step)
+        for j, r in enumerate(self.runs):
+            gen.put(indent + 1, "{")
+            for name, value in zip(s.indices, r.indices):
+                gen.put(indent + 2, f"const {gen.itype} i_{name} = {gen.index(value)};")
+            value = _Values(gen, s, {p.ref: p for p in r.promoted}, indent + 2).emit(s.value)
+            gen.put(indent + 2, f"acc{j} = {_combine(s.op, f'acc{j}', value, self.dtype)};")
+            gen.put(indent + 1, "}")
+        gen.put(indent, "}")
+
+    def store(self, indent: int) -> None:
+        for j, target in enumerate(self.targets):
+            self.gen.put(indent, f"{target} = {_store(f'acc{j}', self.dtype)};")
 
 
 class _Values:
@@ -502,7 +603,8 @@ class _Values:
 def _fits_32_bits(kernel: L.Kernel) -> bool:
     """Whether every size, and every element offset of every buffer, is below
     NARROW_LIMIT in a specialized kernel, so that no index expression (a few such terms
-    summed) overflows an int."""
+    summed) overflows an int. An input's offsets are bounded in both layouts it may have
+    on the device: the caller's (in the cache key) and row-major (a staged NumPy array)."""
     if not kernel.size_values:
         return False
     sizes = dict(kernel.size_values)
@@ -514,7 +616,11 @@ def _fits_32_bits(kernel: L.Kernel) -> bool:
         if b.strides is None:
             return False
         shape = [L.evaluate(d, sizes) for d in b.shape]
-        if sum(max(e - 1, 0) * abs(st) for e, st in zip(shape, b.strides)) >= NARROW_LIMIT:
+        span = sum(max(e - 1, 0) * abs(st) for e, st in zip(shape, b.strides))
+        count = 1
+        for e in shape:
+            count *= max(e, 0)
+        if max(span, count) >= NARROW_LIMIT:
             return False
     return True
 

@@ -51,19 +51,33 @@ def test_a_small_grid_takes_smaller_tiles_on_y():
     assert "grid(2, 8)" in loops  # not 2x2 blocks of 32x32 points
 
 
+def test_large_contractions_take_32x128_tiles():
+    a = np.ones((2048, 64), np.float32)
+    b = np.ones((64, 2048), np.float32)
+    kernel = tc.compile(K.MATMUL, "matmul", a, b, backend=CUDA)
+    assert "B_shared[32][129]" in kernel.loops
+    assert "16 points in registers across" in kernel.source
+
+
 def test_one_mapped_member_runs_256_threads_a_block():
     x = np.ones(1000, np.float32)
     assert "block(256)" in tc.compile(K.CHAIN, "chain", x, x, backend=CUDA).loops
 
 
-@pytest.mark.parametrize("m,k,n", [(64, 37, 96), (37, 5, 33), (1, 3, 64), (96, 1, 64)])
-def test_jammed_rows_match_numpy(m, k, n):
-    """With 32x32 tiles (as large matrices get), each thread takes 4 rows of a tile: those
-    that are full tiles run jammed into one reduction loop, partial ones plainly."""
+@pytest.mark.parametrize("tile", [(32, 32, 32), (32, 128, 32), (32, 128, 8)])
+@pytest.mark.parametrize("m,k,n", [(64, 37, 256), (64, 3, 128), (37, 5, 33), (1, 3, 128),
+                                   (96, 1, 128)])
+def test_register_tiles_match_numpy(m, k, n, tile):
+    """With 32x32 or 32x128 tiles (as large matrices get), each thread takes 4 rows (and 4
+    columns) of a tile: full tiles run them jammed into one reduction loop, their
+    accumulators in registers across the k tiles; partial tiles run plainly."""
     rng = np.random.default_rng(m * k * n)
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
-    kernel = tc.define(K.MATMUL, backend=CUDA, options=tc.Options(tile=(32, 32, 32))).matmul
+    kernel = tc.define(K.MATMUL, backend=CUDA, options=tc.Options(tile=tile)).matmul
+    source = kernel.compile(a, b).source
     if m % 32 == 0 and k > 1:  # (one step of k is no loop)
-        assert "rows jammed into one reduction loop" in kernel.compile(a, b).source
+        points = 16 if tile[1] == 128 else 4
+        assert f"{points} points in registers across" in source or \
+            f"{points} points jammed into one reduction loop" in source
     np.testing.assert_allclose(kernel(a, b), a @ b, rtol=1e-4, atol=1e-4)
