@@ -3,6 +3,8 @@ extents (full tiles, partial tiles and both), manual tile shapes, shape-generic 
 bounds-checked code; FMA contraction in the emitted LLVM IR, and none where the user asked
 for reproducible reductions."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -108,14 +110,16 @@ def test_packing_in_the_llvm_ir():
     and the micro-kernel loads its lanes from there."""
     a, b = np.ones((128, 64), np.float32), np.ones((64, 48), np.float32)
     ir = tc.define(MATMUL).mm.compile(a, b).stage_text("llvm")
-    assert "%\"B_packed0\" = alloca [1024 x float], align 64" in ir
+    # (its length follows the machine's vector width: 1024 floats with AVX2, 2048 AVX-512)
+    assert re.search(r'%"B_packed0" = alloca \[(1024|2048) x float\], align 64', ir)
     off = tc.define(MATMUL, options=tc.Options(pack=False)).mm.compile(a, b)
     assert "alloca [" not in off.stage_text("llvm")
     # x @ w.T: W's 16 x kc sliver, lanes-first; the tile loads 8 lanes at once from it
     x, w, bias = np.ones((128, 64), np.float32), np.ones((48, 64), np.float32), np.ones(48,
                                                                                      np.float32)
     transposed = tc.define(MLP_T, options=tc.Options(pack=True)).mlp.compile(x, w, bias)
-    assert "%\"W_packed0\" = alloca [1024 x float], align 64" in transposed.stage_text("llvm")
+    assert re.search(r'%"W_packed0" = alloca \[(1024|2048) x float\], align 64',
+                     transposed.stage_text("llvm"))
     assert "load <8 x float>" in transposed.stage_text("llvm-opt")
 
 
