@@ -21,23 +21,52 @@ from tclang.host_tensors import host_view, is_host_tensor, refuse_grad
 
 class DeviceArray:
     """A GPU array seen through `__cuda_array_interface__`: shape, dtype, strides and the
-    device pointer, without copying (PyTorch, CuPy, PyCUDA GPUArray, ...)."""
+    device pointer, without copying (PyTorch, CuPy, PyCUDA GPUArray, ...). A PyTorch
+    tensor is read through its own accessors: its interface builds a dictionary and
+    checks gradients on every call, a good part of a small kernel's launch."""
 
     def __init__(self, obj):
-        interface = obj.__cuda_array_interface__
+        if type(obj).__module__.startswith("torch"):
+            self.shape = tuple(obj.shape)
+            self.dtype = _torch_numpy_dtype(obj.dtype)
+            strides = tuple(s * self.dtype.itemsize for s in obj.stride())
+            self.device_pointer = obj.data_ptr()
+            self.readonly = False
+        else:
+            interface = obj.__cuda_array_interface__
+            self.shape = tuple(int(x) for x in interface["shape"])
+            self.dtype = np.dtype(interface["typestr"])
+            self.device_pointer = int(interface["data"][0] or 0)
+            self.readonly = bool(interface["data"][1])
+            strides = interface.get("strides")
         self.obj = obj
-        self.shape = tuple(int(x) for x in interface["shape"])
-        self.dtype = np.dtype(interface["typestr"])
         self.itemsize = self.dtype.itemsize
         self.ndim = len(self.shape)
-        self.size = int(np.prod(self.shape, dtype=np.int64))
-        self.nbytes = self.size * self.itemsize
-        self.device_pointer = int(interface["data"][0] or 0)
-        self.readonly = bool(interface["data"][1])
-        strides = interface.get("strides")
+        size = 1
+        for extent in self.shape:
+            size *= extent
+        self.size = size
+        self.nbytes = size * self.itemsize
         contiguous = _contiguous_strides(self.shape, self.itemsize)
         self.strides = tuple(int(x) for x in strides) if strides is not None else contiguous
         self.c_contiguous = self.strides == contiguous
+
+
+_TORCH_DTYPES: dict = {}
+
+
+def _torch_numpy_dtype(dtype) -> np.dtype:
+    """The NumPy dtype of a torch dtype (bfloat16 and the like have none: refused)."""
+    found = _TORCH_DTYPES.get(dtype)
+    if found is None:
+        import torch
+        try:
+            found = np.dtype(torch.empty(0, dtype=dtype).numpy().dtype)
+        except (TypeError, RuntimeError):
+            raise TCArgumentError(f"a torch tensor of {dtype} has no NumPy dtype",
+                                  hint="convert it, e.g. tensor.float()") from None
+        _TORCH_DTYPES[dtype] = found
+    return found
 
 
 def _contiguous_strides(shape, itemsize: int) -> tuple[int, ...]:

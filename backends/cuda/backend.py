@@ -126,18 +126,27 @@ def _artifact(cubin: bytes, text: str, entries, buffers, statements, size_names)
     record = np.zeros(LT.ERR_FIELDS, dtype=np.int64)
     lock = threading.Lock()
     prepared: dict[str, list] = {}
+    planned: dict[tuple, list] = {}  # sizes -> the launches that run, with their dims
 
-    def launchers(signature: str) -> list:
-        if signature not in prepared:
-            prepared[signature] = [(e, fn.prepare(signature)) for e, fn in functions]
-        return prepared[signature]
+    def launches(signature: str, sizes) -> list:
+        key = (signature, tuple(sizes))
+        found = planned.get(key)
+        if found is None:
+            if signature not in prepared:
+                prepared[signature] = [(e, fn.prepare(signature)) for e, fn in functions]
+            env = dict(zip(size_names, sizes))
+            found = [(e.function, fn, *e.dims(env)) for e, fn in prepared[signature]
+                     if e.runs(env)]
+            if len(planned) > 64:  # a shape-generic kernel called on many shapes
+                planned.clear()
+            planned[key] = found
+        return found
 
     def run(arrays, sizes):
         with lock:
             _run(arrays, sizes)
 
     def _run(arrays, sizes):
-        env = dict(zip(size_names, sizes))
         pointers, keep, copy_back = [], [], []
         for k, a in enumerate(arrays):
             pointer = getattr(a, "device_pointer", None)
@@ -156,16 +165,13 @@ def _artifact(cubin: bytes, text: str, entries, buffers, statements, size_names)
         args = pointers + [int(v) for v in sizes] + [int(v) for v in strides] + [int(err)]
         signature = "P" * len(pointers) + "q" * (len(sizes) + len(strides)) + "P"
         launched = []
-        for entry, fn in launchers(signature):
-            if not entry.runs(env):
-                continue
-            grid, block = entry.dims(env)
+        for function, fn, grid, block in launches(signature, sizes):
             try:
                 fn.prepared_call(grid, block, *args)
             except cuda.Error as failure:
-                raise _launch_error("refused to launch", [(entry.function, grid, block)],
+                raise _launch_error("refused to launch", [(function, grid, block)],
                                     failure) from None
-            launched.append((entry.function, grid, block))
+            launched.append((function, grid, block))
         try:
             cuda.memcpy_dtoh(record, err)  # also waits for the kernels
         except cuda.Error as failure:

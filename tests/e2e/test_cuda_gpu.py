@@ -140,12 +140,12 @@ def test_gather_out_of_range_on_the_gpu():
 def test_a_refused_launch_is_a_tclang_error(monkeypatch):
     from backends.cuda import launches
     kernel = tclang.define(MM, backend="cuda").mm
-    a = np.ones((4, 4), np.float32)
-    kernel(a, a)  # compiled; now every launch asks for a block no GPU has
+    a = np.ones((13, 11), np.float32)  # shapes no other test runs: planned afresh
+    # every launch asks for a block no GPU has
     monkeypatch.setattr(launches.LaunchEntry, "dims",
                         lambda self, sizes: ((1, 1, 1), (4096, 1, 1)))
     with pytest.raises(tclang.TCLaunchError, match=r"refused to launch \w+.*block \(4096"):
-        kernel(a, a)
+        kernel(a, a.T.copy())
 
 
 def test_cubins_come_back_from_the_disk_cache(tmp_path):
