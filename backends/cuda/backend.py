@@ -6,7 +6,11 @@ PyCUDA's `compiler.compile` (nvcc -> cubin for the device's compute capability);
 is what the disk cache keeps, and the cache key includes the compute capability and the
 CUDA version. NumPy arguments are copied to the device and results back; arguments that
 already live on the GPU (`__cuda_array_interface__`) are used in place and the outputs come
-back as the same kind of object (PyTorch, CuPy, PyCUDA GPUArray).
+back as the same kind of object (PyTorch, CuPy, PyCUDA GPUArray). A call waits for the GPU
+only when it must: to copy results to NumPy arrays, or to read the error record of a kernel
+with run-time checks (a gather, `check_bounds`); a kernel on device arrays without them
+returns once launched, its work ordered on the default stream with the caller's, as a
+PyTorch operator's is.
 """
 
 from __future__ import annotations
@@ -123,7 +127,10 @@ def _artifact(cubin: bytes, text: str, entries, buffers, statements, size_names)
     # calls from sharing the record.
     err = cuda.mem_alloc(LT.ERR_FIELDS * 8)
     cuda.memset_d8(err, 0, LT.ERR_FIELDS * 8)
-    record = np.zeros(LT.ERR_FIELDS, dtype=np.int64)
+    record = cuda.pagelocked_zeros(LT.ERR_FIELDS, dtype=np.int64)  # a direct copy back
+    # a kernel without run-time checks (no gather, no check_bounds) can record nothing:
+    # on device arrays it returns without waiting for the GPU, as PyTorch's operators do
+    checked = text.count("tc_inside(") > 1  # (one is the helper's definition)
     lock = threading.Lock()
     prepared: dict[str, list] = {}
     planned: dict[tuple, list] = {}  # sizes -> the launches that run, with their dims
@@ -172,6 +179,8 @@ def _artifact(cubin: bytes, text: str, entries, buffers, statements, size_names)
                 raise _launch_error("refused to launch", [(function, grid, block)],
                                     failure) from None
             launched.append((function, grid, block))
+        if not (checked or keep) and _on_the_default_stream(arrays):
+            return  # ordered after the callers' work and before their next, on stream 0
         try:
             cuda.memcpy_dtoh(record, err)  # also waits for the kernels
         except cuda.Error as failure:
@@ -187,6 +196,23 @@ def _artifact(cubin: bytes, text: str, entries, buffers, statements, size_names)
 
     return Artifact(source=text, run=run, stages={"cuda": text},
                     blobs={"cubin": cubin, "cuda": text.encode(), "launches": LT.to_json(entries)})
+
+
+def _on_the_default_stream(arrays) -> bool:
+    """Whether the callers' libraries queue their work on the legacy default stream, as
+    the launches do: then the order is theirs, and no call needs to wait. (PyTorch and
+    CuPy do unless a `with stream:` block says otherwise; PyCUDA arrays always.)"""
+    for a in arrays:
+        module = type(getattr(a, "obj", None)).__module__.split(".")[0]
+        if module == "torch":
+            import torch
+            if torch.cuda.current_stream(a.obj.device).cuda_stream != 0:
+                return False
+        elif module == "cupy":
+            import cupy
+            if cupy.cuda.get_current_stream().ptr != 0:
+                return False
+    return True
 
 
 def _launch_error(what: str, launches, failure) -> TCLaunchError:
