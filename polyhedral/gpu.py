@@ -139,7 +139,10 @@ def _tile_sizes(band: list[B.Member], first: int, mapped: int,
     sizes = []
     for m in band:
         is_mapped = first <= m.position < first + mapped
-        size = THREADS_1D if mapped == 1 and is_mapped else TILE
+        size = TILE
+        if mapped == 1 and is_mapped:  # 4 points a thread where there are plenty of blocks
+            long = m.extent is not None and m.extent >= 4 * THREADS_1D * MIN_BLOCKS
+            size = 4 * THREADS_1D if long else THREADS_1D
         if m.extent is not None and m.extent <= size:
             size = max(m.extent, 1) if is_mapped else UNTILED
         sizes.append(size)
