@@ -37,8 +37,10 @@ except ImportError:  # the script says so in main()
     torch = None
 try:
     import cupy
-except ImportError:
+    CUPY_MISSING = None
+except Exception as err:  # ImportError, or a CuPy built for another CUDA failing to load
     cupy = None
+    CUPY_MISSING = f"{type(err).__name__}: {err}"
 
 HALF_MATMUL = K.MATMUL.replace("float", "half")
 
@@ -232,6 +234,8 @@ def main() -> None:
         sys.exit("benchmarks/cuda.py needs PyTorch with CUDA and an NVIDIA GPU")
     rows, limits = run(args)
     text = table(rows, limits)
+    if CUPY_MISSING:
+        text += f"\nCuPy not measured ({CUPY_MISSING})\n"
     print(text)
     if args.out:
         os.makedirs(args.out, exist_ok=True)
