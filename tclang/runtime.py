@@ -21,6 +21,7 @@ import numpy as np
 from polyhedral import loop_ir as L
 from tclang.arguments import Binding, DeviceArray, bind_arguments, check_out, float_fits
 from tclang.cachekey import cache_key, canonical_source
+from tclang.device_calls import DeviceHotCalls
 from tclang.compiler import (Compiled, allocate, compile_definition, compile_target,
                              get_backend)
 from tclang.errors import TCArgumentError, TCError
@@ -55,6 +56,7 @@ class CompiledKernel:
         limit = max_variants()
         self._checked_sizes = Recent(limit)  # sizes whose bounds a shape-generic call checked
         self._hot = HotCalls(definition)  # hot key -> (self, prepared)
+        self._device_hot = DeviceHotCalls()
 
     # ---- what users read ----
     @property
@@ -136,7 +138,9 @@ class CompiledKernel:
 
     # ---- running ----
     def __call__(self, *args, out=None):
-        hot = None if self._device else self._hot.look_up(args, out)
+        if self._device:
+            return _device_call(self, self._device_hot, args, out, lambda binding: self)
+        hot = self._hot.look_up(args, out)
         if hot is not None and hot.entry is not None:
             return hot.run()
         binding = bind_arguments(self.definition, args, self._device)
@@ -145,10 +149,12 @@ class CompiledKernel:
             self._hot.remember(hot, args, binding, self)
         return like_the_caller(result, args, out)
 
-    def run(self, binding: Binding, out=None):
+    def run(self, binding: Binding, out=None, given=None):
+        """`given`: out= arrays already checked (the device hot path's)."""
         self._check_applies(binding)
         sizes = binding.sizes
-        given = check_out(self.definition, out, binding) if out is not None else None
+        if given is None and out is not None:
+            given = check_out(self.definition, out, binding)
         arrays: list = list(binding.arrays)
         new = self._allocator(binding)
         results, copy_back = [], []
@@ -366,6 +372,20 @@ def hot_key(args, expected):
     return tuple(arrays), tuple(parts)
 
 
+def _device_call(kernel, hot_calls: DeviceHotCalls, args, out, compiled_for):
+    """A call on a GPU backend: the hot path if its tensors look like a call checked in
+    full before, else the full checks (and the call is remembered)."""
+    hot = hot_calls.look_up(args, out)
+    if hot is not None and hot.entry is not None:
+        return hot.run()
+    binding = bind_arguments(kernel.definition, args, True)
+    compiled = compiled_for(binding)
+    result = compiled.run(binding, out)
+    if hot is not None:
+        hot_calls.remember(hot, binding, compiled)
+    return like_the_caller(result, args, out)
+
+
 def _bound_as_given(args: tuple, binding: Binding) -> bool:
     """Whether the checked call ran on the very arrays the hot path would pass. An argument
     the checks had to convert (a copy of strides that are not whole elements, of another
@@ -394,9 +414,12 @@ class Kernel:
         # the hot path: a call like one already checked in full -> (CompiledKernel, what
         # running it again needs)
         self._hot = HotCalls(definition)
+        self._device_hot = DeviceHotCalls()
 
     def __call__(self, *args, out=None):
-        hot = None if self.module.on_device else self._hot.look_up(args, out)
+        if self.module.on_device:
+            return _device_call(self, self._device_hot, args, out, self._for)
+        hot = self._hot.look_up(args, out)
         if hot is not None and hot.entry is not None:
             return hot.run()
         binding = bind_arguments(self.definition, args, self.module.on_device)

@@ -100,6 +100,41 @@ def test_torch_cuda_tensors_in_place():
     torch.testing.assert_close(strided_out, a @ b, rtol=1e-4, atol=1e-4)
 
 
+def test_repeat_torch_calls_skip_the_checks(monkeypatch):
+    """A call whose tensors look like one checked before takes the hot path (no argument
+    checks: bind_arguments is made to fail), with new tensors, with and without out=; what
+    depends on the pointers or on autograd is still refused."""
+    torch = pytest.importorskip("torch")
+    from tclang import runtime
+    kernel = tclang.define(MM, backend="cuda").mm
+    compiled = None
+    for _ in range(2):  # Kernel calls, then CompiledKernel calls
+        a, b = torch.randn(29, 7, device="cuda"), torch.randn(7, 31, device="cuda")
+        out = torch.empty(29, 31, device="cuda")
+        call = compiled or kernel
+        call(a, b), call(a, b, out=out)  # checked in full, remembered
+        real = runtime.bind_arguments
+
+        def boom(*args, **kwargs):
+            raise AssertionError("the hot path checked the arguments again")
+
+        monkeypatch.setattr(runtime, "bind_arguments", boom)
+        a2, b2 = torch.randn(29, 7, device="cuda"), torch.randn(7, 31, device="cuda")
+        torch.testing.assert_close(call(a2, b2), a2 @ b2, rtol=1e-4, atol=1e-4)
+        out2 = torch.empty(29, 31, device="cuda")
+        assert call(a2, b2, out=out2) is out2
+        torch.testing.assert_close(out2, a2 @ b2, rtol=1e-4, atol=1e-4)
+        monkeypatch.setattr(runtime, "bind_arguments", real)
+        square = torch.randn(7, 7, device="cuda")
+        call7 = kernel if compiled is None else kernel.compile(square, square)
+        call7(square, square)
+        with pytest.raises(tclang.TCArgumentError):  # out= is an input: checked path
+            call7(square, square, out=square)
+        with pytest.raises(tclang.TCArgumentError, match="grad"):
+            call(a2.clone().requires_grad_(), b2)
+        compiled = kernel.compile(a, b)
+
+
 def test_torch_inputs_are_not_copied():
     """The kernel reads the tensor's own device memory: a probe kernel returns an element
     the host never saw after it was written on the device."""

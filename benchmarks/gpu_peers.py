@@ -1,6 +1,6 @@
 """backend="cuda" against PyTorch CUDA (cuBLAS, cuDNN) and CuPy, measured in one run.
 
-    python benchmarks/cuda.py [--quick] [--rounds 7] [--only matmul,softmax] [--out DIR]
+    python benchmarks/gpu_peers.py [--quick] [--rounds 7] [--only matmul,softmax] [--out DIR]
 
 Needs an NVIDIA GPU, PyCUDA and PyTorch (CuPy is an optional extra peer). Every operator
 is compiled first (its compile time is reported apart) and checked against PyTorch. All
@@ -231,7 +231,7 @@ def main() -> None:
     parser.add_argument("--out", default=None, help="write cuda.json and cuda.md here")
     args = parser.parse_args()
     if torch is None or not torch.cuda.is_available():
-        sys.exit("benchmarks/cuda.py needs PyTorch with CUDA and an NVIDIA GPU")
+        sys.exit("benchmarks/gpu_peers.py needs PyTorch with CUDA and an NVIDIA GPU")
     rows, limits = run(args)
     text = table(rows, limits)
     if CUPY_MISSING:
