@@ -171,6 +171,9 @@ def _artifact(cubin: bytes, text: str, entries, buffers, statements, size_names)
             a.itemsize)]
         args = pointers + [int(v) for v in sizes] + [int(v) for v in strides] + [int(err)]
         signature = "P" * len(pointers) + "q" * (len(sizes) + len(strides)) + "P"
+        in_order = _on_the_default_stream(arrays)
+        if not in_order:  # the callers' stream may still be writing the inputs
+            cuda.Context.synchronize()
         launched = []
         for function, fn, grid, block in launches(signature, sizes):
             try:
@@ -179,7 +182,7 @@ def _artifact(cubin: bytes, text: str, entries, buffers, statements, size_names)
                 raise _launch_error("refused to launch", [(function, grid, block)],
                                     failure) from None
             launched.append((function, grid, block))
-        if not (checked or keep) and _on_the_default_stream(arrays):
+        if not (checked or keep) and in_order:
             return  # ordered after the callers' work and before their next, on stream 0
         try:
             cuda.memcpy_dtoh(record, err)  # also waits for the kernels
@@ -201,18 +204,32 @@ def _artifact(cubin: bytes, text: str, entries, buffers, statements, size_names)
 def _on_the_default_stream(arrays) -> bool:
     """Whether the callers' libraries queue their work on the legacy default stream, as
     the launches do: then the order is theirs, and no call needs to wait. (PyTorch and
-    CuPy do unless a `with stream:` block says otherwise; PyCUDA arrays always.)"""
+    CuPy do unless a `with stream:` block says otherwise; PyCUDA arrays always.) Asked
+    once per library: a call's arrays are on the one device tclang drives."""
+    asked = set()
     for a in arrays:
         module = type(getattr(a, "obj", None)).__module__.split(".")[0]
-        if module == "torch":
-            import torch
-            if torch.cuda.current_stream(a.obj.device).cuda_stream != 0:
-                return False
-        elif module == "cupy":
+        if module in asked:
+            continue
+        asked.add(module)
+        if module == "torch" and _torch_stream(a.obj) != 0:
+            return False
+        if module == "cupy":
             import cupy
             if cupy.cuda.get_current_stream().ptr != 0:
                 return False
     return True
+
+
+def _torch_stream(tensor) -> int:
+    """The raw handle of PyTorch's current stream on the tensor's device: through the
+    accessor its own compiled kernels use (a microsecond), else the public one (several:
+    it builds a Stream object)."""
+    import torch
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return int(raw(tensor.get_device()))
+    return torch.cuda.current_stream(tensor.device).cuda_stream
 
 
 def _launch_error(what: str, launches, failure) -> TCLaunchError:

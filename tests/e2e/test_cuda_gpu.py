@@ -135,6 +135,20 @@ def test_repeat_torch_calls_skip_the_checks(monkeypatch):
         compiled = kernel.compile(a, b)
 
 
+def test_torch_work_on_another_stream_is_waited_for():
+    """Launches go to the default stream; inside `with torch.cuda.stream(s)` a call waits
+    for the device before launching (the inputs may still be in flight on s) and after."""
+    torch = pytest.importorskip("torch")
+    kernel = tclang.define(MM, backend="cuda").mm
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            a = torch.randn(512, 300, device="cuda") * 2  # queued on `stream`
+            b = torch.randn(300, 257, device="cuda") + 1
+            c = kernel(a, b)
+            torch.testing.assert_close(c, a @ b, rtol=1e-3, atol=1e-3)
+
+
 def test_torch_inputs_are_not_copied():
     """The kernel reads the tensor's own device memory: a probe kernel returns an element
     the host never saw after it was written on the device."""
