@@ -53,29 +53,53 @@ def map_to_gpu(schedule: isl.Schedule, scop: Scop, options: Options,
     scop.ctx.set_tile_scale_tile_loops(0)
     scop.ctx.set_tile_shift_point_loops(1)
     plans: dict[str, LaunchPlan] = {}
-    node = _visit(schedule.get_root(), scop, options, target, plans)
+    absorbed: set[str] = set()
+    node = _visit(schedule.get_root(), scop, options, target, plans, absorbed)
     return node.get_schedule(), plans
 
 
-def _visit(node, scop, options, target, plans):
+def _visit(node, scop, options, target, plans, absorbed: set[str]):
     if node.get_type() == isl.schedule_node_type.band:
-        return _map_band(node, scop, options, target, plans)
+        return _map_band(node, scop, options, target, plans, absorbed)
     for k in range(node.n_children()):
-        node = _visit(node.child(k), scop, options, target, plans).parent()
+        node = _visit(node.child(k), scop, options, target, plans, absorbed).parent()
     return node
 
 
-def _map_band(node, scop: Scop, options: Options, target: Target, plans) -> isl.ScheduleNode:
+def _statements(node: isl.ScheduleNode) -> list[str]:
+    names: list[str] = []
+    node.get_domain().foreach_set(lambda s: names.append(s.get_tuple_name()))
+    return names
+
+
+def _next_band_statements(node: isl.ScheduleNode) -> list[str]:
+    """The statements of the band a sequence runs right after this one's, if it is one."""
+    parent = node.parent()
+    if parent.get_type() != isl.schedule_node_type.filter or not parent.has_next_sibling():
+        return []
+    after = parent.next_sibling()
+    if after.n_children() != 1 or after.child(0).get_type() != isl.schedule_node_type.band:
+        return []
+    return _statements(after.child(0))  # (a filter's own domain is what reaches it)
+
+
+def _map_band(node, scop: Scop, options: Options, target: Target, plans,
+              absorbed: set[str]) -> isl.ScheduleNode:
     name = f"kernel{len(plans)}"
+    if set(_statements(node)) <= absorbed:  # the launch before runs these
+        plans[name] = LaunchPlan(name, (L.Int(1),), (1,), 0, (), L.Block(()))
+        return node.insert_mark(_id(scop, name))
     band = B.members(node, scop)
     leading = 0
     while leading < len(band) and band[leading].coincident:
         leading += 1
     if not node.band_get_permutable():
         leading = 0
-    reduction = plan_block_reduction(node, scop, options, target, name, leading)
+    reduction = plan_block_reduction(node, scop, options, target, name, leading,
+                                     _next_band_statements(node))
     if reduction is not None:
-        body, buffers, statements, grid, block = reduction
+        body, buffers, statements, grid, block, followers = reduction
+        absorbed.update(followers)
         plans[name] = LaunchPlan(name, grid, block, 0, (), body, buffers, statements)
         return node.insert_mark(_id(scop, name))
     if leading == 0:

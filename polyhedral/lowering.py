@@ -113,6 +113,8 @@ class _Lowering:
                              "scratch", op.strides) for op in plan.operands), body)
             plan = self.launches.get(name)
             if plan is not None and plan.body is not None:  # built by the mapping itself
+                if plan.body == L.Block(()):  # its statements run in an earlier launch
+                    return plan.body
                 return L.Launch(name, plan.grid, plan.block, plan.buffers, plan.body)
             if plan is not None:
                 self.promoting = {t.tensor: t for t in plan.shared}

@@ -36,9 +36,12 @@ ROW_REDUCTION = 32  # a row reduction shorter than a warp stays on one thread
 
 
 def plan_block_reduction(node: isl.ScheduleNode, scop: Scop, options: Options,
-                         target: Target, name: str, parallel_members: int):
-    """(launch body, its buffers, extra statements, grid, block) or None if the band is not
-    a sequence of reductions worth spreading over a block."""
+                         target: Target, name: str, parallel_members: int,
+                         next_statements: list[str] = ()):
+    """(launch body, its buffers, extra statements, grid, block, absorbed) or None if the
+    band is not a sequence of reductions worth spreading over a block. `next_statements`:
+    those of the band run next; `absorbed` names those the launch runs too (a row
+    reduction's elementwise consumers, softmax's division), else it is empty."""
     steps = _reductions(node, scop)
     if steps is None:
         return None
@@ -62,7 +65,42 @@ def plan_block_reduction(node: isl.ScheduleNode, scop: Scop, options: Options,
         if not (small_output or rows):
             return None
         limit = min(limit, _power_of_two(longest))
-    return _build(steps, lhs, scop, limit, target)
+        followers = _row_followers(next_statements, steps, scop) if rows else None
+        if followers:
+            return _build(steps, lhs, scop, limit, target, followers) + \
+                (tuple(f.id for f in followers),)
+    return _build(steps, lhs, scop, limit, target) + ((),)
+
+
+def _row_followers(names, steps: list[ScopStatement], scop: Scop):
+    """The next band's statements if each block can run them for its row right after the
+    reductions: assignments over the same left side and more indices (softmax's
+    `Y(n, d) = exp(X(n, d) - m(n)) / s(n)`), reading the reductions' results only at their
+    own row, reading nothing they write themselves, and writing nothing the reductions
+    read. Then a row's data is read once from memory, not twice, and one launch does it."""
+    followers = [scop.statement(n) for n in names]
+    if not followers:
+        return None
+    first = steps[0].source
+    k = len(first.indices)
+    results = {st.source.target for st in steps}
+    written = {f.source.target for f in followers}
+    if written & results or any(r.tensor in written for st in steps
+                                for r in _all_reads(st.source)):
+        return None
+    for f in followers:
+        s = f.source
+        if f.kind != "assign" or s.reduction_indices or len(s.indices) <= k:
+            return None
+        for mine, theirs in zip(s.indices[:k], first.indices):
+            a, b = s.range_of(mine), first.range_of(theirs)
+            if (a.lo, a.hi) != (b.lo, b.hi):
+                return None
+        own_row = tuple(Affine.index(i) for i in s.indices[:k])
+        for read in _all_reads(s):
+            if read.tensor in written or read.tensor in results and read.affine != own_row:
+                return None
+    return followers
 
 
 def _reductions(node, scop: Scop) -> list[ScopStatement] | None:
@@ -125,7 +163,8 @@ def _reads_own_row(s: P.Statement, results: set[str]) -> bool:
     return walks
 
 
-def _build(steps: list[ScopStatement], lhs, scop: Scop, threads: int, target: Target):
+def _build(steps: list[ScopStatement], lhs, scop: Scop, threads: int, target: Target,
+           followers: list[ScopStatement] = ()):
     sizes = scop.sizes
     points = _count(lhs, sizes)
     grid_cap = target.max_grid[0]
@@ -172,6 +211,14 @@ def _build(steps: list[ScopStatement], lhs, scop: Scop, threads: int, target: Ta
         body.append(L.Barrier())
         buffers += [L.Buffer(partial, dtype, (L.Int(threads),), "shared"),
                     L.Buffer(acc, dtype, (L.Int(1),) * max(1, len(lhs)), "private")]
+    for f in followers:  # the rest of each follower's indices, strided over the threads
+        rest = [f.source.range_of(i) for i in f.source.indices[len(lhs):]]
+        e = L.Var("re")
+        body.append(L.For(e.name, t, _count(rest, sizes), threads,
+                          L.Run(f.id, tuple(lhs_values) + tuple(_decompose(e, rest, sizes)),
+                                ())))
+    if followers:
+        body.append(L.Barrier())  # (the next row's first step overwrites nothing they read)
     loop = L.For(q.name, L.Var("b0"), points, grid_cap, L.Block(tuple(body)))
     return loop, tuple(buffers), tuple(identities), (grid,), (threads,)
 

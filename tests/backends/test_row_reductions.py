@@ -91,3 +91,23 @@ def test_two_reductions_into_one_tensor():
     total = x.sum(1)
     np.testing.assert_allclose(kernel(x), np.maximum(total, x.max(1)),
                                rtol=1e-4, atol=1e-4)
+
+
+def test_elementwise_consumers_of_a_row_join_its_launch():
+    """Softmax's division and layernorm's normalization run in the block that reduced
+    their row, right after it: one launch reads each row once from memory."""
+    x = np.ones((256, 512), np.float32)
+    v = np.ones(512, np.float32)
+    for source, entry, args in ((K.SOFTMAX, "softmax", (x,)),
+                                (K.LAYERNORM, "layernorm", (x, v, v))):
+        loops = tc.compile(source, entry, *args, backend="cuda-emulated").loops
+        assert loops.count("launch kernel") == 1, loops
+    # a consumer reading another row's result, or its own output elsewhere, stays apart
+    other_row = """def f(float(N,D) X) -> (Y) {
+    m(n) max=! X(n, d)
+    Y(n, d) = X(n, d) - m(0)
+}"""
+    y = tc.define(other_row, backend="cuda-emulated").f
+    assert y.compile(x).loops.count("launch kernel") == 2
+    data = np.random.default_rng(5).standard_normal((67, 45)).astype(np.float32)
+    np.testing.assert_allclose(y(data), data - data[0].max())
