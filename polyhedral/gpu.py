@@ -2,13 +2,17 @@
 
 Each outermost band becomes one kernel launch. A permutable band with leading coincident
 members is tiled (tile loops count tiles, point loops start at 0); the innermost three
-coincident members (at most) are mapped to blocks by filters `b_k = tile_k mod grid_k` and to threads by
-`t_k = point_k mod block_k`, with the innermost mapped member on x (threadIdx.x walks the
-stride-1 dimension, so accesses coalesce). The block and thread ids are isl parameters
-bounded by a context node above the filters; sizes that do not divide give guards or
-strided loops, and a grid smaller than the number of tiles makes blocks loop over tiles.
-A band with no coincident member runs as one thread (see `polyhedral.reductions` for
-reductions mapped across a block).
+coincident members (at most) are mapped to blocks by filters `b_k = tile_k mod grid_k`
+and to threads by `t_k = point_k mod block_k`, with the innermost mapped member on x
+(threadIdx.x walks the stride-1 dimension, so accesses coalesce); outer coincident members
+are loops in every thread. The block and thread ids are isl parameters bounded by a
+context node above the filters; sizes that do not divide give guards or strided loops,
+and a grid smaller than the number of tiles makes blocks loop over tiles. Tile sizes
+follow the machine: smaller y and z tiles when 32-wide ones would leave multiprocessors
+idle, 32x128 tiles for large contractions (a 4x4 register tile a thread), 256 threads
+for a single mapped member. A band with no coincident member runs as one thread (see
+`polyhedral.reductions` for reductions mapped across a block, and for the elementwise
+statements of the next band that a row reduction's launch takes along).
 """
 
 from __future__ import annotations
@@ -179,15 +183,8 @@ def _enough_blocks(band: list[B.Member], sizes: list[int], first: int,
     the GPU's multiprocessors idle (a convolution's 56x56 image and 64 channels make 8
     blocks; each thread then loops over 4 rows and 8 channels): one point per thread on
     those members, the x member kept 32 wide for coalescing."""
-    def blocks(tiles: list[int]) -> int:
-        count = 1
-        for m in band[first:first + mapped]:
-            if m.extent is None:
-                return MIN_BLOCKS  # sizes known at run time: the grid is what it is
-            count *= -(-m.extent // max(1, min(tiles[m.position], m.extent)))
-        return count
-
-    if blocks(sizes) >= MIN_BLOCKS:
+    count = _block_count(band, sizes, first, mapped)
+    if count is None or count >= MIN_BLOCKS:  # (None: sizes known at run time)
         return sizes
     smaller = list(sizes)
     for k in range(1, mapped):  # y, then z: the members outside x
@@ -211,12 +208,20 @@ def _wider_x_for_contractions(band: list[B.Member], sizes: list[int], first: int
         return sizes
     wider = list(sizes)
     wider[x] = wide
+    count = _block_count(band, wider, first, mapped)
+    return wider if count is not None and count >= MIN_BLOCKS else sizes
+
+
+def _block_count(band: list[B.Member], tiles: list[int], first: int,
+                 mapped: int) -> int | None:
+    """The tiles of the mapped members (the blocks a grid needs); None if a size is only
+    known at run time."""
     count = 1
     for m in band[first:first + mapped]:
         if m.extent is None:
-            return sizes
-        count *= -(-m.extent // max(1, min(wider[m.position], m.extent)))
-    return wider if count >= MIN_BLOCKS else sizes
+            return None
+        count *= -(-m.extent // max(1, min(tiles[m.position], m.extent)))
+    return count
 
 
 def _block(band, sizes, first: int, mapped: int, options: Options,

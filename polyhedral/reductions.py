@@ -150,8 +150,10 @@ def _reads_own_row(s: P.Statement, results: set[str]) -> bool:
     for read in _all_reads(s):
         if read.tensor in results:
             continue
-        if read.is_gather or not read.affine:
+        if read.is_gather:
             return False
+        if not read.affine:
+            continue  # a scalar: shared by every row
         used = set().union(*(a.indices() for a in read.affine))
         if used & lhs and not lhs <= used:
             return False  # part of the left side: reuse across points, not a row

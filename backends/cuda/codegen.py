@@ -336,6 +336,14 @@ class _Generator:
         jam = _Jam(self, items[nests[0]])
         if any(L.uses_var(i, loop.var) for r in jam.runs for i in jam.lhs_values(r)):
             return None
+        point = jam.lhs_values(jam.inner.body)
+        for init in jam.inits:  # each must set exactly the element its accumulator holds
+            run = init.then if isinstance(init, L.If) else init
+            statement = self.kernel.statement(run.statement)
+            position = {name: k for k, name in enumerate(statement.indices)}
+            if statement.target != jam.s.target or \
+                    [run.indices[position[i]] for i in statement.lhs] != point:
+                return None
         for k, item in enumerate(items):
             if k == nests[0]:
                 continue

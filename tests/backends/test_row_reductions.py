@@ -67,6 +67,10 @@ def test_which_kernels_reduce_across_a_block():
     assert _block_reduced(tc.define(K.LAYERNORM, backend=cuda).layernorm.compile(x, v, v))
     assert _block_reduced(tc.define(GEMV, backend=cuda).gemv.compile(x, v))
     assert _block_reduced(tc.define(CHAINED, backend=cuda).chained.compile(x))
+    scaled = tc.define("def f(float(N,D) X, float S) -> (Y) { Y(n) +=! X(n, d) * S }",
+                       backend=cuda).f
+    assert _block_reduced(scaled.compile(x, np.float32(2)))  # a scalar is every row's
+    np.testing.assert_allclose(scaled(x, np.float32(2)), x.sum(1) * 2)
     across = tc.define(ACROSS, backend=cuda).across.compile(x).loops
     assert across.count("launch kernel") == 2  # m wholly computed before s starts
     # each point reuses data other points read, or the left side walks the stride-1
