@@ -51,7 +51,7 @@ class DeviceHotCall:
         compiled, sizes = self.entry
         binding = Binding(tuple(DeviceArray(a) for a in self.args), sizes)
         given = tuple(DeviceArray(o) for o in self.outs) if self.outs is not None else None
-        return compiled.run(binding, given=given)
+        return compiled.run(binding, given=given, checked=True)
 
 
 def _key(tensors) -> tuple | None:
@@ -82,6 +82,8 @@ def _overlap(args, outs) -> bool:
 def _span(t) -> tuple[int, int]:
     """[first byte, last byte + 1) of a tensor's elements (empty for no elements)."""
     start = t.data_ptr()
+    if t.is_contiguous():  # (the common case, without a loop in Python)
+        return start, start + t.numel() * t.element_size()
     if t.numel() == 0:
         return start, start
     low = high = 0

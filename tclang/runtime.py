@@ -149,9 +149,11 @@ class CompiledKernel:
             self._hot.remember(hot, args, binding, self)
         return like_the_caller(result, args, out)
 
-    def run(self, binding: Binding, out=None, given=None):
-        """`given`: out= arrays already checked (the device hot path's)."""
-        self._check_applies(binding)
+    def run(self, binding: Binding, out=None, given=None, checked: bool = False):
+        """`given`: out= arrays already checked; `checked`: the binding is known to suit
+        this kernel (both from the device hot path, whose key this kernel was run on)."""
+        if not checked:
+            self._check_applies(binding)
         sizes = binding.sizes
         if given is None and out is not None:
             given = check_out(self.definition, out, binding)
