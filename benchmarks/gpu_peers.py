@@ -202,7 +202,7 @@ def launch_overhead(calls: int = 2000) -> dict:
 
 
 def table(rows: list[dict], limits: dict) -> str:
-    lines = ["| operator | tclang | torch | cupy | unit | ratio (best peer / tclang) | "
+    lines = ["| operator | tclang | torch | cupy | unit | tclang speed / best peer's | "
              "compile s | max rel. error |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "us_per_call" in r:
