@@ -81,3 +81,16 @@ def test_register_tiles_match_numpy(m, k, n, tile):
         assert f"{points} points in registers across" in source or \
             f"{points} points jammed into one reduction loop" in source
     np.testing.assert_allclose(kernel(a, b), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_index_width_follows_the_largest_offset():
+    """An output of 2^32 elements (inputs broadcast: nothing allocated to compile) needs
+    64-bit index arithmetic; the same kernel on small shapes gets 32-bit."""
+    def source(m, n):
+        a = np.broadcast_to(np.ones(1, np.float32), (m, 16))
+        b = np.broadcast_to(np.ones(1, np.float32), (16, n))
+        return tc.compile(K.MATMUL, "matmul", a, b, backend=CUDA).source
+
+    big, small = source(65536, 65536), source(512, 512)
+    assert "const long long i_" in big and "const int i_" not in big
+    assert "const int i_" in small and "const long long i_" not in small
