@@ -23,7 +23,7 @@ import numpy as np
 
 from backends.contract import Artifact
 from backends.cuda import launches as LT
-from backends.cuda.codegen import generate
+from backends.cuda.codegen import generate, records_errors
 from polyhedral import loop_ir as L
 from tclang.errors import TCArgumentError, TCCompileError, TCLaunchError
 from tclang.target import Target
@@ -130,7 +130,7 @@ def _artifact(cubin: bytes, text: str, entries, buffers, statements, size_names)
     record = cuda.pagelocked_zeros(LT.ERR_FIELDS, dtype=np.int64)  # a direct copy back
     # a kernel without run-time checks (no gather, no check_bounds) can record nothing:
     # on device arrays it returns without waiting for the GPU, as PyTorch's operators do
-    checked = text.count("tc_inside(") > 1  # (one is the helper's definition)
+    checked = records_errors(text)
     lock = threading.Lock()
     prepared: dict[str, list] = {}
     planned: dict[tuple, list] = {}  # sizes -> the launches that run, with their dims

@@ -184,10 +184,10 @@ class _Generator:
                     self.node(item, indent)
             case L.For() if self.accumulates(n):
                 self.private_accumulator(n, indent)
-            case L.For() if self.jammable(n):
-                self.jammed_accumulators(n, indent)
-            case L.For() if self.private_memory and self.hoisted_jam(n) is not None:
-                self.accumulators_across(n, indent)
+            case L.For() if (nest := self.jam_nest(n)) is not None:
+                self.jammed_accumulators(_Jam(self, nest), indent)
+            case L.For() if self.private_memory and (found := self.hoisted_jam(n)) is not None:
+                self.accumulators_across(n, *found, indent)
             case L.For(var=v, lo=lo, hi=hi, step=step, body=body):
                 if n.unroll:
                     self.put(indent, f"#pragma unroll {n.unroll}")
@@ -304,11 +304,7 @@ class _Generator:
             return loops, inits, last
         return None
 
-    def jammable(self, loop: L.For) -> bool:
-        return self.jam_nest(loop) is not None
-
-    def jammed_accumulators(self, loop: L.For, indent: int) -> None:
-        jam = _Jam(self, loop)
+    def jammed_accumulators(self, jam: "_Jam", indent: int) -> None:
         self.put(indent, f"{{  // {jam.names}: {len(jam.runs)} points jammed into one "
                          "reduction loop")
         for item in jam.inits:
@@ -320,42 +316,42 @@ class _Generator:
         self.put(indent, "}")
 
     # ---- ... and the register tile kept across the tiles of the reduction ----
-    def hoisted_jam(self, loop: L.For) -> tuple[int, L.For] | None:
-        """(its position, the jammed nest) if `loop` walks the reduction's tiles (matmul's
-        k tiles: copies to shared memory, a barrier, the jammed nest, a barrier) and
-        nothing else in it touches the reduced tensor: the accumulators then stay in
-        registers across all tiles, loaded once before and stored once after, instead of
-        a load and a store of each per tile."""
+    def hoisted_jam(self, loop: L.For) -> tuple[int, "_Jam"] | None:
+        """(its position in the loop's body, the jammed nest) if `loop` walks the
+        reduction's tiles (matmul's k tiles: copies to shared memory, a barrier, the jammed
+        nest, a barrier) and nothing else in it touches the reduced tensor: the
+        accumulators then stay in registers across all tiles, loaded once before and
+        stored once after, instead of a load and a store of each per tile."""
         if loop.parallel or not isinstance(loop.body, L.Block):
             return None
         items = loop.body.body
-        nests = [k for k, item in enumerate(items)
-                 if isinstance(item, L.For) and self.jam_nest(item) is not None]
+        nests = [(k, nest) for k, item in enumerate(items) if isinstance(item, L.For)
+                 and (nest := self.jam_nest(item)) is not None]
         if len(nests) != 1:
             return None
-        jam = _Jam(self, items[nests[0]])
+        position, nest = nests[0]
+        jam = _Jam(self, nest)
         if any(L.uses_var(i, loop.var) for r in jam.runs for i in jam.lhs_values(r)):
             return None
         point = jam.lhs_values(jam.inner.body)
         for init in jam.inits:  # each must set exactly the element its accumulator holds
             run = init.then if isinstance(init, L.If) else init
             statement = self.kernel.statement(run.statement)
-            position = {name: k for k, name in enumerate(statement.indices)}
+            where = {name: k for k, name in enumerate(statement.indices)}
             if statement.target != jam.s.target or \
-                    [run.indices[position[i]] for i in statement.lhs] != point:
+                    [run.indices[where[i]] for i in statement.lhs] != point:
                 return None
         for k, item in enumerate(items):
-            if k == nests[0]:
+            if k == position:
                 continue
             for n in L.walk_nodes(item):
                 if not isinstance(n, (L.For, L.If, L.Block, L.Barrier, L.Copy)) or \
                         isinstance(n, L.Copy) and n.tensor == jam.s.target:
                     return None
-        return nests[0], items[nests[0]]
+        return position, jam
 
-    def accumulators_across(self, loop: L.For, indent: int) -> None:
-        position, nest = self.hoisted_jam(loop)
-        jam = _Jam(self, nest)
+    def accumulators_across(self, loop: L.For, position: int, jam: "_Jam",
+                            indent: int) -> None:
         self.put(indent, f"{{  // {jam.names}: {len(jam.runs)} points in registers across "
                          f"{loop.var}")
         jam.declare(indent + 1)
@@ -468,9 +464,10 @@ class _Jam:
     """A jammed nest's points: each its substitution of the thread loops' variables, its
     copy of the reduction's run, its element of the target and its accumulator `acc<j>`."""
 
-    def __init__(self, gen: _Generator, loop: L.For):
+    def __init__(self, gen: _Generator, nest):
+        """`nest`: what `jam_nest` found."""
         self.gen = gen
-        loops, self.inits, self.inner = gen.jam_nest(loop)
+        loops, self.inits, self.inner = nest
         self.names = ", ".join(x.var for x in loops)
         self.copies: list[dict] = [{}]
         for x in loops:
@@ -606,6 +603,12 @@ class _Values:
         ctype = CTYPES[dtype]
         fn = "tc_idiv" if op == "div" else "tc_imod"
         return f"{fn}<{ctype}>({a}, {b})"
+
+
+def records_errors(text: str) -> bool:
+    """Whether generated CUDA can write the error record: a subscript checked at run time
+    (a gather, check_bounds) calls `tc_inside`, which PRELUDE defines."""
+    return text.count("tc_inside(") > PRELUDE.count("tc_inside(")
 
 
 def _fits_32_bits(kernel: L.Kernel) -> bool:

@@ -3,12 +3,13 @@
 The oracle is the reference interpreter under the simplest schedule (no fusion, no tiling,
 reductions in program order) on the program as written (no passes, tclang/passes). Every
 other configuration (CPU with the automatic schedule, with random legal manual options,
-shape-generic; the emulated GPU; the reference under the automatic schedule) runs on the same inputs, bounds-checked, and must agree: exactly for
-integer and bool outputs, within a tolerance scaled by the float type and the number of
-terms reduced for floats. A mismatch, an exception, an out-of-bounds access or a modified
-input is a failure; an illegal manual loop order is not (the compiler refuses it, as it
-should). `shrink` reduces a failing program to a small one that fails the same way, and
-`save_regression` appends it to tests/fuzzing/regressions.py.
+shape-generic; the emulated GPU; the reference under the automatic schedule) runs on the
+same inputs, bounds-checked, and must agree: exactly for integer and bool outputs, within
+a tolerance scaled by the float type and the number of terms reduced for floats. A
+mismatch, an exception, an out-of-bounds access or a modified input is a failure; an
+illegal manual loop order is not (the compiler refuses it, as it should). `shrink` reduces
+a failing program to a small one that fails the same way, and `save_regression` appends it
+to tests/fuzzing/regressions.py.
 """
 
 from __future__ import annotations
