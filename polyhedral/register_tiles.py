@@ -85,10 +85,9 @@ def plan(node: isl.ScheduleNode, scop: Scop, target: Target,
     (mr, nr) instead of the model's. `pack`: operands the lanes would read with a stride
     may be packed lanes-first, so the tile keeps its vectors along the lanes (BLIS's
     outer product, as for a contiguous operand); without it such a tile takes the dot
-    form. Only `Options(pack=True)` asks for that: measured on x @ w.T (1024^2, AVX2),
-    the packed outer product ran ~25% slower than the dot form (LLVM's SLP vectorizer
-    splits the second vector of lanes into pieces there), so the default keeps the dot
-    form."""
+    form. The caller decides (polyhedral/tiling.py: by default with AVX-512, not with
+    AVX2, where the packed outer product ran ~25% slower than the dot form on x @ w.T:
+    LLVM's SLP vectorizer splits the second vector of lanes into pieces there)."""
     if not node.band_get_permutable() or node.band_n_member() < 3:
         return None
     if scop.sizes is None:

@@ -43,7 +43,8 @@ class Options:
         choose (mr, nr), a pair (mr, nr) sets them, False turns it off.
     pack: copy the operand a register tile reads along its lanes into a contiguous
         per-thread buffer, one kc x nr sliver at a time (CPU, BLIS's packing): None packs
-        where the sliver is reused by enough rows, False never.
+        where the sliver is reused by enough rows (and, with AVX-512, an operand the lanes
+        read with a stride, lanes-first), True wherever it can, False never.
     check_bounds: check every array access of the generated code and raise
         `TCIndexError` at the first one outside its array (as TCLANG_CHECK_BOUNDS=1 does);
         for debugging and for the differential tester, slower.

@@ -92,8 +92,8 @@ def test_packed_operands(backend, m, k, n):
     [(67, 31, 70), (64, 300, 33), (97, 1, 16), (71, 13, 1), (1, 9, 17), (5, 2, 3)]))
 def test_an_operand_read_across_the_lanes_is_packed_lanes_first(backend, b, i, o):
     """x @ w.T (W(o, i) read across the lanes o): with pack=True W packed as its
-    transpose, every edge; by default and with packing off the dot-product form; a
-    Fortran-ordered W (then contiguous along o)."""
+    transpose, every edge; with packing off the dot-product form; by default either,
+    after the machine's vector width; a Fortran-ordered W (then contiguous along o)."""
     x = rng.standard_normal((b, i)).astype(np.float32)
     w = rng.standard_normal((o, i)).astype(np.float32)
     bias = rng.standard_normal(o).astype(np.float32)
