@@ -11,13 +11,14 @@ __version__ = "0.1.0"
 
 from typing import TYPE_CHECKING
 
-from tclang.errors import (TCArgumentError, TCCompileError, TCError, TCIndexError,
-                           TCLaunchError, TCScheduleError, TCSemanticError, TCSyntaxError, TCWarning)
+from tclang.errors import (TCArgumentError, TCCompileError, TCError, TCGradError,
+                           TCIndexError, TCLaunchError, TCScheduleError, TCSemanticError, TCSyntaxError, TCWarning)
 
 if TYPE_CHECKING:
     from tclang.options import Options
 
-__all__ = ["define", "compile", "autotune", "compare", "Options", "TCError", "TCSyntaxError",
+__all__ = ["define", "compile", "autotune", "compare", "grad", "Options", "TCError",
+           "TCSyntaxError", "TCGradError",
            "TCSemanticError", "TCArgumentError", "TCIndexError", "TCCompileError", "TCScheduleError",
            "TCLaunchError", "TCWarning", "__version__"]
 
@@ -77,6 +78,15 @@ def compare(kernel, *args, **kwargs):
     (see tclang.tuning.compare.compare)."""
     from tclang.tuning.compare import compare as run
     return run(kernel, *args, **kwargs)
+
+
+def grad(kernel, wrt=None):
+    """The gradient of `kernel` (a definition of a module) with respect to the inputs named
+    in `wrt` (default: every floating-point input), generated as comprehensions and
+    compiled like any kernel: `g(*inputs, *output_gradients)` returns the gradients;
+    `g.source` is the backward definition (docs/autodiff.md)."""
+    from tclang.autodiff import Gradient
+    return Gradient(kernel, wrt)
 
 
 def compile(source: str, entry: str, *args, backend: str = "cpu",

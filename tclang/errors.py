@@ -131,3 +131,10 @@ class TCScheduleError(_LocatedError, ValueError):
 
 class TCWarning(UserWarning):
     """Something legal but probably not what the author meant, or a recovered fault."""
+
+
+class TCGradError(_LocatedError):
+    """A gradient cannot be generated: the definition (at the statement shown) uses an
+    operation with no usable derivative, or wrt= names no differentiable input."""
+
+    kind = "gradient error"

@@ -1,0 +1,109 @@
+"""Gradients of definitions: `tc.grad(kernel, wrt=...)`.
+
+The backward is generated as comprehensions (adjoint.py) and compiled through the same
+pipeline as any definition, on the kernel's backend with its options, cached by shape like
+any kernel. A gradient runs in two steps, as a training framework runs it:
+
+    outputs, saved = g.forward(*inputs)          # the outputs, and what the backward reads
+    grads = g.backward(inputs, saved, output_grads)
+
+and `g(*inputs, *output_grads)` does both. `g.source` is the backward definition, and
+`g.forward_source` the forward that also writes the saved values (docs/autodiff.md).
+"""
+
+from __future__ import annotations
+
+from tclang.arguments import bind_arguments
+from tclang.autodiff.adjoint import GradientSource, build
+from tclang.errors import TCArgumentError
+from tclang.program import evaluate_shape
+
+__all__ = ["Gradient", "build", "GradientSource"]
+
+
+class Gradient:
+    """The gradient of one kernel with respect to some of its inputs (see the module doc)."""
+
+    def __init__(self, kernel, wrt=None):
+        from tclang.runtime import Kernel, Module
+        if not isinstance(kernel, Kernel):
+            raise TypeError(f"tc.grad takes a kernel (a definition of a module: mod.name), "
+                            f"not {type(kernel).__name__}")
+        self.kernel = kernel
+        self.definition = kernel.definition
+        self.plan: GradientSource = build(self.definition, wrt)
+        module = kernel.module
+        from tclang.frontend import check_source
+
+        def kernel_of(text: str, name: str):
+            if text == self.definition.source and name == self.definition.name:
+                return kernel
+            return Module(check_source(text), module.backend, module.options)[name]
+
+        self._forward = kernel_of(self.plan.forward, self.plan.forward_name)
+        self._backward = kernel_of(self.plan.backward, self.plan.backward_name)
+
+    @property
+    def wrt(self) -> tuple[str, ...]:
+        return self.plan.wrt
+
+    @property
+    def source(self) -> str:
+        """The backward definition, as text the language accepts."""
+        return self.plan.backward
+
+    @property
+    def forward_source(self) -> str:
+        """The forward that also writes the values the backward reads (the kernel's own
+        source when its outputs are all it needs)."""
+        return self.plan.forward
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        """The outputs whose gradients the backward takes, in order."""
+        return self.plan.seeds
+
+    def forward(self, *inputs):
+        """(outputs as a tuple, saved values by name): run the forward for training."""
+        n = len(self.definition.outputs)
+        results = self._forward(*inputs)
+        results = results if isinstance(results, tuple) else (results,)
+        outputs = results[:n]
+        saved = {}
+        extras = iter(results[n:])
+        names = [t.name for t in self.definition.outputs]
+        for s in self.plan.saved:
+            saved[s.name] = outputs[names.index(s.name)] if s.is_output else next(extras)
+        return outputs, saved
+
+    def backward(self, inputs: tuple, saved: dict, output_grads: tuple):
+        """The gradients of `wrt` (a tuple, in wrt's order), given the output gradients
+        in `output_names` order."""
+        if len(output_grads) != len(self.plan.seeds):
+            raise TCArgumentError(
+                f"the gradient of {self.definition.name} takes {len(self.plan.seeds)} output "
+                f"gradient{'s' if len(self.plan.seeds) != 1 else ''} "
+                f"({', '.join(self.plan.seeds)}), but {len(output_grads)} "
+                f"{'was' if len(output_grads) == 1 else 'were'} given")
+        binding = bind_arguments(self.definition, tuple(inputs), self.kernel.module.on_device)
+        outputs = {t.name: t for t in self.definition.outputs}
+        for name, grad in zip(self.plan.seeds, output_grads):
+            want = evaluate_shape(outputs[name].shape, binding.sizes)
+            got = tuple(getattr(grad, "shape", ()))
+            if got != want:
+                raise TCArgumentError(f"the gradient of output {name} has shape {got}, but "
+                                      f"{name} has shape {want}",
+                                      hint="pass one gradient per output, shaped like it")
+        values = [saved[s.name] for s in self.plan.saved]
+        grads = self._backward(*inputs, *values, *output_grads)
+        return grads if isinstance(grads, tuple) else (grads,)
+
+    def __call__(self, *args):
+        n = len(self.definition.inputs)
+        inputs, output_grads = args[:n], args[n:]
+        _, saved = self.forward(*inputs)
+        grads = self.backward(inputs, saved, output_grads)
+        return grads[0] if len(grads) == 1 else grads
+
+    def __repr__(self) -> str:
+        return f"<Gradient of {self.definition.name} with respect to {', '.join(self.wrt)}>"

@@ -1,0 +1,787 @@
+"""Reverse mode on a checked definition: the adjoint comprehensions, as source text.
+
+The backward of a definition is another definition, written in the language and checked
+and compiled like any other (so it is scheduled, fused and cached by the same pipeline).
+Statements are visited last to first. For statement k, which writes `T(I) op= e` over the
+box of its indices, the gradient arriving at T (`dT`, complete by then: every statement that
+reads this value of T comes later) is sent to each tensor element `e` reads:
+
+    dX(s) += dT(I) * de/dX(s)      summed over every index of the statement
+
+- `+=!` spreads dT over the reduction indices; `=` passes it on pointwise.
+- `max=!` / `min=!` route it to the elements equal to the result, split evenly between
+  ties (a count of ties is computed first: the subgradient torch.amax uses).
+- Where X's subscripts are not distinct plain indices covering X (`I(n, c, 2*h + kh, ...)`,
+  `I(i - 1)`, `X(i, i)`), the scatter is written as a gather: each subscript gets a new
+  index over X's extent, one index of the statement is solved for (h = (y - kh) / 2, with
+  `(y - kh) % 2 == 0` and h's range as guards), and the rest stay reduction indices. The
+  solved index is the one the statement writes along where there is a choice, so the
+  gather sums over the window, not over the output (transposed convolution, not a dense
+  product). A gather subscript (`LUT(Ids(b, l), d)`) becomes an equality guard
+  (`Ids(b, l) == e`): the language has no scatter, so that costs one pass over the table
+  per looked-up element (docs/autodiff.md).
+- A tensor written several times has one value per write. The backward reads the values it
+  needs as they were when read; values that are not the final ones are saved by the
+  forward (an extra output), as PyTorch saves activations. Nothing is recomputed.
+
+The derivative expressions come from derivatives.py; everything here is about indices,
+versions and names. `NotDifferentiable` becomes a `TCGradError` naming the statement.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import dataclass, field, replace
+
+from tclang import program as P
+from tclang import sizes as Z
+from tclang.affine import Affine, Div
+from tclang.autodiff import derivatives as D
+from tclang.autodiff.source_text import Raw, source
+from tclang.dtypes import DType
+from tclang.errors import TCGradError, TCSemanticError
+from tclang.program_text import type_name
+
+
+@dataclass(frozen=True)
+class Saved:
+    """A value the backward reads besides the inputs: a forward output, or a value the
+    training forward writes as an extra output (`name`), with its shape in the sizes."""
+
+    name: str
+    dtype: DType
+    shape: tuple[Z.SizeExpr, ...]
+    is_output: bool
+
+
+@dataclass(frozen=True)
+class GradientSource:
+    """The two definitions a gradient runs (docs/autodiff.md).
+
+    `forward`: the definition with the saved values as extra outputs, named `forward_name`
+    (the original text when nothing beyond the outputs is saved). `backward`: inputs, then
+    `saved`, then the gradients of `seeds` (outputs), -> the gradients of `wrt`, in order.
+    `shapes` maps each size name the backward adds to the forward size expression it
+    stands for (checked before the backward runs).
+    """
+
+    forward: str
+    forward_name: str
+    backward: str
+    backward_name: str
+    wrt: tuple[str, ...]
+    saved: tuple[Saved, ...]
+    seeds: tuple[str, ...]
+    seed_names: tuple[str, ...]
+    grad_names: tuple[str, ...]
+    added_sizes: dict[str, Z.SizeExpr] = field(default_factory=dict)
+
+
+# ---- versions ------------------------------------------------------------------------------
+
+@dataclass
+class _Version:
+    label: str
+    tensor: str
+    writer: int | None  # the statement that made it; None for an input
+    dtype: DType
+    extent: tuple[Z.SizeExpr, ...]
+    final: bool = False
+
+
+def _label(tensor: str, writer: int | None) -> str:
+    return f"{tensor}@{'in' if writer is None else writer}"
+
+
+def _adjoint_label(label: str) -> str:
+    return f"d:{label}"
+
+
+def _rename_reads(e: P.Expr, labels: dict[str, str]) -> P.Expr:
+    """Every read of `e` (those in subscripts too) renamed to the version it sees."""
+    def go(x: P.Expr) -> P.Expr:
+        kids = P.children(x)
+        new = P.with_children(x, tuple(go(k) for k in kids))
+        if isinstance(new, P.Read):
+            new = replace(new, tensor=labels[new.tensor])
+        return new
+    return go(e)
+
+
+def _value_reads(e: P.Expr) -> list[P.Read]:
+    """The reads whose values `e` computes with (not those that only make a subscript)."""
+    out, stack = [], [e]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, P.Read):
+            out.append(x)
+            continue
+        stack.extend(P.children(x))
+    return out
+
+
+# ---- backward statements -----------------------------------------------------------------
+
+@dataclass
+class _Emitted:
+    """One backward statement before naming: `target(lhs) op expr`, its intended ranges."""
+
+    target: str  # a label
+    lhs: tuple[str, ...]
+    expr: P.Expr
+    index_text: dict[str, str]
+    ranges: dict[str, tuple[Z.SizeExpr, Z.SizeExpr]]  # every index of the statement
+    always_where: frozenset[str]  # indices no read bounds: always given a where clause
+    reduces: bool
+    override: tuple | None = None  # (label, subscripts): printed as target's lhs read
+    op: str = ""
+    comment: str = ""
+
+
+def build(defn: P.Definition, wrt: tuple[str, ...] | None) -> GradientSource:
+    return _Builder(defn, wrt).run()
+
+
+class _Builder:
+    def __init__(self, defn: P.Definition, wrt):
+        self.defn = defn
+        floats = tuple(t.name for t in defn.inputs if t.dtype.is_float)
+        if wrt is None:
+            wrt = floats
+        elif isinstance(wrt, str):
+            wrt = (wrt,)
+        for name in wrt:
+            t = defn.tensors.get(name)
+            if t is None or t.role != "input":
+                raise TCGradError(f"{name!r} is not an input of {defn.name}; gradients are "
+                                  f"taken with respect to inputs ({', '.join(floats) or 'none'})",
+                                  defn.span, hint="pass wrt= some of the inputs")
+            if not t.dtype.is_float:
+                raise TCGradError(f"{name} is {t.dtype.value}: only floating-point inputs have "
+                                  "gradients", t.span, hint="leave it out of wrt=")
+        if not wrt:
+            raise TCGradError(f"{defn.name} has no floating-point input to differentiate "
+                              "with respect to", defn.span)
+        self.wrt = tuple(wrt)
+        self.taken = set(defn.tensors) | set(defn.sizes) | {
+            i for s in defn.statements for i in s.all_indices}
+        self.emitted: list[_Emitted] = []
+        self.written: set[str] = set()  # adjoint labels with a statement already
+
+    # -- naming
+    def fresh(self, base: str) -> str:
+        name = base
+        for n in itertools.count(2):
+            if name not in self.taken:
+                break
+            name = f"{base}{n}"
+        self.taken.add(name)
+        return name
+
+    # -- the pass
+    def run(self) -> GradientSource:
+        self._versions()
+        self._activity()
+        seeds = self._seeds()
+        for k in reversed(range(len(self.defn.statements))):
+            self._statement(k)
+        return self._assemble(seeds)
+
+    def _versions(self) -> None:
+        defn = self.defn
+        self.versions: dict[str, _Version] = {}
+        current: dict[str, str] = {}
+        for t in defn.inputs:
+            label = _label(t.name, None)
+            self.versions[label] = _Version(label, t.name, None, t.dtype, t.shape, final=True)
+            current[t.name] = label
+        self.seen_by: list[dict[str, str]] = []  # per statement: tensor -> label it reads
+        self.made: list[str] = []  # per statement: the label it writes
+        self.before: list[str | None] = []  # per statement: the target's label before it
+        extents: dict[str, tuple[Z.SizeExpr, ...]] = {}
+        for k, s in enumerate(defn.statements):
+            self.seen_by.append(dict(current))
+            his = tuple(s.range_of(i).hi for i in s.indices)
+            old = extents.get(s.target)
+            extents[s.target] = his if old is None else tuple(
+                Z.maximum(a, b) for a, b in zip(old, his))
+            label = _label(s.target, k)
+            self.before.append(current.get(s.target))
+            self.versions[label] = _Version(label, s.target, k, defn.tensor(s.target).dtype,
+                                            extents[s.target])
+            current[s.target] = label
+            self.made.append(label)
+        for label in current.values():
+            self.versions[label].final = True
+        self.final_label = current
+        self.rhs = [_rename_reads(s.rhs, self.seen_by[k])
+                    for k, s in enumerate(defn.statements)]
+
+    def _activity(self) -> None:
+        self.active = {_label(x, None) for x in self.wrt}
+        for k, s in enumerate(self.defn.statements):
+            reads = {r.tensor for r in _value_reads(self.rhs[k])}
+            if reads & self.active or (not s.reset and s.op != "=" and
+                                       self.before[k] in self.active):
+                self.active.add(self.made[k])
+
+    def _indices_of(self, label: str) -> tuple[str, ...]:
+        if label not in self._index_names:
+            self._index_names[label] = tuple(
+                self.fresh(f"i{d}") for d in range(len(self.versions[label].extent)))
+        return self._index_names[label]
+
+    def _seeds(self) -> list[str]:
+        seeds = []
+        self.seed_label: dict[str, str] = {}
+        self._index_names: dict[str, tuple[str, ...]] = {}
+        for out in self.defn.outputs:
+            label = self.final_label[out.name]
+            if label not in self.active:
+                continue
+            if not out.dtype.is_float:
+                k = self.versions[label].writer
+                raise self._error(k, f"it writes {out.dtype.value} output {out.name} from "
+                                  f"{self._wrt_text()}: an integer or bool result has no "
+                                  "gradient")
+            seeds.append(out.name)
+            if any(r.tensor == label for rhs in self.rhs for r in _value_reads(rhs)):
+                # later statements read it too: their gradients add to the caller's
+                self.seed_label[out.name] = f"seed:{label}"
+                self._emit(_adjoint_label(label), self._indices_of(label),
+                           _read(f"seed:{label}", self._indices_of(label),
+                                 self.versions[label].dtype, out.span),
+                           {}, {i: (Z.const(0), e) for i, e in
+                                zip(self._indices_of(label), self.versions[label].extent)},
+                           frozenset(self._indices_of(label)), False)
+            else:
+                self.seed_label[out.name] = _adjoint_label(label)
+                self.written.add(_adjoint_label(label))
+        if not seeds:
+            raise TCGradError(f"no output of {self.defn.name} depends on "
+                              f"{self._wrt_text()}", self.defn.span,
+                              hint="check wrt=: the gradient would be zero")
+        return seeds
+
+    def _wrt_text(self) -> str:
+        return ", ".join(self.wrt)
+
+    def _error(self, k: int, why: str) -> TCGradError:
+        s = self.defn.statements[k]
+        return TCGradError(f"cannot differentiate statement {k + 1} ({s.text.strip()}): {why}",
+                           s.span, hint="write it with differentiable operations, or leave "
+                                        "the inputs it depends on out of wrt=")
+
+    # -- one forward statement, backwards
+    def _statement(self, k: int) -> None:
+        s = self.defn.statements[k]
+        made = self.made[k]
+        grad = _adjoint_label(made)
+        if grad not in self.written:
+            return  # nothing downstream needs this value's gradient
+        version = self.versions[made]
+        g = _read(grad, s.indices, version.dtype, s.span)
+        rhs = self.rhs[k]
+        if s.op == "=" or s.op == "+":
+            weight: P.Expr = g
+        elif s.op in ("max", "min") and s.reset:
+            weight = self._ties(k, rhs, g)
+        else:
+            what = {"*": "a product reduction (write exp of a sum of logs)",
+                    "max": "max= without reset", "min": "min= without reset"}.get(s.op, s.op)
+            raise self._error(k, f"{what} has no gradient rule")
+        before = self.before[k]
+        if before is not None and before in self.active:
+            self._pass_through(k, before, grad)
+        groups: dict[tuple, P.Read] = {}
+        for r in _value_reads(rhs):
+            if r.tensor in self.active and self.versions[r.tensor].dtype.is_float:
+                groups.setdefault((r.tensor, r.subscripts), r)
+        for (label, subs), read in groups.items():
+            try:
+                partial = D.derivative(rhs, lambda x: x.tensor == label and
+                                       x.subscripts == subs)
+            except D.NotDifferentiable as why:
+                raise self._error(k, why.reason) from None
+            contribution = D.mul(weight, partial)
+            if contribution is None:
+                continue
+            self._scatter(k, read, contribution)
+
+    def _ties(self, k: int, rhs: P.Expr, g: P.Read) -> P.Expr:
+        """max=!/min=!: how many candidates equal the result (a statement), and the weight
+        that routes dT to each of them."""
+        s = self.defn.statements[k]
+        made = self.made[k]
+        version = self.versions[made]
+        result = _read(made, s.indices, version.dtype, s.span)
+        hit = D.compare("eq", rhs, result)
+        ties = f"ties:{made}"
+        t = version.dtype.compute if version.dtype.is_float else DType.FLOAT32
+        self.versions[ties] = _Version(ties, f"ties_{s.target}", None, t, version.extent)
+        ranges = {r.name: (r.lo, r.hi) for r in s.domain}
+        self.emitted.append(_Emitted(
+            ties, s.indices, D.select(hit, D.const(1, t), None, t), {}, ranges, frozenset(),
+            bool(s.reduction_indices),
+            comment=f"# how many candidates tie for the {s.op} of statement {k + 1}"))
+        return D.select(hit, D.div(g, _read(ties, s.indices, t, s.span)), None, t)
+
+    def _pass_through(self, k: int, before: str, grad: str) -> None:
+        """The gradient of the value the statement overwrote (or added to)."""
+        s = self.defn.statements[k]
+        old = self.versions[before]
+        if not s.reset and s.op != "=":  # T += e: T's old value reaches the result as is
+            names = [self.fresh(f"i{d}") for d in range(len(old.extent))]
+            self._emit(_adjoint_label(before), tuple(names),
+                       _read(grad, tuple(names), old.dtype, s.span), {},
+                       {n: (Z.const(0), e) for n, e in zip(names, old.extent)},
+                       frozenset(names), False)
+            return
+        covered = all(r.lo.constant == 0 and (r.hi - e).constant == 0
+                      for r, e in zip((s.range_of(i) for i in s.indices), old.extent))
+        if covered:
+            return
+        names = [self.fresh(f"i{d}") for d in range(len(old.extent))]
+        outside = " || ".join(
+            f"{n} < {s.range_of(i).lo} || {n} >= {s.range_of(i).hi}"
+            for n, i in zip(names, s.indices))
+        expr = D.select(Raw(outside, 1), _read(grad, tuple(names), old.dtype, s.span), None,
+                        old.dtype.compute)
+        self._emit(_adjoint_label(before), tuple(names), expr, {},
+                   {n: (Z.const(0), e) for n, e in zip(names, old.extent)},
+                   frozenset(names), False)
+
+    def _scatter(self, k: int, read: P.Read, contribution: P.Expr) -> None:
+        """Emit dX(...) += contribution, with X's subscripts turned into left-side indices."""
+        s = self.defn.statements[k]
+        x = self.versions[read.tensor]
+        ranges = {r.name: (r.lo, r.hi) for r in s.domain}
+        lhs: list[str] = []
+        new: set[str] = set()
+        sigma: dict[str, Affine] = {}
+        guards: list[str] = []
+        gathers: list[tuple[str, P.Expr]] = []
+        out_ranges: dict[str, tuple[Z.SizeExpr, Z.SizeExpr]] = {}
+        dims = [self._dim_name(x, d) for d in range(len(read.subscripts))]
+        for p, (sub, form) in enumerate(zip(read.subscripts, read.affine)):
+            extent = x.extent[p]
+            if form is None:
+                y = self.fresh(dims[p])
+                lhs.append(y), new.add(y)
+                out_ranges[y] = (Z.const(0), extent)
+                gathers.append((y, sub))
+                continue
+            a = _substitute(form, sigma)
+            plain = a.terms == ((a.terms[0][0], 1),) if len(a.terms) == 1 else False
+            if plain and a.offset.constant == 0 and isinstance(a.terms[0][0], str):
+                v = a.terms[0][0]
+                lo, hi = ranges[v]
+                if v not in lhs and v not in sigma and lo.constant == 0 and \
+                        (hi - extent).constant == 0:
+                    lhs.append(v)
+                    out_ranges[v] = (lo, hi)
+                    continue
+            y = self.fresh(dims[p])
+            lhs.append(y), new.add(y)
+            out_ranges[y] = (Z.const(0), extent)
+            v = self._pick(a, lhs, sigma, s)
+            if v is None:  # every index in it is known: an equality guard
+                guards.append(f"{y} == {_affine_text(a)}")
+                continue
+            c = a.coefficient(v)
+            rest = a - Affine.index(v).scale(c)
+            if c == 1:
+                solved = Affine.index(y) - rest
+            elif c == -1:
+                solved = rest - Affine.index(y)
+            else:
+                top = Affine.index(y) - rest if c > 0 else rest - Affine.index(y)
+                guards.append(f"{_affine_text(top, paren=True)} % {abs(c)} == 0")
+                solved = top.floordiv(abs(c))
+            sigma = {u: _substitute(f, {v: solved}) for u, f in sigma.items()}
+            sigma[v] = solved
+        for v, f in sigma.items():
+            lo, hi = ranges[v]
+            text = _affine_text(f)
+            guards.append(f"{text} >= {lo}")
+            guards.append(f"{text} < {hi}")
+        index_text = {v: (_affine_text(f), _affine_level(f)) for v, f in sigma.items()}
+        reduction = [i for i in s.all_indices if i not in lhs and i not in sigma]
+        for i in reduction:
+            out_ranges[i] = ranges[i]
+        expr = contribution
+        for y, sub in gathers:
+            expr = D.select(P.Compare("eq", P.IndexValue(y), sub), expr, None, expr.dtype)
+        if guards:
+            expr = D.select(Raw(" && ".join(guards), 2 if len(guards) > 1 else 3), expr,
+                            None, expr.dtype)
+        mentioned = _mentions(expr, index_text)
+        for i in [i for i in reduction if i not in mentioned]:
+            # summing a term that does not depend on i: times i's extent
+            lo, hi = ranges[i]
+            count = Raw(f"{type_name(expr.dtype)}({hi - lo})", 7, expr.dtype)
+            expr = D.mul(expr, count)
+            reduction.remove(i)
+            del out_ranges[i]
+        self._emit(_adjoint_label(read.tensor), tuple(lhs), expr, index_text, out_ranges,
+                   frozenset(new), bool(reduction),
+                   override=(read.tensor, read.subscripts))
+
+    def _pick(self, a: Affine, lhs, sigma, s: P.Statement) -> str | None:
+        """The index to solve subscript `a` for: one the statement writes along if there is
+        one (so the gather sums over the small window), else a coefficient of +-1."""
+        free = [atom for atom, c in a.terms
+                if isinstance(atom, str) and atom not in lhs and atom not in sigma]
+        if not free:
+            return None
+        return min(free, key=lambda v: (v not in s.indices, abs(a.coefficient(v)) != 1))
+
+    def _dim_name(self, x: _Version, d: int) -> str:
+        t = self.defn.tensors.get(x.tensor)
+        if t is not None and t.declared and t.shape[d].names() and \
+                len(t.shape[d].names()) == 1 and str(t.shape[d]).isidentifier():
+            return str(t.shape[d]).lower()
+        return f"i{d}"
+
+    def _emit(self, target: str, lhs, expr, index_text, ranges, always, reduces,
+              override=None, comment="") -> None:
+        if target not in self.written:
+            op = ("+=!" if reduces else "=")
+            self.written.add(target)
+        else:
+            op = "+="
+        self.emitted.append(_Emitted(target, tuple(lhs), expr, index_text, ranges,
+                                     frozenset(always), reduces, override, op, comment))
+
+    # -- names, signatures, text
+    def _assemble(self, seeds: list[str]) -> GradientSource:
+        defn = self.defn
+        for e in self.emitted:
+            if not e.op:  # the ties statements
+                e.op = "+=!" if e.reduces else "="
+        self._drop_copies()
+        needed: list[str] = []
+        for e in self.emitted:
+            for r in P.reads_of(e.expr):
+                if not r.tensor.startswith(("d:", "ties:", "seed:")) and \
+                        r.tensor not in needed:
+                    needed.append(r.tensor)
+        names: dict[str, str] = {}
+        for t in defn.inputs:
+            names[_label(t.name, None)] = t.name
+        saved: list[Saved] = []
+        copies: dict[int, tuple[str, str]] = {}
+        for label in needed:
+            v = self.versions[label]
+            if v.writer is None:
+                continue
+            if v.final:
+                names[label] = v.tensor
+                is_output = defn.tensor(v.tensor).role == "output"
+            else:
+                names[label] = self.fresh(f"{v.tensor}{self._write_number(v)}")
+                copies[v.writer] = (v.tensor, names[label])
+                is_output = False
+            saved.append(Saved(names[label], v.dtype, v.extent, is_output))
+        grad_names: dict[str, str] = {}
+        for x in self.wrt:
+            names[_adjoint_label(_label(x, None))] = grad_names[x] = self.fresh(f"d{x}")
+        seed_names = []
+        for out in seeds:
+            label = self.seed_label[out]
+            names[label] = self.fresh(f"d{out}")
+            seed_names.append(names[label])
+        for e in self.emitted:
+            for label in (e.target, *[r.tensor for r in P.reads_of(e.expr)]):
+                if label not in names:
+                    names[label] = self.fresh(self._adjoint_base(label))
+        for x in self.wrt:  # an input no output depends on: its gradient is zero
+            label = _adjoint_label(_label(x, None))
+            if label not in self.written:
+                t = defn.tensor(x)
+                idx = [self.fresh(f"i{d}") for d in range(t.rank)]
+                self.emitted.append(_Emitted(label, tuple(idx), D.const(0, t.dtype.compute),
+                                             {}, {i: (Z.const(0), e) for i, e in
+                                                  zip(idx, t.shape)},
+                                             frozenset(idx), False, op="="))
+        added: dict[str, Z.SizeExpr] = {}
+        forward_name = defn.name if not any(not s.is_output for s in saved) else \
+            self.fresh(f"{defn.name}_saving")
+        backward_name = self.fresh(f"{defn.name}_grad")
+        forward = self._forward_text(forward_name, saved, copies)
+        backward = _Backward(self, names, saved, seeds, seed_names, grad_names, added,
+                             backward_name).text()
+        return GradientSource(forward, forward_name, backward, backward_name, self.wrt,
+                              tuple(saved), tuple(seeds), tuple(seed_names),
+                              tuple(grad_names[x] for x in self.wrt), added)
+
+    def _adjoint_base(self, label: str) -> str:
+        if label.startswith("ties:"):
+            return f"ties_{self.versions[label[5:]].tensor}"
+        v = self.versions[label[2:]]
+        return f"d{v.tensor}" if v.final else f"d{v.tensor}{self._write_number(v)}"
+
+    def _drop_copies(self) -> None:
+        """`dT2(i, j) = dT(i, j)` with nothing else writing dT2 and nothing writing dT
+        after it: dT2 is dT (the gradient passes through `T = T + b` unchanged)."""
+        grads = {_adjoint_label(_label(x, None)) for x in self.wrt}
+        i = 0
+        while i < len(self.emitted):
+            e = self.emitted[i]
+            x = e.expr
+            plain = isinstance(x, P.Read) and not e.index_text and \
+                tuple(getattr(y, "name", None) for y in x.subscripts) == e.lhs
+            if e.op == "=" and plain and e.target not in grads and \
+                    sum(f.target == e.target for f in self.emitted) == 1 and \
+                    not any(f.target == x.tensor for f in self.emitted[i + 1:]):
+                del self.emitted[i]
+                for f in self.emitted[i:]:
+                    f.expr = _relabel(f.expr, e.target, x.tensor)
+                continue
+            i += 1
+
+    def _write_number(self, v: _Version) -> int:
+        writers = [k for k, s in enumerate(self.defn.statements) if s.target == v.tensor]
+        return writers.index(v.writer) + 1
+
+    def _forward_text(self, name: str, saved: list[Saved], copies: dict) -> str:
+        defn = self.defn
+        extra = [s.name for s in saved if not s.is_output]
+        if not extra:
+            return defn.source
+        lines = [f"def {name}({', '.join(_param(t) for t in defn.inputs)}) -> "
+                 f"({', '.join([_output(t) for t in defn.outputs] + extra)}) {{"]
+        for k, s in enumerate(defn.statements):
+            lines.append("    " + " ".join(s.text.split()))
+            if k in copies:
+                tensor, copy = copies[k]
+                v = self.versions[self.made[k]]
+                idx = [self.fresh(f"i{d}") for d in range(len(v.extent))]
+                where = ", ".join(f"{i} in 0:{e}" for i, e in zip(idx, v.extent))
+                subs = f"({', '.join(idx)})" if idx else ""
+                lines.append(f"    {copy}{subs} = {tensor}{subs}" +
+                             (f" where {where}" if where else ""))
+        return "\n".join(lines + ["}"])
+
+
+class _Backward:
+    """The backward definition's text, with where clauses only where range inference
+    would not give the intended ranges by itself."""
+
+    def __init__(self, b: _Builder, names, saved, seeds, seed_names, grad_names, added, name):
+        self.b, self.names, self.saved, self.seeds = b, names, saved, seeds
+        self.seed_names, self.grad_names, self.added, self.name = \
+            seed_names, grad_names, added, name
+        self.header = self._header()
+
+    def _dims(self, shape) -> str:
+        parts = []
+        for d, e in enumerate(shape):
+            if e.constant is not None or (str(e).isidentifier() and
+                                          str(e) in self.b.defn.sizes):
+                parts.append(str(e))
+                continue
+            for known, expr in self.added.items():
+                if (expr - e).constant == 0:
+                    parts.append(known)
+                    break
+            else:
+                new = self.b.fresh(f"S{len(self.added)}")
+                self.added[new] = e
+                parts.append(new)
+        return f"({', '.join(parts)})" if parts else ""
+
+    def _header(self) -> list[str]:
+        defn = self.b.defn
+        params = [_param(t) for t in defn.inputs]
+        params += [f"{type_name(s.dtype)}{self._dims(s.shape)} {s.name}" for s in self.saved]
+        for out, seed in zip(self.seeds, self.seed_names):
+            t = defn.tensor(out)
+            params.append(f"{type_name(t.dtype)}{self._dims(self.b.versions[self.b.final_label[out]].extent)} {seed}")
+        outs = [f"{type_name(defn.tensor(x).dtype)}{_shape_text(defn.tensor(x).shape)} "
+                f"{self.grad_names[x]}" for x in self.b.wrt]
+        lines = [f"def {self.name}({', '.join(params)}) -> ({', '.join(outs)}) {{"]
+        for new, e in self.added.items():
+            lines.append(f"    # {new} = {e}")
+        return lines
+
+    def _statement(self, e: _Emitted, where: set[str]) -> str:
+        names = self.names
+        tensor = names[e.target]
+        lhs = f"{tensor}({', '.join(e.lhs)})" if e.lhs else tensor
+
+        def rename(x: P.Expr) -> P.Expr:
+            kids = P.children(x)
+            new = P.with_children(x, tuple(rename(c) for c in kids))
+            if isinstance(x, P.Read) and e.override is not None and \
+                    (x.tensor, x.subscripts) == e.override:
+                return _read(names[x.tensor], e.lhs, x.dtype, x.span)
+            if isinstance(new, P.Read):
+                return replace(new, tensor=names[new.tensor])
+            return new
+        body = source(rename(e.expr), e.index_text)
+        order = [i for i in e.ranges if i in where]
+        clause = ", ".join(f"{i} in {e.ranges[i][0]}:{e.ranges[i][1]}" for i in order)
+        text = f"    {lhs} {e.op} {body}" + (f" where {clause}" if clause else "")
+        return text
+
+    def text(self) -> str:
+        from tclang.frontend import check_source
+        wheres = [set(e.always_where) for e in self.b.emitted]
+        for _ in range(len(wheres) + 4):
+            src = self._render(wheres)
+            try:
+                checked = check_source(src)[self.name]
+            except TCSemanticError as err:
+                k = self._statement_at(err.line)
+                if k is None or wheres[k] == set(self.b.emitted[k].ranges):
+                    raise TCGradError(f"the backward of {self.b.defn.name} does not check "
+                                      f"({err.message}); please report it with the "
+                                      "definition", self.b.defn.span) from None
+                wheres[k] = set(self.b.emitted[k].ranges)
+                continue
+            changed = False
+            for k, (e, st) in enumerate(zip(self.b.emitted, checked.statements)):
+                for r in st.domain:
+                    want = e.ranges.get(r.name)
+                    if want is not None and r.name not in wheres[k] and \
+                            not self._same(want, (r.lo, r.hi)):
+                        wheres[k].add(r.name)
+                        changed = True
+            if not changed:
+                return src
+        return src
+
+    def _render(self, wheres) -> str:
+        lines = list(self.header)
+        self.first_line = len(lines) + 1
+        self.lines_of = []
+        for e, where in zip(self.b.emitted, wheres):
+            if e.comment:
+                lines.append(f"    {e.comment}")
+            self.lines_of.append(len(lines) + 1)
+            lines.append(self._statement(e, where))
+        return "\n".join(lines + ["}"])
+
+    def _statement_at(self, line: int | None) -> int | None:
+        if line is None:
+            return None
+        for k, start in enumerate(self.lines_of):
+            if start == line:
+                return k
+        return None
+
+    def _same(self, want, got) -> bool:
+        """The intended range (forward sizes) equals the inferred one (backward sizes, where
+        the added sizes stand for forward expressions)? Compared at random sizes."""
+        rng = random.Random(0)
+        for _ in range(16):
+            env = {n: rng.randint(17, 61) for n in self.b.defn.sizes}
+            env.update({n: e.evaluate(env) for n, e in self.added.items()})
+            try:
+                if any(a.evaluate(env) != b.evaluate(env) for a, b in zip(want, got)):
+                    return False
+            except (KeyError, ZeroDivisionError):
+                return False
+        return True
+
+
+# ---- helpers -----------------------------------------------------------------------------
+
+def _read(tensor: str, indices, dtype: DType, span) -> P.Read:
+    return P.Read(tensor, tuple(P.IndexValue(i) for i in indices),
+                  tuple(Affine.index(i) for i in indices), None, 0, dtype, span)
+
+
+def _mentions(e: P.Expr, index_text: dict) -> set[str]:
+    """The index names a backward statement's text will contain."""
+    import re
+    found: set[str] = set()
+    for x in P.walk(e):
+        if isinstance(x, P.IndexValue):
+            found |= set(re.findall(r"[A-Za-z_]\w*", index_text[x.name][0])) \
+                if x.name in index_text else {x.name}
+        elif isinstance(x, Raw):
+            found |= set(re.findall(r"[A-Za-z_]\w*", x.text))
+    return found
+
+
+def _relabel(e: P.Expr, old: str, new: str) -> P.Expr:
+    kids = P.children(e)
+    out = P.with_children(e, tuple(_relabel(k, old, new) for k in kids))
+    if isinstance(out, P.Read) and out.tensor == old:
+        out = replace(out, tensor=new)
+    return out
+
+
+def _substitute(a: Affine, sigma: dict[str, Affine]) -> Affine:
+    out = Affine.of_size(a.offset)
+    for atom, coef in a.terms:
+        if isinstance(atom, str):
+            term = sigma.get(atom, Affine.index(atom))
+        else:
+            inner = _substitute(atom.inner, sigma)
+            term = inner.floordiv(atom.divisor) if atom.kind == "div" else \
+                inner.mod(atom.divisor)
+        out = out + term.scale(coef)
+    return out
+
+
+def _affine_level(a: Affine) -> int:
+    """The precedence level of the text _affine_text gives (see source_text.source)."""
+    if len(a.terms) == 1 and a.offset.constant == 0:
+        atom, coef = a.terms[0]
+        if coef == 1:
+            return 7 if isinstance(atom, str) else 5
+        return 5 if coef > 0 else 4
+    if not a.terms and a.offset.constant is not None and a.offset.constant >= 0:
+        return 7
+    return 4
+
+
+def _affine_text(a: Affine, paren: bool = False) -> str:
+    parts: list[str] = []
+    for atom, coef in sorted(a.terms, key=lambda t: t[1] < 0):
+        text = atom if isinstance(atom, str) else _div_text(atom)
+        mag = abs(coef)
+        term = text if mag == 1 else f"{mag} * {text}"
+        if not parts:
+            parts.append(term if coef > 0 else f"-{term}")
+        else:
+            parts.append(f"+ {term}" if coef > 0 else f"- {term}")
+    offset = a.offset
+    if offset.constant != 0 or not parts:
+        text = str(offset)
+        if not parts:
+            parts.append(text)
+        elif text.startswith("-"):
+            parts.append(f"- {text[1:].lstrip()}" if offset.constant is not None
+                         else f"+ ({text})")
+        else:
+            parts.append(f"+ {text}" if offset.constant is not None or
+                         "+" not in text and "-" not in text else f"+ ({text})")
+    out = " ".join(parts)
+    if paren and (len(parts) > 1 or out.startswith("-")):
+        return f"({out})"
+    return out
+
+
+def _div_text(d: Div) -> str:
+    op = "/" if d.kind == "div" else "%"
+    return f"({_affine_text(d.inner)}) {op} {d.divisor}" if len(d.inner.terms) + \
+        (d.inner.offset.constant != 0) > 1 else f"{_affine_text(d.inner)} {op} {d.divisor}"
+
+
+def _shape_text(shape) -> str:
+    return f"({', '.join(str(d) for d in shape)})" if shape else ""
+
+
+def _param(t: P.Tensor) -> str:
+    return f"{type_name(t.dtype)}{_shape_text(t.shape)} {t.name}"
+
+
+def _output(t: P.Tensor) -> str:
+    return f"{type_name(t.dtype)}{_shape_text(t.shape)} {t.name}" if t.declared else t.name
+
+
