@@ -29,6 +29,12 @@ def add_commands(sub) -> None:
                               "transform, loops, code, llvm, llvm-opt, cuda, python, timings "
                               "(default: transform,loops and the optimized code: llvm-opt "
                               "on the cpu backend, code on the others)")
+    explain.add_argument("--grad", action="store_true",
+                         help="print the generated backward definition (tc.grad) instead; "
+                              "no --sizes needed")
+    explain.add_argument("--wrt", default=None,
+                         help="with --grad: the inputs to differentiate with respect to, "
+                              "e.g. A,B (default: every floating-point input)")
     explain.set_defaults(run=_explain)
 
     run = sub.add_parser("run", help="run on random inputs, check against the reference "
@@ -182,6 +188,8 @@ def _export(args) -> int:
 
 
 def _explain(args) -> int:
+    if args.grad:
+        return _explain_grad(args)
     _, kernel, inputs = _kernel_and_inputs(args)
     compiled = kernel.compile(*inputs)
     print(f"{kernel.signature}")
@@ -200,6 +208,21 @@ def _explain(args) -> int:
                      or "(loaded from the compile cache: nothing was compiled)")
         else:
             _section(f"{stage}: {STAGES[stage]}", compiled.stage_text(stage))
+    return 0
+
+
+def _explain_grad(args) -> int:
+    import tclang
+    module = tclang.define(read_source(args.file), backend=args.backend)
+    names = module.names
+    entry = args.entry or (names[0] if len(names) == 1 else None)
+    if entry is None:
+        raise TCError(f"{args.file} defines {', '.join(names)}: choose one with --entry")
+    wrt = tuple(w.strip() for w in args.wrt.split(",")) if args.wrt else None
+    g = tclang.grad(module[entry], wrt)
+    if g.forward_source != module[entry].definition.source:
+        _section("forward, saving what the backward reads", g.forward_source)
+    _section(f"backward: the gradient with respect to {', '.join(g.wrt)}", g.source)
     return 0
 
 

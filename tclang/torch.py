@@ -76,7 +76,7 @@ class _Apply(torch.autograd.Function):
         fn: Function = ctx.fn
         g = fn.gradient
         n = len(fn.definition.inputs)
-        tensors = ctx.saved_tensors
+        tensors = tuple(t.detach() for t in ctx.saved_tensors)  # outputs come back tracked
         inputs, saved = tensors[:n], dict(zip(ctx.saved_names, tensors[n:]))
         names = [t.name for t in fn.definition.outputs]
         seeds = []
@@ -87,7 +87,7 @@ class _Apply(torch.autograd.Function):
                 shape = out_shape if out_shape is not None else _output_shape(fn, inputs, name)
                 dtype = fn.definition.tensor(name).dtype.numpy
                 grad = torch.zeros(shape, dtype=_torch_dtype(dtype), device=inputs[0].device)
-            seeds.append(grad)
+            seeds.append(grad.detach())
         grads = g.backward(inputs, saved, tuple(seeds))
         by_name = dict(zip(g.wrt, grads))
         needed = ctx.needs_input_grad[1:]

@@ -140,7 +140,10 @@ class _Emitted:
 
 
 def build(defn: P.Definition, wrt: tuple[str, ...] | None) -> GradientSource:
-    return _Builder(defn, wrt).run()
+    try:
+        return _Builder(defn, wrt).run()
+    except TCGradError as err:
+        raise err.with_source(defn.source) from None
 
 
 class _Builder:

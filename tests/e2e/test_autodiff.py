@@ -1,0 +1,192 @@
+"""tc.grad: the generated backward against finite differences over the whole corpus, the
+text people read, and the definitions that must be refused (docs/autodiff.md).
+
+Each differentiable corpus program is made float64 and checked on every shape of the
+case: for each input x, the directional derivative of <seed, f(x)> along a random v by
+central differences must equal <grad_x, v>. That checks every input's whole gradient in
+two forward runs, as `torch.autograd.gradcheck(fast_mode=True)` does.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import numpy as np
+import pytest
+
+import tclang as tc
+from tests.corpus import CASES
+
+# programs with no gradient, and why (each must be refused with a TCGradError)
+NOT_DIFFERENTIABLE = {
+    "reduction_ops": "a product reduction (*=!)",
+    "int32_ops": "integer inputs only",
+    "int64_ops": "integer inputs only",
+    "small_ints": "integer inputs only",
+    "int_div_mod": "integer inputs only",
+    "other_int_types": "integer inputs only",
+    "casts": "an integer output computed from a float input",
+    "builtins_unary": "trunc/floor/round of an input",
+    "comparisons_logic": "bool outputs computed from float inputs",
+    "reduce_into_existing": "a product and a max reduction without reset (*=, max=)",
+}
+
+
+def _float64(source: str) -> str:
+    return re.sub(r"\b(float32|float|half|float16)\b", "double", source)
+
+
+def _define(case):
+    """The case in float64 where it still checks, else as written (float32)."""
+    try:
+        return tc.define(_float64(case.source))[case.entry], np.float64
+    except tc.TCError:
+        return tc.define(case.source)[case.entry], np.float32
+
+
+def _directional_errors(kernel, g, inputs, rng, eps):
+    outs, saved = g.forward(*inputs)
+    names = [t.name for t in kernel.definition.outputs]
+    seeds = tuple(rng.standard_normal(np.shape(outs[names.index(n)])) for n in g.output_names)
+    seeds = tuple(np.asarray(s, dtype=np.asarray(outs[names.index(n)]).dtype)
+                  for s, n in zip(seeds, g.output_names))
+    grads = g.backward(inputs, saved, seeds)
+
+    def objective(xs):
+        o = kernel(*xs)
+        o = o if isinstance(o, tuple) else (o,)
+        return sum(float(np.sum(np.asarray(s, np.float64) * o[names.index(n)]))
+                   for s, n in zip(seeds, g.output_names))
+
+    params = [t.name for t in kernel.definition.inputs]
+    errors = []
+    for x, gx in zip(g.wrt, grads):
+        i = params.index(x)
+        v = rng.standard_normal(np.shape(inputs[i])).astype(inputs[i].dtype)
+        plus, minus = list(inputs), list(inputs)
+        plus[i] = (inputs[i] + eps * v).astype(inputs[i].dtype)
+        minus[i] = (inputs[i] - eps * v).astype(inputs[i].dtype)
+        numeric = (objective(plus) - objective(minus)) / (2 * eps)
+        analytic = float(np.sum(np.asarray(gx, np.float64) * v))
+        errors.append((x, abs(numeric - analytic) / max(1.0, abs(numeric))))
+    return errors
+
+
+DIFFERENTIABLE = [c for c in CASES if c.name not in NOT_DIFFERENTIABLE]
+
+
+@pytest.mark.parametrize("case", DIFFERENTIABLE, ids=lambda c: c.name)
+def test_gradients_match_finite_differences(case):
+    kernel, dtype = _define(case)
+    g = tc.grad(kernel)
+    rng = np.random.default_rng(zlib_seed(case.name))
+    eps, tolerance = (1e-6, 1e-6) if dtype == np.float64 else (1e-2, 2e-2)
+    checked = 0
+    for sizes in case.shapes:
+        inputs = tuple(np.asarray(a, dtype) if np.asarray(a).dtype.kind == "f" else a
+                       for a in case.make_inputs(sizes, rng))
+        try:
+            kernel(*inputs)
+        except tc.TCIndexError:
+            continue  # these inputs make the program itself gather out of range
+        for name, err in _directional_errors(kernel, g, inputs, rng, eps):
+            assert err < tolerance, f"d/d{name} at {sizes}: relative error {err:.2e}"
+        checked += 1
+    assert checked >= 2
+
+
+def zlib_seed(name: str) -> int:
+    import zlib
+    return zlib.crc32(name.encode())
+
+
+@pytest.mark.parametrize("name", sorted(NOT_DIFFERENTIABLE))
+def test_definitions_without_a_gradient_are_refused(name):
+    case = next(c for c in CASES if c.name == name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tc.TCWarning)
+        kernel = tc.define(case.source)[case.entry]
+    with pytest.raises(tc.TCGradError) as info:
+        tc.grad(kernel)
+    text = str(info.value)
+    assert text.startswith("gradient error at line")
+    assert "^" in text or "no floating-point input" in text
+
+
+def test_the_corpus_count():
+    """Every corpus program is either differentiated or listed with its reason."""
+    assert len(DIFFERENTIABLE) + len(NOT_DIFFERENTIABLE) == len(CASES)
+    assert len(DIFFERENTIABLE) >= 55
+
+
+MATMUL = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }"
+MLP = """def mlp(float(B,I) X, float(O,I) W, float(O) b) -> (Y) {
+    Y(n, o) +=! X(n, i) * W(o, i)
+    Y(n, o)  = fmax(Y(n, o) + b(o), 0)
+}"""
+CONV = """def conv(float(N,C,H,W) I, float(M,C,KH,KW) W1) -> (O) {
+    O(n, m, h, w) +=! I(n, c, h + kh, w + kw) * W1(m, c, kh, kw)
+}"""
+
+
+def test_the_backward_reads_like_what_a_person_would_write():
+    g = tc.grad(tc.define(MATMUL).mm)
+    assert g.source == (
+        "def mm_grad(float(M, K) A, float(K, N) B, float(M, N) dC) -> "
+        "(float(M, K) dA, float(K, N) dB) {\n"
+        "    dB(k, n) +=! dC(m, n) * A(m, k)\n"
+        "    dA(m, k) +=! dC(m, n) * B(k, n)\n}")
+    mlp = tc.grad(tc.define(MLP).mlp)
+    assert "    dY1(n, o) = Y1(n, o) + b(o) >= 0.0 ? dY(n, o) : 0.0" in mlp.source
+    assert "    dW(o, i) +=! dY1(n, o) * X(n, i)" in mlp.source
+    assert "Y1(i0, i1) = Y(i0, i1)" in mlp.forward_source  # the pre-activation is saved
+    conv = tc.grad(tc.define(CONV).conv)
+    assert ("dI(n, c, h2, w2) +=! h2 - kh >= 0 && h2 - kh < H - KH + 1 && w2 - kw >= 0 && "
+            "w2 - kw < W - KW + 1 ? dO(n, m, h2 - kh, w2 - kw) * W1(m, c, kh, kw) : 0.0"
+            in conv.source), conv.source
+    assert "# S0 = H - KH + 1" in conv.source
+
+
+def test_gradients_of_the_common_operators_against_numpy():
+    rng = np.random.default_rng(1)
+    A, B = rng.standard_normal((5, 7), np.float32), rng.standard_normal((7, 3), np.float32)
+    dC = rng.standard_normal((5, 3), np.float32)
+    dA, dB = tc.grad(tc.define(MATMUL).mm)(A, B, dC)
+    np.testing.assert_allclose(dA, dC @ B.T, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dB, A.T @ dC, rtol=1e-5, atol=1e-5)
+    X, W, b = (rng.standard_normal(s, np.float32) for s in ((4, 6), (3, 6), (3,)))
+    dY = rng.standard_normal((4, 3), np.float32)
+    dX, dW, db = tc.grad(tc.define(MLP).mlp)(X, W, b, dY)
+    mask = (X @ W.T + b) >= 0
+    np.testing.assert_allclose(dX, (dY * mask) @ W, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dW, (dY * mask).T @ X, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(db, (dY * mask).sum(0), rtol=1e-5, atol=1e-5)
+
+
+def test_wrt_selects_inputs_and_is_checked():
+    mod = tc.define(MATMUL)
+    g = tc.grad(mod.mm, wrt="B")
+    assert g.wrt == ("B",) and "dA" not in g.source
+    with pytest.raises(tc.TCGradError, match="not an input"):
+        tc.grad(mod.mm, wrt="C")
+    gather = tc.define("def emb(float(E,D) LUT, int32(B) Ids) -> (O) "
+                       "{ O(b, d) = LUT(Ids(b), d) }")
+    with pytest.raises(tc.TCGradError, match="only floating-point inputs"):
+        tc.grad(gather.emb, wrt="Ids")
+
+
+def test_an_output_gradient_of_the_wrong_shape_is_refused_before_running():
+    g = tc.grad(tc.define(MATMUL).mm)
+    A, B = np.ones((2, 3), np.float32), np.ones((3, 4), np.float32)
+    with pytest.raises(tc.TCArgumentError, match="shape"):
+        g(A, B, np.ones((4, 2), np.float32))
+
+
+def test_explain_prints_the_backward(tmp_path, capsys):
+    from tclang.cli import main
+    path = tmp_path / "mm.tc"
+    path.write_text(MATMUL)
+    assert main(["explain", str(path), "--entry", "mm", "--grad"]) == 0
+    out = capsys.readouterr().out
+    assert "dA(m, k) +=! dC(m, n) * B(k, n)" in out

@@ -1,0 +1,105 @@
+"""tclang.torch: gradcheck over the corpus, layers with parameters, and no copies on the
+way in. Skipped without PyTorch (an optional extra)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import tclang as tc  # noqa: E402
+import tclang.torch as tct  # noqa: E402
+from tests.corpus import CASES  # noqa: E402
+from tests.e2e.test_autodiff import NOT_DIFFERENTIABLE, _float64  # noqa: E402
+
+DIFFERENTIABLE = [c for c in CASES if c.name not in NOT_DIFFERENTIABLE]
+
+
+def _float64_case(case):
+    try:
+        tc.define(_float64(case.source))
+    except tc.TCError:
+        return None
+    return _float64(case.source)
+
+
+@pytest.mark.parametrize("case", DIFFERENTIABLE, ids=lambda c: c.name)
+def test_gradcheck_in_float64(case):
+    source = _float64_case(case)
+    if source is None:
+        pytest.skip("this program does not check in float64 (a float32 literal output); "
+                    "test_autodiff checks it in float32")
+    f = tct.function(source, case.entry)
+    rng = np.random.default_rng(3)
+    for sizes in case.shapes[:2]:
+        arrays = case.make_inputs(sizes, rng)
+        inputs = []
+        for a in arrays:
+            a = np.asarray(a)
+            t = torch.from_numpy(np.array(a, np.float64 if a.dtype.kind == "f" else a.dtype))
+            inputs.append(t.requires_grad_() if t.is_floating_point() else t)
+        try:
+            f.kernel(*[t.detach() for t in inputs])
+        except tc.TCIndexError:
+            continue
+        assert torch.autograd.gradcheck(f, tuple(inputs), eps=1e-6, atol=1e-5, rtol=1e-4,
+                                        fast_mode=True)
+
+
+MLP = """def mlp(double(B,I) X, double(O,I) W, double(O) b) -> (Y) {
+    Y(n, o) +=! X(n, i) * W(o, i)
+    Y(n, o)  = fmax(Y(n, o) + b(o), 0)
+}"""
+
+
+def test_a_module_holds_parameters_and_trains():
+    torch.manual_seed(0)
+    layer = tct.Module(MLP, "mlp", W=torch.randn(3, 5, dtype=torch.float64),
+                       b=torch.zeros(3, dtype=torch.float64))
+    assert [n for n, _ in layer.named_parameters()] == ["W", "b"]
+    x = torch.randn(4, 5, dtype=torch.float64)
+    y = layer(x)
+    y.sum().backward()
+    mask = ((x @ layer.W.T + layer.b) >= 0).double()
+    torch.testing.assert_close(layer.W.grad, mask.T @ x)
+    torch.testing.assert_close(layer.b.grad, mask.sum(0))
+
+
+def test_inputs_are_not_copied_and_no_grad_calls_skip_the_saving_forward():
+    f = tct.function(MLP, "mlp")
+    x = torch.randn(4, 5, dtype=torch.float64)
+    w = torch.randn(3, 5, dtype=torch.float64)
+    b = torch.zeros(3, dtype=torch.float64)
+    seen = []
+    original = f.kernel.module.__class__  # noqa: F841
+    import tclang.arguments as arguments
+    real = arguments.bind_arguments
+
+    def spy(defn, args, device=False):
+        binding = real(defn, args, device)
+        seen.append([a.__array_interface__["data"][0] for a in binding.arrays])
+        return binding
+    arguments.bind_arguments, saved = spy, arguments.bind_arguments
+    try:
+        import tclang.runtime as runtime
+        runtime.bind_arguments, old = spy, runtime.bind_arguments
+        with torch.no_grad():
+            f(x, w, b)
+    finally:
+        arguments.bind_arguments = saved
+        runtime.bind_arguments = old
+    assert seen and seen[0][:3] == [x.data_ptr(), w.data_ptr(), b.data_ptr()]
+    assert f._gradient is None  # no gradient was made for a call that records none
+
+
+def test_an_unused_output_gets_a_zero_gradient():
+    src = """def two(double(N) X) -> (A, B) {
+        A(i) = X(i) * X(i)
+        B(i) = exp(X(i))
+    }"""
+    f = tct.function(src, "two")
+    x = torch.rand(5, dtype=torch.float64, requires_grad=True)
+    a, _ = f(x)
+    a.sum().backward()
+    torch.testing.assert_close(x.grad, 2 * x.detach())
