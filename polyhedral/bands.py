@@ -94,6 +94,16 @@ def stride_scores(node: isl.ScheduleNode, scop: Scop, band: list[Member]) -> lis
     return scores
 
 
+def short_members_penalized(scores: list[float], band: list[Member], target) -> list[float]:
+    """A member with fewer values than a vector has lanes is a poor innermost loop even
+    where its accesses are stride-1: a weight gradient's kw (3 values) would take the vector
+    loop from w (32 values of a dot product). It keeps the place only where it wins by
+    more than the penalty."""
+    lanes = max(1, target.vector_bytes // 4)
+    return [s - 1.5 if m.extent is not None and m.extent < lanes else s
+            for s, m in zip(scores, band)]
+
+
 def _weights(statements, scop: Scop) -> dict[str, float]:
     """Each statement's instances relative to the largest (a 1024^k guess when the sizes
     are not known)."""

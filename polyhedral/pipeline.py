@@ -41,6 +41,7 @@ from tclang.passes import finish, optimize, passes_text
 from tclang.stages import Stages
 from tclang.options import Options
 from tclang.target import Target
+from tclang.guarded_sums import restrict_guarded_sums
 from tclang.half_accumulators import widen_half_reductions
 from tclang.reduction_scales import factor_out_scales
 from tclang.wide_indices import widen_indices
@@ -77,6 +78,8 @@ def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
             defn, report = optimize(defn, sizes)
     with stages("scop"):
         defn = widen_half_reductions(defn)  # half sums accumulate in float32
+        if run_passes:  # a sum of `affine ? e : 0` runs over the points where it holds
+            defn = restrict_guarded_sums(defn)
         if options.reorder_reductions is not False:  # scale a sum once, not every term
             defn = factor_out_scales(defn, sizes)
         defn = widen_indices(defn)  # index values exact in int64

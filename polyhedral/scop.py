@@ -188,6 +188,8 @@ def _statements(defn: P.Definition):
 def _domain_text(st: ScopStatement, r: _Renderer) -> str:
     bounds = [f"{r.size(rng.lo)} <= {rng.name} < {r.size(rng.hi)}"
               for rng in st.source.domain if rng.name in st.indices]
+    if st.kind == "reduce" and st.source.condition is not None:  # a guarded sum
+        bounds.append(f"({r.condition(st.source.condition)})")
     constraint = " and ".join(bounds) if bounds else "true"
     return f"{st.id}[{', '.join(st.indices)}] : {constraint}"
 

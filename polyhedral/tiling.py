@@ -81,7 +81,7 @@ def _transform_band(node, scop: Scop, options: Options, target: Target, reports,
     if sizes is not None:
         node = _tile(node, band, sizes)
         if options.loop_order is None:
-            node = _order_point_loops(node.child(0), scop).parent()
+            node = _order_point_loops(node.child(0), scop, target).parent()
         node = _atomic(node)
         if options.loop_order is None and options.register_tile is not False:
             shape = options.register_tile if isinstance(options.register_tile, tuple) else None
@@ -99,7 +99,7 @@ def _transform_band(node, scop: Scop, options: Options, target: Target, reports,
             reports.append(BandReport(len(band), tuple(sizes), tuple(order)))
         return node
     elif options.loop_order is None and node.band_get_permutable():
-        node = _order_point_loops(node, scop)
+        node = _order_point_loops(node, scop, target)
     if reports is not None:
         reports.append(BandReport(len(band), tuple(sizes) if sizes else None, tuple(order)))
     return _atomic(node)
@@ -196,7 +196,7 @@ def _heuristic_sizes(node, scop: Scop, band: list[B.Member], target: Target,
     if registers is not None:  # a contraction: BLIS's blocking around the micro-kernel
         sizes = [UNTILED if s is None else s for s in R.cache_tiles(band, registers, target)]
     else:
-        scores = B.stride_scores(node, scop, band)
+        scores = B.short_members_penalized(B.stride_scores(node, scop, band), band, target)
         inner = max(range(len(band)), key=lambda k: (scores[k], band[k].coincident, k))
         lanes = vector_width or max(1, target.vector_bytes // 4)
         sizes = []
@@ -257,13 +257,13 @@ def _multi_val(node, sizes: list[int]) -> isl.MultiVal:
     return mv
 
 
-def _order_point_loops(node, scop: Scop):
+def _order_point_loops(node, scop: Scop, target: Target):
     """Move the member with the best stride-1 score innermost (ties: a parallel one).
     Only within a permutable band: elsewhere the order is the dependences' to choose."""
     band = B.members(node, scop)
     if len(band) < 2 or not node.band_get_permutable():
         return node
-    scores = B.stride_scores(node, scop, band)
+    scores = B.short_members_penalized(B.stride_scores(node, scop, band), band, target)
     best = max(range(len(band)), key=lambda k: (scores[k], band[k].coincident, k))
     if best == len(band) - 1 or scores[best] <= scores[-1]:
         return node

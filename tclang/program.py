@@ -259,6 +259,9 @@ class Statement:
     span: Span = field(compare=False)
     text: str = field(compare=False, default="")
     index_spans: tuple[tuple[str, Span], ...] = field(compare=False, default=())
+    # the statement runs only where this affine condition holds (a guarded sum: see
+    # tclang/guarded_sums.py); None: at every point of `domain`
+    condition: Condition | None = None
 
     @property
     def all_indices(self) -> tuple[str, ...]:

@@ -89,6 +89,32 @@ def plan(loop: L.For, kernel: L.Kernel) -> Promotion | None:
                      all(_contiguous_along(run, kernel, loop.var) for run in runs))
 
 
+def innermost_and_contiguous(loop: L.For, kernel: L.Kernel) -> bool:
+    """A loop nested in a promoted one, with no loop inside it, along which every update's
+    reads are contiguous or invariant: the loop vectorizer can split its accumulators into
+    lanes (a weight gradient's sum over n, h, w with w innermost)."""
+    runs: list[L.Run] = []
+    if not _collect(loop.body, runs, set()) or not runs:
+        return False
+    if any(isinstance(n, L.For) for n in _nodes(loop.body)):
+        return False
+    return all(_contiguous_along(run, kernel, loop.var) for run in runs)
+
+
+def _nodes(node: L.Node):
+    yield node
+    match node:
+        case L.Block(body=items):
+            for item in items:
+                yield from _nodes(item)
+        case L.If(then=t, other=o):
+            yield from _nodes(t)
+            if o is not None:
+                yield from _nodes(o)
+        case L.For(body=body):
+            yield from _nodes(body)
+
+
 def _contiguous_along(run: L.Run, kernel: L.Kernel, var: str) -> bool:
     """Whether every read of `run` moves along `var` only in its last subscript, by one
     element (row-major: consecutive), or not at all. A packed operand is never: packing
