@@ -113,12 +113,17 @@ def plan(node: isl.ScheduleNode, scop: Scop, target: Target,
                        if not m.coincident and index_of[m.position] is not None
                        and index_of[m.position] not in lhs)
     if not reductions or any(m.position not in reductions and not m.coincident
-                             for m in band):
-        return None
+                             and index_of[m.position] is not None for m in band):
+        return None  # (a member of one value, from a cache tile of 1, is no loop)
     reads = [r.affine for r in st.source.reads()]
     if any(a is None for r in reads for a in r):
         return None  # a gather: no operand is known to be invariant
     element_bytes = max(1, dtype.bits // 8)
+    short = band[j].extent is not None and \
+        band[j].extent < max(1, target.vector_bytes // element_bytes)
+    if short and shape is None:
+        return _dot_across(band, index_of, lhs, reads, reductions, st.id, element_bytes,
+                           target)
     lanes_name = index_of[j]
     written = {x.source.target for x in scop.statements}
     strided = [r for r in st.source.reads()
@@ -167,6 +172,44 @@ def plan(node: isl.ScheduleNode, scop: Scop, target: Target,
     return RegisterTile(best.position, j, reductions, mr, nr, st.id, element_bytes, kind,
                         index_of[best.position], lanes_name,
                         transposed if kind == "lanes" else ())
+
+
+def _dot_across(band, index_of, lhs, reads, reductions, statement: str,
+                element_bytes: int, target: Target) -> RegisterTile | None:
+    """The dot form over two other result members, for a result whose stride-1 member is
+    shorter than a vector (a weight gradient dW(m, c, kh, kw): kw has 3 values). Each of
+    the mr x nr results (rows along i, columns along j) is a vector of partial sums along
+    a reduction loop every operand is contiguous in (the image row w); one operand must be
+    invariant along i and the other along j, so each step loads mr + nr vectors for
+    mr x nr FMAs."""
+    inner = [k for k in reductions
+             if all(_unit_stride(r, index_of[k]) for r in reads if _uses(r, index_of[k]))
+             and any(_uses(r, index_of[k]) for r in reads)]
+    if not inner:
+        return None
+    mr, nr = dot_shape_for(target)
+    best = None
+    candidates = [m for m in band if m.coincident and index_of[m.position] in lhs]
+    for mj in candidates:
+        for mi in candidates:
+            if mi.position == mj.position:
+                continue
+            ni, nj = index_of[mi.position], index_of[mj.position]
+            if not (any(_uses(r, nj) and not _uses(r, ni) for r in reads) and
+                    any(_uses(r, ni) and not _uses(r, nj) for r in reads)):
+                continue
+            if (mj.extent is not None and mj.extent < nr) or \
+                    (mi.extent is not None and mi.extent < mr):
+                continue
+            key = (mj.extent or 1 << 30) + (mi.extent or 1 << 30)
+            if best is None or key > best[0]:
+                best = (key, mi, mj)
+    if best is None:
+        return None
+    _, mi, mj = best
+    reductions = tuple(k for k in reductions if k != inner[-1]) + (inner[-1],)
+    return RegisterTile(mi.position, mj.position, reductions, mr, nr, statement,
+                        element_bytes, "dot", index_of[mi.position], index_of[mj.position])
 
 
 def _packable_lanes_first(read, lanes: str, written: set[str]) -> bool:

@@ -310,7 +310,7 @@ class _Builder:
             contribution = D.mul(weight, partial)
             if contribution is None:
                 continue
-            self._scatter(k, read, contribution)
+            self._scatter(k, read, contribution, weight)
 
     def _ties(self, k: int, rhs: P.Expr, g: P.Read) -> P.Expr:
         """max=!/min=!: how many candidates equal the result (a statement), and the weight
@@ -355,7 +355,7 @@ class _Builder:
                    {n: (Z.const(0), e) for n, e in zip(names, old.extent)},
                    frozenset(names), False)
 
-    def _scatter(self, k: int, read: P.Read, contribution: P.Expr) -> None:
+    def _scatter(self, k: int, read: P.Read, contribution: P.Expr, weight: P.Expr) -> None:
         """Emit dX(...) += contribution, with X's subscripts turned into left-side indices."""
         s = self.defn.statements[k]
         x = self.versions[read.tensor]
@@ -404,13 +404,21 @@ class _Builder:
                 solved = top.floordiv(abs(c))
             sigma = {u: _substitute(f, {v: solved}) for u, f in sigma.items()}
             sigma[v] = solved
+        padded = self._padded(k, sigma, weight, contribution, x, lhs, read)
+        flipped: dict[str, tuple[str, int]] = {}
+        done: set[str] = set()
+        if padded is not None:
+            contribution, flipped, done = padded
+            sigma = {v: f for v, f in sigma.items() if v not in done}
         for v, f in sigma.items():
             lo, hi = ranges[v]
             text = _affine_text(f)
             guards.append(f"{text} >= {lo}")
             guards.append(f"{text} < {hi}")
         index_text = {v: (_affine_text(f), _affine_level(f)) for v, f in sigma.items()}
-        reduction = [i for i in s.all_indices if i not in lhs and i not in sigma]
+        index_text.update(flipped)
+        reduction = [i for i in s.all_indices if i not in lhs and i not in sigma and
+                     i not in done]
         for i in reduction:
             out_ranges[i] = ranges[i]
         expr = contribution
@@ -430,6 +438,91 @@ class _Builder:
         self._emit(_adjoint_label(read.tensor), tuple(lhs), expr, index_text, out_ranges,
                    frozenset(new), bool(reduction),
                    override=(read.tensor, read.subscripts))
+
+    def _padded(self, k: int, sigma: dict, weight: P.Expr, contribution: P.Expr,
+                 x: _Version, lhs: list[str], read: P.Read):
+        """A stride-1 window solved for the output index (h = y - kh) reads dT(y - kh)
+        under a range guard: a transposed convolution that the scheduler sees as a
+        guarded, oddly shaped nest. Written as what people write instead, a convolution
+        of dT padded by K-1 zeros with the window flipped (kh -> K-1-kh):
+            dTpad(.., q, ..) = (q >= K-1 && q < E+K-1) ? dT(.., q - (K-1), ..) : 0
+            dX(.., y, ..) +=! dTpad(.., y + kh, ..) * W(.., K-1-kh, ..)
+        it runs as fast as the forward. Only where the read covers X exactly (E+K-1 = X's
+        extent), the window index starts at 0 and is used by no other solved subscript,
+        and the gradient arrives unrouted (not through a max). Returns (contribution,
+        index texts of the flipped indices, the solved indices now unguarded) or None."""
+        s = self.defn.statements[k]
+        if not isinstance(weight, P.Read) or not weight.tensor.startswith("d:"):
+            return None
+        ranges = {r.name: (r.lo, r.hi) for r in s.domain}
+        pads: dict[str, tuple[str, str, Z.SizeExpr, Z.SizeExpr]] = {}  # v -> (y, u, K-1, E)
+        used = set()
+        for v, f in sigma.items():
+            ys = [a for a, c in f.terms if c == 1]
+            us = [a for a, c in f.terms if c == -1]
+            if len(f.terms) != 2 or f.offset.constant != 0 or len(ys) != 1 or \
+                    len(us) != 1 or not isinstance(ys[0], str) or not isinstance(us[0], str):
+                continue
+            y, u = ys[0], us[0]
+            if v not in s.indices or u not in s.reduction_indices or u in used or \
+                    ranges[u][0].constant != 0 or ranges[v][0].constant != 0:
+                continue
+            p = lhs.index(y)
+            window, extent = ranges[u][1], ranges[v][1]
+            if (x.extent[p] - (extent + window - Z.const(1))).constant != 0:
+                continue
+            pads[v] = (y, u, window - Z.const(1), extent)
+            used.add(u)
+        if not pads:
+            return None
+        others = [r for r in P.reads_of(contribution) if r is not weight and
+                  r.tensor != weight.tensor]
+        if any(isinstance(n, P.IndexValue) and n.name in pads
+               for r in others for sub in r.subscripts for n in P.walk(sub)):
+            return None  # the solved index is read elsewhere: it needs its guard
+        if sum(1 for r in P.reads_of(contribution) if r.tensor == weight.tensor) != 1:
+            return None
+        grad = weight.tensor
+        label = f"pad:{grad}:{','.join(sorted(pads))}"
+        t = self.versions[grad[2:]]
+        if label not in self.versions:
+            self.versions[label] = _Version(label, t.tensor, None, t.dtype, ())
+            names = [self.fresh(f"q{d}") for d in range(len(s.indices))]
+            conds, subs, pad_ranges = [], [], {}
+            for d, (name, v) in enumerate(zip(names, s.indices)):
+                lo, hi = ranges[v]
+                if v in pads:
+                    _, _, margin, extent = pads[v]
+                    conds.append(f"{name} >= {margin} && {name} < {extent + margin}")
+                    subs.append(Raw(f"{name} - ({margin})" if margin.constant is None
+                                    else f"{name} - {margin}", 4, DType.INT32))
+                    pad_ranges[name] = (Z.const(0), extent + margin * 2)
+                else:
+                    subs.append(P.IndexValue(name))
+                    pad_ranges[name] = (Z.const(0), hi)
+            source_read = P.Read(grad, tuple(subs), tuple(None for _ in subs), None, 0,
+                                 t.dtype, s.span)
+            self.emitted.append(_Emitted(
+                label, tuple(names),
+                D.select(Raw(" && ".join(conds), 2), source_read, None, t.dtype.compute),
+                {}, pad_ranges, frozenset(names), False, op="=",
+                comment=f"# the gradient of statement {k + 1}, padded with zeros: its "
+                        "transposed convolution becomes a convolution"))
+        subs = []
+        for v in s.indices:
+            if v in pads:
+                y, u, _, _ = pads[v]
+                subs.append(Raw(f"{y} + {u}", 4, DType.INT32))
+            else:
+                subs.append(P.IndexValue(v))
+        padded_read = P.Read(label, tuple(subs), tuple(None for _ in subs), None, 0,
+                             weight.dtype, weight.span)
+        contribution = _replace_read(contribution, weight, padded_read)
+        flipped = {}
+        for v, (y, u, margin, _) in pads.items():
+            text = f"{margin} - {u}"
+            flipped[u] = (text, 4)
+        return contribution, flipped, set(pads)
 
     def _pick(self, a: Affine, lhs, sigma, s: P.Statement) -> str | None:
         """The index to solve subscript `a` for: one the statement writes along if there is
@@ -467,7 +560,7 @@ class _Builder:
         needed: list[str] = []
         for e in self.emitted:
             for r in P.reads_of(e.expr):
-                if not r.tensor.startswith(("d:", "ties:", "seed:")) and \
+                if not r.tensor.startswith(("d:", "ties:", "seed:", "pad:")) and \
                         r.tensor not in needed:
                     needed.append(r.tensor)
         names: dict[str, str] = {}
@@ -520,6 +613,8 @@ class _Builder:
                               tuple(grad_names[x] for x in self.wrt), added)
 
     def _adjoint_base(self, label: str) -> str:
+        if label.startswith("pad:"):
+            return f"{self._adjoint_base(label.split(':', 1)[1].rsplit(':', 1)[0])}pad"
         if label.startswith("ties:"):
             return f"ties_{self.versions[label[5:]].tensor}"
         v = self.versions[label[2:]]
@@ -708,6 +803,13 @@ def _mentions(e: P.Expr, index_text: dict) -> set[str]:
         elif isinstance(x, Raw):
             found |= set(re.findall(r"[A-Za-z_]\w*", x.text))
     return found
+
+
+def _replace_read(e: P.Expr, old: P.Read, new: P.Read) -> P.Expr:
+    if e is old:
+        return new
+    kids = P.children(e)
+    return P.with_children(e, tuple(_replace_read(k, old, new) for k in kids))
 
 
 def _relabel(e: P.Expr, old: str, new: str) -> P.Expr:

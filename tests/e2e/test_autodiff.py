@@ -142,10 +142,17 @@ def test_the_backward_reads_like_what_a_person_would_write():
     assert "    dW(o, i) +=! dY1(n, o) * X(n, i)" in mlp.source
     assert "Y1(i0, i1) = Y(i0, i1)" in mlp.forward_source  # the pre-activation is saved
     conv = tc.grad(tc.define(CONV).conv)
-    assert ("dI(n, c, h2, w2) +=! h2 - kh >= 0 && h2 - kh < H - KH + 1 && w2 - kw >= 0 && "
-            "w2 - kw < W - KW + 1 ? dO(n, m, h2 - kh, w2 - kw) * W1(m, c, kh, kw) : 0.0"
-            in conv.source), conv.source
+    # the input gradient: a convolution of the zero-padded output gradient, flipped window
+    assert ("dI(n, c, h2, w2) +=! dOpad(n, m, h2 + kh, w2 + kw) * "
+            "W1(m, c, KH - 1 - kh, KW - 1 - kw)" in conv.source), conv.source
+    assert ("dOpad(q0, q1, q2, q3) = q2 >= KH - 1 && q2 < H && q3 >= KW - 1 && q3 < W ? "
+            "dO(q0, q1, q2 - (KH - 1), q3 - (KW - 1)) : 0.0" in conv.source), conv.source
+    assert "    dW1(m, c, kh, kw) +=! dO(n, m, h, w) * I(n, c, h + kh, w + kw)" in conv.source
     assert "# S0 = H - KH + 1" in conv.source
+    strided = tc.grad(tc.define(CONV.replace("h + kh, w + kw", "2 * h + kh, 2 * w + kw"))
+                      .conv)  # a stride: the gather form, guarded
+    assert "(h2 - kh) % 2 == 0" in strided.source and "dO(n, m, (h2 - kh) / 2" in \
+        strided.source
 
 
 def test_gradients_of_the_common_operators_against_numpy():

@@ -54,6 +54,21 @@ def test_the_transposed_convolution_matches_numpy(shape):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_a_weight_gradient_gets_a_dot_product_register_tile():
+    """dW(m, c, kh, kw): kw is too short for the lanes, so the tile runs over m and c, each
+    result a vector of partial sums along w (polyhedral/register_tiles.py _dot_across)."""
+    rng = np.random.default_rng(0)
+    I = rng.standard_normal((2, 16, 34, 34), np.float32)
+    dO = rng.standard_normal((2, 16, 32, 32), np.float32)
+    ck = tc.define(WEIGHT_GRADIENT).dw.compile(I, dO)
+    text = ck.loops
+    assert text.count("dW1[m][c][kh][kw] +=") >= 4, text  # an unrolled tile of results
+    want = np.einsum("nmhw,nchkwl->mckl", dO,
+                     np.lib.stride_tricks.sliding_window_view(I, (3, 3), axis=(2, 3))
+                     .transpose(0, 1, 2, 4, 3, 5)[:, :, :32, :, :32, :])
+    np.testing.assert_allclose(ck(I, dO), want, rtol=1e-3, atol=1e-3)
+
+
 def test_a_weight_gradient_keeps_its_row_innermost_and_vectorized():
     rng = np.random.default_rng(0)
     I = rng.standard_normal((2, 4, 34, 34), np.float32)
