@@ -26,8 +26,11 @@ __all__ = ["function", "Function", "Module"]
 
 
 def function(source: str, entry: str, backend: str = "cpu", options=None) -> "Function":
-    """The definition `entry` of `source` as a differentiable function of tensors."""
-    return Function(tclang.define(source, backend, options)[entry])
+    """The definition `entry` of `source` as a differentiable function of tensors (also
+    inside torch.compile, as a custom operator)."""
+    fn = Function(tclang.define(source, backend, options)[entry])
+    fn.custom_op()
+    return fn
 
 
 class Function:
@@ -37,6 +40,16 @@ class Function:
         self.kernel = kernel
         self.definition = kernel.definition
         self._gradient: Gradient | None = None
+        self._operator = None  # (custom op, outputs): for torch.compile, made on first use
+
+    def custom_op(self):
+        """The kernel as a torch.library custom operator with its gradient registered
+        (tclang/torch_ops.py); call this before torch.compile traces a model (Module does
+        it when made): building it is Python that Dynamo cannot trace."""
+        if self._operator is None:
+            from tclang.torch_ops import operators
+            self._operator = operators(self)
+        return self._operator[0]
 
     @property
     def gradient(self) -> Gradient:
@@ -46,6 +59,16 @@ class Function:
         return self._gradient
 
     def __call__(self, *inputs):
+        if torch.compiler.is_compiling():  # one opaque node of the graph (tclang/torch_ops.py)
+            if self._operator is None:
+                raise tclang.TCError(
+                    f"{self.definition.name} was first called inside torch.compile: call "
+                    f"its .custom_op() once before compiling (tclang.torch.function and "
+                    f"Module do it)")
+            op, n = self._operator
+            outputs = op(*inputs)
+            outputs = outputs[:n] if isinstance(outputs, tuple) else (outputs,)
+            return outputs[0] if n == 1 else tuple(outputs)
         if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad
                                            for x in inputs):
             outputs = _Apply.apply(self, *inputs)
