@@ -101,6 +101,37 @@ def innermost_and_contiguous(loop: L.For, kernel: L.Kernel) -> bool:
     return all(_contiguous_along(run, kernel, loop.var) for run in runs)
 
 
+def runs_in(node: L.Node) -> list[L.Run]:
+    """The updates under `node` (in loops and branches)."""
+    return [n for n in _nodes(node) if isinstance(n, L.Run)]
+
+
+def single_inner_loop(loop: L.For) -> L.For | None:
+    """The one innermost loop under `loop` holding every update, reached through loops
+    and blocks only; `loop` itself when it has no loop inside; None otherwise."""
+    node = loop
+    while True:
+        fors = [n for n in _children(node.body) if isinstance(n, L.For)]
+        others = [n for n in _children(node.body) if not isinstance(n, L.For)]
+        if not fors:
+            return node
+        if len(fors) != 1 or any(runs_in(o) for o in others):
+            return None
+        node = fors[0]
+
+
+def children_of(body: L.Node) -> list[L.Node]:
+    """The nodes of a loop body, nested blocks flattened."""
+    out = []
+    for node in _children(body):
+        out += children_of(node) if isinstance(node, L.Block) else [node]
+    return out
+
+
+def _children(body: L.Node) -> list[L.Node]:
+    return list(body.body) if isinstance(body, L.Block) else [body]
+
+
 def _nodes(node: L.Node):
     yield node
     match node:

@@ -10,6 +10,8 @@ the tensor, dimension and value in `err` and return 1; nothing outside an array 
 
 from __future__ import annotations
 
+import dataclasses
+
 import llvmlite.ir as ir
 
 from backends.access_errors import MAX_SUBSCRIPTS
@@ -444,13 +446,107 @@ class FunctionBuilder:
             pointers.append(pointer)
             values.append(T.load(b, pointer, self.dtype_of(acc.tensor)))
         order = iter(promotion.targets)
-        values = self._carried_loop(n, values, order, lo, hi,
-                                    widen=len(promotion.accumulators) == 1
-                                    or promotion.contiguous)
+        split = self._lane_split(n, promotion)
+        if split is not None:  # a vector of partial sums per accumulator, through every loop
+            inner, lanes = split
+            vector = ir.VectorType(values[0].type, lanes)
+            zeros = ir.Constant(vector, [ir.Constant(values[0].type, 0.0)] * lanes)
+            start = [b.insert_element(zeros, v, ir.Constant(T.I32, 0)) for v in values]
+            self._lanes = (inner, lanes, promotion.targets)
+            try:
+                vectors = self._carried_loop(n, start, order, lo, hi)
+            finally:
+                self._lanes = None
+            values = [self._sum_tree([b.extract_element(v, ir.Constant(T.I32, lane))
+                                      for lane in range(lanes)]) for v in vectors]
+        else:
+            values = self._carried_loop(n, values, order, lo, hi,
+                                        widen=len(promotion.accumulators) == 1
+                                        or promotion.contiguous)
         for acc, pointer, value in zip(promotion.accumulators, pointers, values):
             T.store(b, value, pointer, self.dtype_of(acc.tensor))
         b.branch(after)
         b.position_at_end(after)
+
+    _lanes = None  # (the inner loop, lanes, update targets) while lane partials are carried
+
+    def _lane_split(self, n: L.For, promotion: accumulators.Promotion):
+        """(inner loop, lanes) when the promoted loop's updates all sit in one innermost
+        dot-product loop of a constant trip count that the lanes divide: a weight
+        gradient's sum over (n, h, w) with rows w of 32. LLVM's loop vectorizer would sum
+        each row's vector of partial sums horizontally at the inner loop's exit, one
+        horizontal sum per accumulator per row (most of the time for rows this short).
+        Instead each accumulator is carried as one partial sum per lane through every
+        loop of the reduction, the inner loop is unrolled by the lanes (the SLP vectorizer
+        makes the lanes one vector register) and the lanes are added once, after the
+        promoted loop. Only where float sums may be reassociated."""
+        if not self.km.reassociate:
+            return None
+        inner = accumulators.single_inner_loop(n)
+        if inner is None or inner is n:
+            return None
+        kernel = self.km.kernel
+        statements = [kernel.statement(r.statement) for r in accumulators.runs_in(n)]
+        if any(st.op != "+" for st in statements):
+            return None
+        dtypes = {self.dtype_of(acc.tensor) for acc in promotion.accumulators}
+        if len(dtypes) != 1 or not next(iter(dtypes)).is_float:
+            return None
+        dtype = next(iter(dtypes))
+        lanes = max(2, self.km.unrolled_width * 4 // max(2, dtype.bits // 8))
+        if not (isinstance(inner.lo, L.Int) and isinstance(inner.hi, L.Int)) or inner.step != 1:
+            return None
+        trip = inner.hi.value - inner.lo.value
+        if trip < lanes or trip % lanes or \
+                len(promotion.accumulators) * lanes > accumulators.MAX_ACCUMULATORS * 2:
+            return None
+        if not accumulators.innermost_and_contiguous(inner, kernel):
+            return None
+        if any(not isinstance(x, L.Run) for x in accumulators.children_of(inner.body)):
+            return None  # straight-line updates only: each lane's scalars build one vector
+        return inner, lanes
+
+    def _sum_tree(self, values: list) -> ir.Value:
+        flags = ("reassoc", "contract")
+        while len(values) > 1:
+            values = [self.builder.fadd(values[k], values[k + 1], flags=flags)
+                      if k + 1 < len(values) else values[k] for k in range(0, len(values), 2)]
+        return values[0]
+
+    def _lane_loop(self, node: L.For, vectors: list) -> list:
+        """The inner loop of a lane split, `lanes` iterations per step: iteration l's update
+        of each accumulator goes to lane l of a vector (built from the lanes' scalars:
+        consecutive loads, which the SLP vectorizer turns into vector loads and FMAs),
+        added to the accumulator's vector once per step."""
+        _, lanes, targets = self._lanes
+        b = self.builder
+        runs = accumulators.runs_in(node.body)
+
+        def body(phis):
+            base = self.env[node.var]
+            parts: dict[int, list] = {}
+            for lane in range(lanes):
+                self.env[node.var] = b.add(base, ir.Constant(T.I64, lane), flags=("nsw",))
+                for run, k in zip(runs, targets):
+                    value = self._run_value(run)
+                    per_lane = parts.setdefault(k, [None] * lanes)
+                    per_lane[lane] = value if per_lane[lane] is None else \
+                        b.fadd(per_lane[lane], value, flags=("reassoc", "contract"))
+            self.env[node.var] = base
+            out = list(phis)
+            for k, scalars in parts.items():
+                built = ir.Constant(out[k].type, [ir.Constant(scalars[0].type, 0.0)] * lanes)
+                for lane, x in enumerate(scalars):
+                    built = b.insert_element(built, x, ir.Constant(T.I32, lane))
+                out[k] = b.fadd(out[k], built, flags=("reassoc", "contract"))
+            return out
+        stepped = dataclasses.replace(node, step=lanes, vectorize=False)
+        return self._counted_loop(stepped, vectors, body, None, None, self.km.no_vectorize())
+
+    def _run_value(self, node: L.Run) -> ir.Value:
+        s = self.km.kernel.statement(node.statement)
+        indices = {name: self.index(v) for name, v in zip(s.indices, node.indices)}
+        return ValueEmitter(self, s, indices, {p.ref: p for p in node.promoted}).emit(s.value)
 
     def _carried_loop(self, n: L.For, values: list, order, lo=None, hi=None,
                       widen: bool | str = False) -> list:
@@ -470,6 +566,8 @@ class FunctionBuilder:
                 for item in items:
                     values = self._carried(item, values, order)
                 return values
+            case L.For() if self._lanes is not None and node is self._lanes[0]:
+                return self._lane_loop(node, values)
             case L.For():
                 # an innermost loop that every read moves along contiguously (or not at
                 # all) holds a dot product: its accumulators become vectors of partial sums

@@ -63,6 +63,12 @@ def test_a_weight_gradient_gets_a_dot_product_register_tile():
     ck = tc.define(WEIGHT_GRADIENT).dw.compile(I, dO)
     text = ck.loops
     assert text.count("dW1[m][c][kh][kw] +=") >= 4, text  # an unrolled tile of results
+    # each result's partial sums stay one vector through the loops over n and h: a vector
+    # phi, not a horizontal sum at the end of every 32-wide row (kernel_module._lane_split)
+    # (in the IR tclang emits, before LLVM's own vectorizers run)
+    assert re.search(r"phi +<(8|16) x float>", ck.stage_text("llvm"))
+    exact = tc.define(WEIGHT_GRADIENT, options=tc.Options(reorder_reductions=False)).dw
+    assert not re.search(r"phi +<(8|16) x float>", exact.compile(I, dO).stage_text("llvm"))
     want = np.einsum("nmhw,nchkwl->mckl", dO,
                      np.lib.stride_tricks.sliding_window_view(I, (3, 3), axis=(2, 3))
                      .transpose(0, 1, 2, 4, 3, 5)[:, :, :32, :, :32, :])
