@@ -34,11 +34,18 @@ NOT_DIFFERENTIABLE = {
 
 
 def _float64(source: str) -> str:
-    return re.sub(r"\b(float32|float|half|float16)\b", "double", source)
+    """The program in float64: its types, and where that alone does not check (a float
+    literal making an output float32), its float literals too."""
+    plain = re.sub(r"\b(float32|float|half|float16)\b", "double", source)
+    try:
+        tc.define(plain)
+        return plain
+    except tc.TCError:
+        return re.sub(r"(?<![\w.])(\d+\.\d*(?:e[+-]?\d+)?)", r"double(\1)", plain)
 
 
 def _define(case):
-    """The case in float64 where it still checks, else as written (float32)."""
+    """The case in float64 where it checks, else as written (float32)."""
     try:
         return tc.define(_float64(case.source))[case.entry], np.float64
     except tc.TCError:
