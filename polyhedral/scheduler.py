@@ -35,7 +35,7 @@ TIME_LIMIT = 3.0
 """Seconds for the scheduler runs of one compilation, in a worker. isl's scheduler either
 finishes well within a second or runs for tens of seconds: 739 of the 740 runs over
 `tclang fuzz` programs 0-249 (seed 0, every configuration) took under 0.5 s, the slowest of
-the 11 slowest programs of 2,000 needed 2.1 s when it finished at all, while PPCG's options
+the 11 slowest programs of 2,000 needed 2.2 s when it finished at all, while PPCG's options
 (and "max") on program 1864's shape-generic scop run for 40 s ("min": 0.1 s). Waiting
 longer buys no schedule, and a fuzzed program's 10 s cover about six compilations."""
 FALLBACK_LIMIT = 2.0  # seconds at least for each fallback strategy
