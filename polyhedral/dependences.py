@@ -3,8 +3,8 @@
 flow (RAW): sinks are the reads, must-sources the writes. false (WAR and WAW): sinks are
 the writes, may-sources reads and writes, with the writes as kills (without kills WAW comes
 out transitive: correct but larger and slower). Where that exact analysis blows up (it
-can with symbolic sizes and many guarded reads), every earlier access to the same element
-stands in for it: more dependences, so fewer schedules, all of them legal.
+can with symbolic sizes and many guarded reads), or its result comes in many more pieces,
+every earlier access to the same element stands in for it (memory-based dependences).
 
 A reduction's update statement depends on itself only through its target at one point, in
 an order the language leaves free (reductions are associative and commutative). Those
@@ -14,6 +14,14 @@ self-dependences, *every* pair of updates of one element (`reduction`), are kept
 parallel, whichever way the reduction loops are permuted. (Flow analysis would give only
 each update's predecessor in program order, which says nothing once the order changes.)
 Dependences between different statements are never relaxed.
+
+Exact or memory-based, the same schedules respect the dependences, and the same loops carry
+none: the memory-based ones contain the exact ones, and every earlier access to an element
+reaches a later one through a chain of exact ones (through the writes in between, each
+after the last), which a schedule that respects each link respects. What differs is the
+number of pieces, and with it isl's work (and the scheduler's proximity objective): the
+exact analysis takes a lexmax over the writers, which with symbolic sizes and guarded reads
+can split a dependence into a piece per case of the sizes (FRAGMENTED_BASIC_MAPS).
 
 Relaxing is only safe with *fences*: once the updates may run in any order, every update
 of an element must still come after that element's earlier writers (the init) and before
@@ -38,6 +46,19 @@ under 300,000 in all (a 3-layer MLP with symbolic sizes is the largest), and 99 
 generated programs under 1,000,000; a 2-statement generated program with symbolic sizes
 took 41 s (and its dependences 16 s more to coalesce) where the memory-based ones take
 0.01 s."""
+
+FRAGMENTED_BASIC_MAPS = 64
+"""Exact dependences (flow and false together) in more basic maps than this are compared
+with the memory-based ones, which are used instead when they need at most a quarter as
+many. isl's scheduler pays for every basic map of its constraints, and coalescing pays
+for pairs of them: the 469 pieces of `tclang fuzz` program 1056's (seed 0) shape-generic
+scop (memory-based: 14) took 7 s to coalesce and kept PPCG's options past the scheduler's
+time limit, where the memory-based ones schedule in 0.7 s; program 1437's 109 (6), with
+its sizes, took 2.9 s to schedule (0.3 s). Every benchmark and test-corpus operator has at
+most 16, generated programs 99 in 100 at most 25 (programs 0-399, seed 0, specialized and
+shape-generic: one past the limit)."""
+
+FRAGMENTATION = 4  # how many times more pieces the exact dependences must have
 
 
 @dataclass
@@ -74,8 +95,12 @@ def compute_dependences(scop: Scop, reorder_reductions: bool = True) -> Dependen
         target = scop.writes.intersect_domain(own)
         writes = writes.subtract(target)
         reads = reads.subtract(reads.intersect_domain(own).intersect_range(target.range()))
-    exact = _dataflow(scop.ctx, writes, reads, scop.order)
-    flow, false = exact if exact is not None else _memory_based(writes, reads, scop.order)
+    found = _dataflow(scop.ctx, writes, reads, scop.order)
+    if found is None or _pieces(*found) > FRAGMENTED_BASIC_MAPS:
+        memory = _memory_based(writes, reads, scop.order)
+        if found is None or FRAGMENTATION * _pieces(*memory) <= _pieces(*found):
+            found = memory
+    flow, false = found
     flow, false = flow.coalesce(), false.coalesce()
     empty = isl.UnionMap.empty(flow.get_space())
     reduction, fences = empty, empty
@@ -108,6 +133,14 @@ def _dataflow(ctx: isl.Context, writes: isl.UnionMap, reads: isl.UnionMap,
     finally:
         ctx.set_max_operations(0)
         ctx.reset_operations()
+
+
+def _pieces(*umaps: isl.UnionMap) -> int:
+    """How many basic maps `umaps` have in all."""
+    count = [0]
+    for umap in umaps:
+        umap.foreach_map(lambda m: count.__setitem__(0, count[0] + m.n_basic_map()))
+    return count[0]
 
 
 def _memory_based(writes: isl.UnionMap, reads: isl.UnionMap,

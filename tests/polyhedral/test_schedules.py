@@ -278,6 +278,41 @@ def test_fallbacks_share_the_time_limit(monkeypatch):
                       ("min", scheduler.FALLBACK_LIMIT)]
 
 
+
+def test_a_blown_up_schedule_leaves_room_in_a_fuzzed_programs_time():
+    """`tclang fuzz` gives a program (about six compilations) PROGRAM_SECONDS; a scheduler
+    blow-up costs the first strategy's limit plus the fallback's. With 10 s for the first,
+    every shape-generic compile that blew up made its program "slow"."""
+    from tclang.fuzzing.driver import PROGRAM_SECONDS
+    assert scheduler.TIME_LIMIT + scheduler.FALLBACK_LIMIT <= PROGRAM_SECONDS / 2
+
+
+# found by `tclang fuzz` (seed 0, program 1864) with specialize=False: PPCG's options and
+# "max" run for 40 s on its scop, whatever the isl options and operation limit; "min" 0.1 s
+GENERIC_BLOWUP = """def fuzz(int64(N, N) A) -> (O3) {
+    T0(i, j) = (((((true ? (A(N - 1 - j, i) <= 0) : (((i + j >= 0 && i + j <= N - 1) ? A(i, i + j) : 0) != 0)) ? float(((i + i >= 0 && i + i <= N - 1) ? A(j, i + i) : 0)) : 0.5) * fmax(double(i), float(((j + 1 >= 0 && j + 1 <= N - 1 && !(i - i < 0 || i - i >= N)) ? A(j + 1, i - i) : 0)))) * double(A(i, j))) * round(double(N)))
+    T1(i, j, l) +=! (T0(i, k + j) * x) where x = float(A(l, i)), k in 0:2;
+    T1(i, j, k) += ((T0(k, N - 1 - i) < 1e30) ? float32(A(k, k)) : ((A(k, i) != 0) ? double(N) : min(float(A(k, N - 1 - k)), float32(A(0, i)))));
+    O3(p, n, i, l) min=! (min((T1(i, j, k) + float32(A(i, l))), (abs(log(fabs(T1(n, j, l)) + 1.0)) - double((A(N - 1 - i, i) - ((!(m + 1 < 0 || m + 1 >= N)) ? A(m + 1, i) : 0))))) - x) where x = T0(m, n), p in 0:N + 1
+    T4(j, i, k, l) = (((O3(i, k, j, k) < 1e30) ? true : (A(l, j) != 0)) ? T0(l, 0) : fmax(((((j != N) && (T1(k, 0, j) < 1e30)) ? 0.5 : ((A(k, j) > 0) ? 1.5 : -0.5)) + hypot(T1(k, 0, N - 1 - k), float32(i))), O3(i, j, k, l))) where exists T0(j, N - 1 - j)
+    T1(i, j, k) min= (((erf(double((-4))) * double(A(m, i))) + fma(cbrt(floor(float(A(k, m)))), ((O3(0, k, N - 1 - k, m) < 1e30) ? (float32(A(0, N - 1 - k)) + 1.5) : T0(k, k)), 0.25)) * 0.5 + O3(l, m, m, k))
+}"""
+
+
+@pytest.mark.filterwarnings("ignore::tclang.errors.TCWarning")
+def test_a_real_scheduler_blowup_falls_back_to_min(fresh_scheduler):
+    """Past the time limit the chain takes "min" (legal: TCLANG_VERIFY), and the
+    shape-generic kernel computes what the program as written does."""
+    defn = check_source(GENERIC_BLOWUP).definitions[0]
+    result = schedule_definition(defn, None, tc.Options(), CPU)
+    assert result.strategy == "min" and "preserve_parallel: " in result.fallback
+    generic = tc.define(GENERIC_BLOWUP, options=tc.Options(specialize=False)).fuzz
+    as_written = tc.define(GENERIC_BLOWUP, backend="reference", options=tc.Options(
+        fusion="min", tile=(), reorder_reductions=False, passes=False)).fuzz
+    for n in (2, 3):
+        A = np.random.default_rng(n).integers(-3, 4, (n, n)).astype(np.int64)
+        np.testing.assert_allclose(generic(A), as_written(A), rtol=1e-5)
+
 def test_scheduler_operation_guard_falls_back(monkeypatch):
     """isl giving up in-process (here: an operation limit of 1, on a one-statement scop,
     the only kind scheduled in-process) ends at program order, not an error."""
