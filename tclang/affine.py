@@ -166,6 +166,29 @@ class Affine:
         return " + ".join(parts).replace("+ -", "- ")
 
 
+def affine_binary(op: str, a: Affine | None, b: Affine | None) -> Affine | None:
+    """`a op b` (op in + - * / %) where it stays quasi-affine: a product needs a constant
+    side (or two size-only sides), / and % a positive constant divisor; else None."""
+    if a is None or b is None:
+        return None
+    if op == "+":
+        return a + b
+    if op == "-":
+        return a - b
+    if op == "*":
+        if not b.terms and b.offset.constant is not None:
+            return a.scale(b.offset.constant)
+        if not a.terms and a.offset.constant is not None:
+            return b.scale(a.offset.constant)
+        if not a.terms and not b.terms:
+            return Affine.of_size(a.offset * b.offset)
+        return None
+    divisor = b.offset.constant if not b.terms else None
+    if divisor is None or divisor <= 0:
+        return None
+    return a.floordiv(divisor) if op == "/" else a.mod(divisor)
+
+
 def _make(terms: dict, offset: SizeExpr) -> Affine:
     kept = [(a, c) for a, c in terms.items() if c]
     kept.sort(key=lambda t: (not isinstance(t[0], str), str(t[0])))

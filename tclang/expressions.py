@@ -15,7 +15,8 @@ import numpy as np
 from tclang import program as P
 from tclang import sizes as Z
 from tclang import syntax as S
-from tclang.affine import Affine, Compare, Condition, Logic, Truth, condition_and, condition_not
+from tclang.affine import (Affine, Compare, Condition, Logic, Truth, affine_binary, condition_and,
+                           condition_not)
 from tclang.dtypes import DType, parse_type_name, promote
 from tclang.errors import Span, TCSemanticError
 from tclang.functions import BUILTINS
@@ -268,24 +269,7 @@ class ExpressionTyper:
 
     @staticmethod
     def _affine_binary(op: str, a: Affine | None, b: Affine | None) -> Affine | None:
-        if a is None or b is None:
-            return None
-        if op == "+":
-            return a + b
-        if op == "-":
-            return a - b
-        if op == "*":
-            if not b.terms and b.offset.constant is not None:
-                return a.scale(b.offset.constant)
-            if not a.terms and a.offset.constant is not None:
-                return b.scale(a.offset.constant)
-            if not a.terms and not b.terms:
-                return Affine.of_size(a.offset * b.offset)
-            return None
-        divisor = b.offset.constant if not b.terms else None
-        if divisor is None or divisor <= 0:
-            return None
-        return a.floordiv(divisor) if op == "/" else a.mod(divisor)
+        return affine_binary(op, a, b)
 
     def condition(self, e: S.Expr) -> Condition | None:
         """The affine meaning of a boolean expression, or None if it depends on data."""

@@ -19,9 +19,10 @@ from dataclasses import replace
 
 from tclang import program as P
 from tclang import sizes as Z
-from tclang.affine import Affine, Compare, Condition, Logic, condition_and
+from tclang.affine import Affine, Compare, Condition, Logic, affine_binary, condition_and
 
 _COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+_ARITH = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%"}
 
 
 def restrict_guarded_sums(defn: P.Definition) -> P.Definition:
@@ -86,22 +87,6 @@ def affine_value(e: P.Expr) -> Affine | None:
         case P.Unary(op="neg", operand=x) if x.dtype.is_int:
             a = affine_value(x)
             return None if a is None else a.scale(-1)
-        case P.Binary(op=op, lhs=x, rhs=y) if e.dtype.is_int:
-            a, b = affine_value(x), affine_value(y)
-            if a is None or b is None:
-                return None
-            if op == "add":
-                return a + b
-            if op == "sub":
-                return a - b
-            if op == "mul":
-                if not a.terms and a.offset.constant is not None:
-                    return b.scale(a.offset.constant)
-                if not b.terms and b.offset.constant is not None:
-                    return a.scale(b.offset.constant)
-                return None
-            if op in ("div", "mod") and not b.terms and b.offset.constant is not None \
-                    and b.offset.constant > 0:
-                return a.floordiv(b.offset.constant) if op == "div" else \
-                    a.mod(b.offset.constant)
+        case P.Binary(op=op, lhs=x, rhs=y) if e.dtype.is_int and op in _ARITH:
+            return affine_binary(_ARITH[op], affine_value(x), affine_value(y))
     return None
