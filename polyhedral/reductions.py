@@ -60,8 +60,9 @@ def plan_block_reduction(node: isl.ScheduleNode, scop: Scop, options: Options,
             return None
         small_output = _volume(lhs, sizes) < SMALL_OUTPUT and longest >= LONG_REDUCTION
         results = {st.source.target for st in steps}
+        # (a `+=` with no reduction index is a pointwise step, as an assignment is)
         rows = longest >= ROW_REDUCTION and all(_reads_own_row(u.source, results)
-                                                for u in updates)
+                                                for u in updates if u.source.reduction_indices)
         if not (small_output or rows):
             return None
         limit = min(limit, _power_of_two(longest))

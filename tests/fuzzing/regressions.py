@@ -112,3 +112,15 @@ REGRESSIONS.append((
     "tiling left members whole by tiling them with size 2^30; for negative values the "
     "point loop x mod 2^30 ran 2^30 guarded iterations. Untiled members now join the "
     "point loops untouched (polyhedral/tiling.py _tile)"))
+
+REGRESSIONS.append((
+    "def f(int32(L, N) A, int64(N) B, int32(N, K) C, bool(M) D) -> (O0) {\n"
+    "    O0(i) = double(B(i))\n"
+    "    O0(i) += sqrt(fabs(erf((-0.75))) + 1.0)\n"
+    "    O0(i) += (double(A(j, k)) + float(C(k, 0)))\n}\n", "f",
+    {"K": 5, "L": 7, "M": 7, "N": 6},
+    "FIXED gpu-row-reduction-pointwise-update (found by `tclang fuzz --programs 2000`, seed 0, "
+    "program 1032): cuda-emulated automatic crashed with IndexError in "
+    "polyhedral/reductions.py: a `+=` with no reduction index (a pointwise step) was taken "
+    "for a row reduction and its innermost reduction index looked up. Pointwise steps are "
+    "now checked as assignments are"))
