@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import islpy as isl
 
+from polyhedral.isl_context import compilation_context
+
 from polyhedral.dependences import Dependences
 from polyhedral.scop import Scop
 from tclang.forked_server import ForkedServer, RequestFailed, ServerError, ServerTimeout
@@ -153,7 +155,7 @@ def _in_process(scop: Scop, deps: Dependences, strategy: str) -> isl.Schedule:
 def _schedule_text(request: tuple[str, str]) -> str:
     """In the scheduling process: (constraints text, strategy) -> the schedule's text."""
     constraints_text, strategy = request
-    ctx = isl.Context()
+    ctx = compilation_context()
     _set_options(ctx, strategy)
     sc = isl.ScheduleConstraints.read_from_str(ctx, constraints_text)
     return _nearest_proximity(sc).compute_schedule().to_str()

@@ -19,6 +19,8 @@ from typing import Mapping
 
 import islpy as isl
 
+from polyhedral.isl_context import compilation_context
+
 from tclang import program as P
 from tclang import sizes as Z
 from tclang.affine import Affine, Compare, Condition, Div, Logic, Truth
@@ -132,7 +134,7 @@ class _Renderer:
 def build_scop(defn: P.Definition, sizes: Mapping[str, int] | None,
                ctx: isl.Context | None = None) -> Scop:
     """The scop of one checked definition, specialized to `sizes` unless it is None."""
-    ctx = ctx or isl.Context()
+    ctx = ctx or compilation_context()
     r = _Renderer(dict(sizes) if sizes is not None else None)
     statements = tuple(_statements(defn))
     extents = {t.name: t.shape for t in defn.inputs + defn.outputs + defn.temporaries}

@@ -225,3 +225,39 @@ def test_soak_5000_kernels(tmp_path):
     for name in ("sources", "sizes"):
         assert growth(replay[name]) < 30, replay[name]
         assert growth(cold[name]) < 60, cold[name]
+
+
+def test_compilations_of_one_thread_share_one_isl_context():
+    """islpy never frees a context: one per compilation grew RSS ~10 KB a kernel. One per
+    thread, with the options a stage sets for itself put back (polyhedral/isl_context.py)."""
+    from polyhedral.isl_context import compilation_context
+    from polyhedral.scop import build_scop
+    from tclang.frontend import check_source
+    first = build_scop(check_source("def a(float(N) X) -> (Y) { Y(i) = X(i) }")["a"], {"N": 4})
+    second = build_scop(check_source("def b(float(N) X) -> (Y) { Y(i) = X(i) }")["b"], {"N": 4})
+    assert first.ctx is second.ctx
+    first.ctx.set_tile_shift_point_loops(0)  # as the GPU mapping does
+    first.ctx.set_max_operations(7)
+    ctx = compilation_context()
+    assert ctx.get_tile_shift_point_loops() == 1 and ctx.get_max_operations() == 0
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(compilation_context()))
+    thread.start()
+    thread.join()
+    assert seen[0] is not ctx
+
+
+def test_a_gpu_compile_leaves_the_next_cpu_kernel_as_it_was():
+    """The shared context's tile options, set by the GPU mapping, do not reach the next
+    CPU compilation: the same loops as in a process that compiled nothing before."""
+    source = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }"
+    a, b = np.ones((64, 48), np.float32), np.ones((48, 80), np.float32)
+    script = ("import numpy as np, tclang as tc\n"
+              f"a, b = np.ones((64, 48), np.float32), np.ones((48, 80), np.float32)\n"
+              f"print(tc.define({source!r}).mm.compile(a, b).loops)\n")
+    env = dict(os.environ, TCLANG_DISK_CACHE="0")
+    fresh = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           env=env, check=True).stdout
+    tc.define(source.replace("mm(", "mm2("), backend="cuda-emulated").mm2.compile(a, b)
+    here = tc.define(source.replace("mm(", "mm3(")).mm3.compile(a, b).loops
+    assert here.replace("mm3", "mm") == fresh.rstrip("\n")
