@@ -102,32 +102,14 @@ class _Apply(torch.autograd.Function):
         tensors = tuple(t.detach() for t in ctx.saved_tensors)  # outputs come back tracked
         inputs, saved = tensors[:n], dict(zip(ctx.saved_names, tensors[n:]))
         names = [t.name for t in fn.definition.outputs]
-        seeds = []
-        for name in g.output_names:
-            grad = output_grads[names.index(name)]
-            out_shape = saved[name].shape if name in saved else None
-            if grad is None:  # an output the loss does not use
-                shape = out_shape if out_shape is not None else _output_shape(fn, inputs, name)
-                dtype = fn.definition.tensor(name).dtype.numpy
-                grad = torch.zeros(shape, dtype=_torch_dtype(dtype), device=inputs[0].device)
-            seeds.append(grad.detach())
+        # (autograd materializes the gradient of an output the loss does not use: zeros)
+        seeds = [output_grads[names.index(name)].detach() for name in g.output_names]
         grads = g.backward(inputs, saved, tuple(seeds))
         by_name = dict(zip(g.wrt, grads))
         needed = ctx.needs_input_grad[1:]
         result = [by_name.get(t.name) if need else None
                   for t, need in zip(fn.definition.inputs, needed)]
         return (None, *result)
-
-
-def _output_shape(fn: Function, inputs, name: str) -> tuple[int, ...]:
-    from tclang.arguments import bind_arguments
-    from tclang.program import evaluate_shape
-    binding = bind_arguments(fn.definition, tuple(inputs), fn.kernel.module.on_device)
-    return evaluate_shape(fn.definition.tensor(name).shape, binding.sizes)
-
-
-def _torch_dtype(numpy_dtype) -> torch.dtype:
-    return torch.from_numpy(__import__("numpy").zeros(0, numpy_dtype)).dtype
 
 
 class Module(torch.nn.Module):

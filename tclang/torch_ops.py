@@ -22,6 +22,7 @@ import hashlib
 
 import torch
 
+from tclang.autodiff import sizes_of
 from tclang.program import Definition
 
 _REGISTERED: dict[str, tuple] = {}
@@ -38,8 +39,7 @@ def operators(fn) -> tuple:
     if g is None:
         return _forward_only(fn)
     defn: Definition = fn.definition
-    digest = hashlib.sha1((defn.source + "\0" + defn.name).encode()).hexdigest()[:10]
-    name = f"{defn.name}_{digest}"
+    name, digest = _op_name(fn)
     if name in _REGISTERED:
         return _REGISTERED[name]
     names_in = [t.name for t in defn.inputs]
@@ -59,7 +59,7 @@ def operators(fn) -> tuple:
 
     @forward.register_fake
     def _(*args):
-        sizes = _sizes(defn, args)
+        sizes = sizes_of(defn, args)
         shapes = [_shape(t.shape, sizes) for t in defn.outputs] + \
             [_shape(s.shape, sizes) for s in extra]
         dtypes = [t.dtype for t in defn.outputs] + [s.dtype for s in extra]
@@ -88,13 +88,8 @@ def operators(fn) -> tuple:
         return _one_or_tuple(tuple(torch.empty_like(by_name[x]) for x in g.wrt))
 
     def setup_context(ctx, inputs, output):
-        output = _as_tuple(output)
-        values = []
-        outs = dict(zip([t.name for t in defn.outputs], output[:n_out]))
-        extras = iter(output[n_out:])
-        for s in saved:
-            values.append(outs[s.name] if s.is_output else next(extras))
-        ctx.save_for_backward(*inputs, *values)
+        _, values = g.split(_as_tuple(output))
+        ctx.save_for_backward(*inputs, *(values[s.name] for s in saved))
 
     def autograd(ctx, *output_grads):
         tensors = ctx.saved_tensors
@@ -112,10 +107,20 @@ def operators(fn) -> tuple:
     return _REGISTERED[name]
 
 
+def _op_name(fn) -> tuple[str, str]:
+    """(operator name, digest): the definition's name and a hash of what its code depends
+    on besides the arguments: the source, the backend and the options (a cuda Function
+    must not find a cpu one's operator)."""
+    defn: Definition = fn.definition
+    module = fn.kernel.module
+    what = "\0".join((defn.source, defn.name, module.backend, repr(module.options.key())))
+    digest = hashlib.sha1(what.encode()).hexdigest()[:10]
+    return f"{defn.name}_{digest}", digest
+
+
 def _forward_only(fn) -> tuple:
     defn: Definition = fn.definition
-    digest = hashlib.sha1((defn.source + "\0" + defn.name).encode()).hexdigest()[:10]
-    name = f"{defn.name}_{digest}"
+    name, _ = _op_name(fn)
     if name in _REGISTERED:
         return _REGISTERED[name]
     n_out = len(defn.outputs)
@@ -130,7 +135,7 @@ def _forward_only(fn) -> tuple:
 
     @op.register_fake
     def _(*args):
-        sizes = _sizes(defn, args)
+        sizes = sizes_of(defn, args)
         return _one_or_tuple(tuple(args[0].new_empty(_shape(t.shape, sizes),
                                                      dtype=_torch_dtype(t.dtype))
                                    for t in defn.outputs))
@@ -158,15 +163,6 @@ def _arg(name: str) -> str:
 
 def _tensor(x):
     return x if isinstance(x, torch.Tensor) else torch.as_tensor(x)
-
-
-def _sizes(defn: Definition, args) -> dict:
-    sizes = {}
-    for t, a in zip(defn.inputs, args):
-        for dim, value in zip(t.shape, a.shape):
-            if dim.constant is None and str(dim).isidentifier():
-                sizes[str(dim)] = value
-    return sizes
 
 
 def _shape(shape, sizes) -> tuple:

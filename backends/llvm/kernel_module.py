@@ -596,11 +596,9 @@ class FunctionBuilder:
             case L.Run():
                 s = self.km.kernel.statement(node.statement)
                 k = next(order)
-                indices = {name: self.index(v) for name, v in zip(s.indices, node.indices)}
-                value = ValueEmitter(self, s, indices,
-                                     {p.ref: p for p in node.promoted}).emit(s.value)
                 values = list(values)
-                values[k] = self.combine(s.op, values[k], value, self.dtype_of(s.target))
+                values[k] = self.combine(s.op, values[k], self._run_value(node),
+                                         self.dtype_of(s.target))
                 return values
         raise TCCompileError(f"internal error: a {type(node).__name__} node among carried "
                              f"accumulators; please report it")

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 from dataclasses import dataclass, field, replace
 
 from tclang import program as P
@@ -41,6 +42,7 @@ from tclang.autodiff import derivatives as D
 from tclang.autodiff.source_text import Raw, source
 from tclang.dtypes import DType
 from tclang.errors import TCGradError, TCSemanticError
+from tclang.passes.rewrite import rewrite_bottom_up
 from tclang.program_text import type_name
 
 
@@ -62,8 +64,8 @@ class GradientSource:
     `forward`: the definition with the saved values as extra outputs, named `forward_name`
     (the original text when nothing beyond the outputs is saved). `backward`: inputs, then
     `saved`, then the gradients of `seeds` (outputs), -> the gradients of `wrt`, in order.
-    `shapes` maps each size name the backward adds to the forward size expression it
-    stands for (checked before the backward runs).
+    `added_sizes` maps each size name the backward adds to the forward size expression it
+    stands for (the output gradients' shapes are checked before the backward runs).
     """
 
     forward: str
@@ -99,11 +101,10 @@ def _adjoint_label(label: str) -> str:
 
 
 def _rename_reads(e: P.Expr, labels: dict[str, str]) -> P.Expr:
-    """Every read of `e` (those in subscripts too) renamed to the version it sees."""
+    """Every read of `e` (those in subscripts too) of a tensor in `labels` renamed."""
     def go(x: P.Expr) -> P.Expr:
-        kids = P.children(x)
-        new = P.with_children(x, tuple(go(k) for k in kids))
-        if isinstance(new, P.Read):
+        new = P.with_children(x, tuple(go(k) for k in P.children(x)))
+        if isinstance(new, P.Read) and new.tensor in labels:
             new = replace(new, tensor=labels[new.tensor])
         return new
     return go(e)
@@ -130,7 +131,7 @@ class _Emitted:
     target: str  # a label
     lhs: tuple[str, ...]
     expr: P.Expr
-    index_text: dict[str, str]
+    index_text: dict[str, tuple[str, int]]  # solved indices as text (source_text.source)
     ranges: dict[str, tuple[Z.SizeExpr, Z.SizeExpr]]  # every index of the statement
     always_where: frozenset[str]  # indices no read bounds: always given a where clause
     reduces: bool
@@ -326,31 +327,26 @@ class _Builder:
         ranges = {r.name: (r.lo, r.hi) for r in s.domain}
         self.emitted.append(_Emitted(
             ties, s.indices, D.select(hit, D.const(1, t), None, t), {}, ranges, frozenset(),
-            bool(s.reduction_indices),
+            bool(s.reduction_indices), op="+=!" if s.reduction_indices else "=",
             comment=f"# how many candidates tie for the {s.op} of statement {k + 1}"))
         return D.select(hit, D.div(g, _read(ties, s.indices, t, s.span)), None, t)
 
     def _pass_through(self, k: int, before: str, grad: str) -> None:
-        """The gradient of the value the statement overwrote (or added to)."""
+        """The gradient of the value the statement overwrote (or added to): all of dT for
+        `T += e`; for `T = e` over part of T, dT where the statement does not write."""
         s = self.defn.statements[k]
         old = self.versions[before]
-        if not s.reset and s.op != "=":  # T += e: T's old value reaches the result as is
-            names = [self.fresh(f"i{d}") for d in range(len(old.extent))]
-            self._emit(_adjoint_label(before), tuple(names),
-                       _read(grad, tuple(names), old.dtype, s.span), {},
-                       {n: (Z.const(0), e) for n, e in zip(names, old.extent)},
-                       frozenset(names), False)
-            return
-        covered = all(r.lo.constant == 0 and (r.hi - e).constant == 0
-                      for r, e in zip((s.range_of(i) for i in s.indices), old.extent))
-        if covered:
-            return
+        overwrites = s.reset or s.op == "="
+        if overwrites and all(r.lo.constant == 0 and (r.hi - e).constant == 0 for r, e in
+                              zip((s.range_of(i) for i in s.indices), old.extent)):
+            return  # overwritten everywhere: its old value has no gradient
         names = [self.fresh(f"i{d}") for d in range(len(old.extent))]
-        outside = " || ".join(
-            f"{n} < {s.range_of(i).lo} || {n} >= {s.range_of(i).hi}"
-            for n, i in zip(names, s.indices))
-        expr = D.select(Raw(outside, 1), _read(grad, tuple(names), old.dtype, s.span), None,
-                        old.dtype.compute)
+        expr = _read(grad, tuple(names), old.dtype, s.span)
+        if overwrites:
+            outside = " || ".join(
+                f"{n} < {s.range_of(i).lo} || {n} >= {s.range_of(i).hi}"
+                for n, i in zip(names, s.indices))
+            expr = D.select(Raw(outside, 1), expr, None, old.dtype.compute)
         self._emit(_adjoint_label(before), tuple(names), expr, {},
                    {n: (Z.const(0), e) for n, e in zip(names, old.extent)},
                    frozenset(names), False)
@@ -376,8 +372,8 @@ class _Builder:
                 gathers.append((y, sub))
                 continue
             a = _substitute(form, sigma)
-            plain = a.terms == ((a.terms[0][0], 1),) if len(a.terms) == 1 else False
-            if plain and a.offset.constant == 0 and isinstance(a.terms[0][0], str):
+            if len(a.terms) == 1 and a.terms[0][1] == 1 and isinstance(a.terms[0][0], str) \
+                    and a.offset.constant == 0:  # a plain index
                 v = a.terms[0][0]
                 lo, hi = ranges[v]
                 if v not in lhs and v not in sigma and lo.constant == 0 and \
@@ -489,8 +485,7 @@ class _Builder:
             self.versions[label] = _Version(label, t.tensor, None, t.dtype, ())
             names = [self.fresh(f"q{d}") for d in range(len(s.indices))]
             conds, subs, pad_ranges = [], [], {}
-            for d, (name, v) in enumerate(zip(names, s.indices)):
-                lo, hi = ranges[v]
+            for name, v in zip(names, s.indices):
                 if v in pads:
                     _, _, margin, extent = pads[v]
                     conds.append(f"{name} >= {margin} && {name} < {extent + margin}")
@@ -499,7 +494,7 @@ class _Builder:
                     pad_ranges[name] = (Z.const(0), extent + margin * 2)
                 else:
                     subs.append(P.IndexValue(name))
-                    pad_ranges[name] = (Z.const(0), hi)
+                    pad_ranges[name] = (Z.const(0), ranges[v][1])
             source_read = P.Read(grad, tuple(subs), tuple(None for _ in subs), None, 0,
                                  t.dtype, s.span)
             self.emitted.append(_Emitted(
@@ -517,11 +512,9 @@ class _Builder:
                 subs.append(P.IndexValue(v))
         padded_read = P.Read(label, tuple(subs), tuple(None for _ in subs), None, 0,
                              weight.dtype, weight.span)
-        contribution = _replace_read(contribution, weight, padded_read)
-        flipped = {}
-        for v, (y, u, margin, _) in pads.items():
-            text = f"{margin} - {u}"
-            flipped[u] = (text, 4)
+        contribution = rewrite_bottom_up(contribution,
+                                         lambda n: padded_read if n is weight else n)
+        flipped = {u: (f"{margin} - {u}", 4) for _, u, margin, _ in pads.values()}
         return contribution, flipped, set(pads)
 
     def _pick(self, a: Affine, lhs, sigma, s: P.Statement) -> str | None:
@@ -553,9 +546,6 @@ class _Builder:
     # -- names, signatures, text
     def _assemble(self, seeds: list[str]) -> GradientSource:
         defn = self.defn
-        for e in self.emitted:
-            if not e.op:  # the ties statements
-                e.op = "+=!" if e.reduces else "="
         self._drop_copies()
         needed: list[str] = []
         for e in self.emitted:
@@ -635,7 +625,7 @@ class _Builder:
                     not any(f.target == x.tensor for f in self.emitted[i + 1:]):
                 del self.emitted[i]
                 for f in self.emitted[i:]:
-                    f.expr = _relabel(f.expr, e.target, x.tensor)
+                    f.expr = _rename_reads(f.expr, {e.target: x.tensor})
                 continue
             i += 1
 
@@ -675,7 +665,7 @@ class _Backward:
 
     def _dims(self, shape) -> str:
         parts = []
-        for d, e in enumerate(shape):
+        for e in shape:
             if e.constant is not None or (str(e).isidentifier() and
                                           str(e) in self.b.defn.sizes):
                 parts.append(str(e))
@@ -695,8 +685,8 @@ class _Backward:
         params = [_param(t) for t in defn.inputs]
         params += [f"{type_name(s.dtype)}{self._dims(s.shape)} {s.name}" for s in self.saved]
         for out, seed in zip(self.seeds, self.seed_names):
-            t = defn.tensor(out)
-            params.append(f"{type_name(t.dtype)}{self._dims(self.b.versions[self.b.final_label[out]].extent)} {seed}")
+            extent = self.b.versions[self.b.final_label[out]].extent
+            params.append(f"{type_name(defn.tensor(out).dtype)}{self._dims(extent)} {seed}")
         outs = [f"{type_name(defn.tensor(x).dtype)}{_shape_text(defn.tensor(x).shape)} "
                 f"{self.grad_names[x]}" for x in self.b.wrt]
         lines = [f"def {self.name}({', '.join(params)}) -> ({', '.join(outs)}) {{"]
@@ -753,7 +743,6 @@ class _Backward:
 
     def _render(self, wheres) -> str:
         lines = list(self.header)
-        self.first_line = len(lines) + 1
         self.lines_of = []
         for e, where in zip(self.b.emitted, wheres):
             if e.comment:
@@ -794,7 +783,6 @@ def _read(tensor: str, indices, dtype: DType, span) -> P.Read:
 
 def _mentions(e: P.Expr, index_text: dict) -> set[str]:
     """The index names a backward statement's text will contain."""
-    import re
     found: set[str] = set()
     for x in P.walk(e):
         if isinstance(x, P.IndexValue):
@@ -803,21 +791,6 @@ def _mentions(e: P.Expr, index_text: dict) -> set[str]:
         elif isinstance(x, Raw):
             found |= set(re.findall(r"[A-Za-z_]\w*", x.text))
     return found
-
-
-def _replace_read(e: P.Expr, old: P.Read, new: P.Read) -> P.Expr:
-    if e is old:
-        return new
-    kids = P.children(e)
-    return P.with_children(e, tuple(_replace_read(k, old, new) for k in kids))
-
-
-def _relabel(e: P.Expr, old: str, new: str) -> P.Expr:
-    kids = P.children(e)
-    out = P.with_children(e, tuple(_relabel(k, old, new) for k in kids))
-    if isinstance(out, P.Read) and out.tensor == old:
-        out = replace(out, tensor=new)
-    return out
 
 
 def _substitute(a: Affine, sigma: dict[str, Affine]) -> Affine:

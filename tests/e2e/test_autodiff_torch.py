@@ -64,41 +64,23 @@ def test_a_module_holds_parameters_and_trains():
     torch.testing.assert_close(layer.b.grad, mask.sum(0))
 
 
-def test_inputs_are_not_copied():
+def test_inputs_are_not_copied(monkeypatch):
+    import tclang.runtime as runtime
     f = tct.function(MLP, "mlp")
     x = torch.randn(4, 5, dtype=torch.float64)
     w = torch.randn(3, 5, dtype=torch.float64)
     b = torch.zeros(3, dtype=torch.float64)
     seen = []
-    import tclang.arguments as arguments
-    real = arguments.bind_arguments
+    real = runtime.bind_arguments
 
     def spy(defn, args, device=False):
         binding = real(defn, args, device)
         seen.append([a.__array_interface__["data"][0] for a in binding.arrays])
         return binding
-    arguments.bind_arguments, saved = spy, arguments.bind_arguments
-    try:
-        import tclang.runtime as runtime
-        runtime.bind_arguments, old = spy, runtime.bind_arguments
-        with torch.no_grad():
-            f(x, w, b)
-    finally:
-        arguments.bind_arguments = saved
-        runtime.bind_arguments = old
+    monkeypatch.setattr(runtime, "bind_arguments", spy)
+    with torch.no_grad():
+        f(x, w, b)
     assert seen and seen[0][:3] == [x.data_ptr(), w.data_ptr(), b.data_ptr()]
-
-
-def test_an_unused_output_gets_a_zero_gradient():
-    src = """def two(double(N) X) -> (A, B) {
-        A(i) = X(i) * X(i)
-        B(i) = exp(X(i))
-    }"""
-    f = tct.function(src, "two")
-    x = torch.rand(5, dtype=torch.float64, requires_grad=True)
-    a, _ = f(x)
-    a.sum().backward()
-    torch.testing.assert_close(x.grad, 2 * x.detach())
 
 
 def test_torch_compile_keeps_the_kernel_as_one_operator_with_its_gradient():
