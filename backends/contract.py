@@ -12,10 +12,11 @@ the bottom: the driver and the backends import it, it imports only the loop IR a
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 
-from polyhedral import loop_ir as L
-from tclang.target import Target
+if TYPE_CHECKING:  # annotations only: a disk-cache hit loads neither
+    from polyhedral import loop_ir as L
+    from tclang.target import Target
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
     module = KernelModule(kernel, triple, ...).build()    # loop IR -> LLVM IR (llvmlite)
     optimised, object_code = optimize(str(module))        # O3, vectorizers on, host CPU
-    loaded = LoadedCode(object_code, "tclang_main")       # MCJIT; the disk cache keeps it
+    loaded = LoadedCode(object_code, ("tclang_main",))    # linked (loading.py); the disk cache keeps it
 
 A kernel call passes the data pointers, the sizes, every array's strides (in elements),
 an error record and the thread pool's `parallel_for`; Ctrl-C during the call raises
@@ -14,54 +14,63 @@ statement.
 from __future__ import annotations
 
 import ctypes
+from typing import TYPE_CHECKING
 
 from backends.access_errors import ERR_FIELDS, raise_access_error
 from backends.contract import Artifact
-from backends.llvm import jit, threads
+from backends.llvm import threads
+from backends.llvm.loading import LoadedCode
 from backends.llvm.pointers import data_pointer
-from polyhedral import loop_ir as L
-from tclang.target import Target, available_cores, cache_sizes
+
+if TYPE_CHECKING:
+    from polyhedral import loop_ir as L
+    from tclang.target import Target
 
 
 class LLVMBackend:
+    """Importing this module loads neither LLVM nor the loop IR: a disk-cache hit only
+    restores (loading.py links the object code)."""
+
     name = "cpu"
     device_arrays = False
 
     def target(self) -> Target:
+        from backends.llvm import jit
+        from tclang.target import Target, available_cores, cache_sizes
         triple, cpu, features = jit.host()
         vector_bytes = 64 if "+avx512f" in features else 32 if "+avx" in features else 16
         return Target(name="cpu", mapping="threads", arch=f"{triple} {cpu} {features}",
                       cores=available_cores(), vector_bytes=vector_bytes, **cache_sizes())
 
     def build(self, kernel: L.Kernel, target: Target) -> Artifact:
+        from backends.llvm import jit
         from backends.llvm.kernel_module import KernelModule  # llvmlite.ir: not for a cache hit
         km = KernelModule(kernel, jit.host()[0], jit.data_layout(),
                           unrolled_width=max(2, target.vector_bytes // 4))
         text = str(km.build())
         jit.check_code_size(text, kernel.name)
         optimised, object_code = jit.optimize(text, vectorize=kernel.choices.vectorize)
-        names = _names(kernel.buffers, [(s.id, s.text, s.line) for s in kernel.statements])
-        return _artifact(object_code, text, optimised, names, km.static)
+        blobs = {"object": object_code, "llvm": text.encode(), "llvm-opt": optimised.encode(),
+                 "static": b"1" if km.static else b"0"}
+        if "tclang_task" in text:  # it calls parallel_for: the runtime comes along
+            blobs["runtime"] = threads.runtime_object()
+        return _artifact(blobs, [b.name for b in kernel.buffers],
+                         [(s.id, s.text, s.line) for s in kernel.statements])
 
     def restore(self, blobs, info):
-        names = _names(info.buffers, info.statements)
-        return _artifact(blobs["object"], blobs["llvm"].decode(),
-                         blobs.get("llvm-opt", b"").decode(), names,
-                         blobs.get("static") == b"1")
+        return _artifact(blobs, [b.name for b in info.buffers], list(info.statements))
 
 
-def _names(buffers, statements):
-    return ([b.name for b in buffers], [tuple(b.shape) for b in buffers], list(statements))
-
-
-def _artifact(object_code: bytes, text: str, optimised: str, names, static: bool):
-    """`static`: the sizes and every stride are constants in the code (a specialized
-    kernel), so a call passes neither: it is just the data pointers."""
-    buffer_names, _, statements = names
-    loaded = jit.LoadedCode(object_code, "tclang_main")
-    function = jit.prototype(len(buffer_names))(loaded.address)
-    function.loaded = loaded  # the engine lives while `run` can call it, even mid-call
-    parallel_for = threads.parallel_for_address() if "tclang_task" in text else 0
+def _artifact(blobs: dict[str, bytes], buffer_names: list[str], statements: list):
+    """blobs: "object" (the kernel), "static" (b"1": the sizes and every stride are
+    constants in the code, a specialized kernel, so a call passes just the data pointers),
+    "runtime" (the thread pool's object code, when the kernel runs parallel loops), and
+    the texts "llvm" and "llvm-opt" (absent from a call record)."""
+    static = blobs.get("static") == b"1"
+    loaded = LoadedCode(blobs["object"], ("tclang_main",))
+    function = _prototype(len(buffer_names))(loaded.address("tclang_main"))
+    function.loaded = loaded  # the code stays mapped while `run` can call it, even mid-call
+    parallel_for = threads.parallel_for_address(blobs["runtime"]) if "runtime" in blobs else 0
     c_int64 = ctypes.c_int64
     unused = ctypes.addressof(_UNUSED)
 
@@ -79,18 +88,21 @@ def _artifact(object_code: bytes, text: str, optimised: str, names, static: bool
                                                     ctypes.addressof(err), parallel_for]
         code = function(*args)
         if code:
-            _raise_index_error(err, buffer_names, arrays, statements)
+            raise_access_error(list(err), buffer_names, [a.shape for a in arrays], statements)
 
+    text = blobs.get("llvm", b"").decode()
+    optimised = blobs.get("llvm-opt", b"").decode()
     return Artifact(source=text, run=run, stages={"llvm": text, "llvm-opt": optimised},
-                    blobs={"object": object_code, "llvm": text.encode(),
-                           "llvm-opt": optimised.encode(), "static": b"1" if static else b"0"})
+                    blobs=blobs)
 
 
 _UNUSED = (ctypes.c_int64 * 1)()  # what a static kernel gets for the arrays it never reads
 
 
-def _raise_index_error(err, buffer_names, arrays, statements) -> None:
-    raise_access_error(list(err), buffer_names, [a.shape for a in arrays], statements)
+def _prototype(n_buffers: int):
+    """The ctypes signature of `tclang_main`: buffers, sizes, strides, err, parallel_for."""
+    args = [ctypes.c_void_p] * n_buffers + [ctypes.c_void_p] * 4
+    return ctypes.CFUNCTYPE(ctypes.c_int32, *args)
 
 
 def backend() -> LLVMBackend:

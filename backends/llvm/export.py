@@ -14,23 +14,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 from pathlib import Path
 
-from backends.llvm import jit
-from backends.llvm.parallel_runtime import runtime_ir
+from backends.llvm.threads import runtime_object  # noqa: F401 (tclang.export uses it)
 from tclang.errors import TCError
-
-
-def runtime_object() -> bytes:
-    """The native parallel runtime as an object file for this machine."""
-    import llvmlite.binding as llvm
-    triple, _, _ = jit.host()
-    module = llvm.parse_assembly(runtime_ir(triple, jit.data_layout(), signal.SIG_BLOCK,
-                                            signal.SIG_SETMASK))
-    module.verify()
-    return jit.target_machine().emit_object(module)
 
 
 def c_compiler() -> str:

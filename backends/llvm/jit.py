@@ -4,9 +4,8 @@ Optimisation is LLVM's O3 pipeline (new pass manager) for the host CPU and its f
 with loop and SLP vectorisation on. Object code is what the disk cache stores: loading it
 into a fresh MCJIT engine needs no compilation.
 
-Each loaded kernel has its own engine, freed with the last reference to its `LoadedCode`
-(backend.py's run closure holds it): a process that compiles many kernels and drops them
-does not keep their code.
+Loading object code is loading.py's job (an ELF loader without LLVM, or an MCJIT engine
+from here: `MCJITCode`, freed with its last reference).
 
 optimize()'s LLVM work (parse, verify, O3, emit) runs in a forked optimizer process
 (tclang/forked_server.py), replaced every OPTIMIZER_MAX_MODULES modules: llvmlite leaks
@@ -15,8 +14,8 @@ a process that compiles thousands of kernels would grow by hundreds of megabytes
 compiler's process sends the IR (after check_code_size) and gets the optimised IR and the
 object code back; LLVM rejecting the IR is still a TCCompileError with LLVM's message, an
 interrupted optimization kills the process (the next compile forks a new one), and where no
-process can be forked the work runs in-process. Loading object code (LoadedCode) stays
-in-process: it does not leak.
+process can be forked the work runs in-process. Loading object code stays in-process: it
+does not leak.
 """
 
 from __future__ import annotations
@@ -187,25 +186,33 @@ def _missed_hints_dropped():
                 sys.stderr.write("".join(kept))
 
 
-class LoadedCode:
-    """Object code linked into the process by its own MCJIT engine; `address` is the
-    entry's. The code stays mapped exactly as long as this object: whatever calls the
-    address keeps it, and the last reference going disposes of the engine (with its code,
-    its empty module and the object file's copy) under the LLVM lock."""
+class MCJITCode:
+    """Object code linked into the process by its own MCJIT engine (the loader of last
+    resort, loading.py); `address(name)` of a symbol. The last reference going disposes of
+    the engine (with its code, its empty module and the object file's copy) under the
+    LLVM lock. `process_symbols`: C library functions the object calls, given to LLVM by
+    address."""
 
-    def __init__(self, object_code: bytes, symbol: str):
+    def __init__(self, object_code: bytes, process_symbols: tuple[str, ...] = ()):
         global _live_engines
         check_object(object_code)
         with _lock:
+            if process_symbols:
+                libc = ctypes.CDLL(None)
+                for name in process_symbols:
+                    llvm.add_symbol(name, ctypes.cast(getattr(libc, name), ctypes.c_void_p).value)
             engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""),
                                                 _new_target_machine())
             engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
             engine.finalize_object()
-            self.address = engine.get_function_address(symbol)
+            self._engine = engine
             _live_engines += 1
             weakref.finalize(self, _dispose, engine).atexit = False  # exiting frees it all
-        if not self.address:
-            raise TCCompileError(f"the object code has no function {symbol}")
+
+    def address(self, name: str) -> int:
+        with _lock:
+            return self._engine.get_function_address(name) or \
+                self._engine.get_global_value_address(name)
 
 
 def _dispose(engine) -> None:
@@ -249,28 +256,10 @@ def _reference_object() -> bytes:
         return target_machine().emit_object(llvm.parse_assembly(""))
 
 
-def prototype(n_buffers: int):
-    """The ctypes signature of `tclang_main`: buffers, sizes, strides, err, parallel_for."""
-    args = [ctypes.c_void_p] * n_buffers + [ctypes.c_void_p] * 4
-    return ctypes.CFUNCTYPE(ctypes.c_int32, *args)
-
-
-def load_resident(ir_text: str, symbols: tuple[str, ...]) -> dict[str, int]:
-    """Compile `ir_text` in this process (code generation only: it is small, hand-written
-    IR that needs no O3) and link it for the life of the process; the addresses of
-    `symbols`. For the runtime that kernels call into, never for kernels."""
+def emit_resident(ir_text: str) -> bytes:
+    """Object code for `ir_text` (code generation only: it is small, hand-written IR that
+    needs no O3): the runtime that kernels call into, never a kernel."""
     with _lock:
         module = llvm.parse_assembly(ir_text)
         module.verify()
-        engine = llvm.create_mcjit_compiler(module, _new_target_machine())
-        engine.finalize_object()
-        _resident.append(engine)
-        addresses = {name: engine.get_function_address(name) or
-                     engine.get_global_value_address(name) for name in symbols}
-    missing = [name for name, address in addresses.items() if not address]
-    if missing:
-        raise TCCompileError(f"internal error: the runtime module lacks {missing}")
-    return addresses
-
-
-_resident: list = []  # engines whose code runs until the process exits
+        return target_machine().emit_object(module)

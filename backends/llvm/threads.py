@@ -2,7 +2,7 @@
 fork, and what Ctrl-C does during a parallel call.
 
 The pool is native code (parallel_runtime.py builds its LLVM IR), linked into the process
-once by its own MCJIT engine that lives as long as the process. No Python runs while a
+once (loading.py) and kept as long as the process. No Python runs while a
 parallel loop runs: helper threads take chunks from an atomic counter and the calling
 thread works beside them. Helpers: `TCLANG_NUM_THREADS` - 1, else the CPUs this process may
 run on (os.sched_getaffinity) - 1; they start on the first parallel loop.
@@ -19,18 +19,17 @@ os.register_at_fork hook) and its first parallel loop starts a pool of its own.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import signal
 import threading
 
-import llvmlite.binding as llvm
-
-from backends.llvm import jit
-from backends.llvm.parallel_runtime import runtime_ir
+from backends.llvm.loading import LoadedCode
 from tclang.target import available_cores
 
 _lock = threading.Lock()
 _runtime: dict[str, int] | None = None  # symbol -> address, once loaded
+_kept: list[LoadedCode] = []  # its code runs until the process exits
 _EXPORTED = ("tclang_parallel_for", "tclang_pool_configure", "tclang_pool_forget",
              "tclang_pool_stats")
 _LIBC_FUNCTIONS = ("pthread_mutex_init", "pthread_mutex_lock", "pthread_mutex_unlock",
@@ -38,18 +37,26 @@ _LIBC_FUNCTIONS = ("pthread_mutex_init", "pthread_mutex_lock", "pthread_mutex_un
                    "pthread_create", "pthread_detach", "sigfillset", "pthread_sigmask")
 
 
-def _load() -> dict[str, int]:
-    """Compile the runtime module and link it for the life of the process (its threads
-    run its code until the process exits, so its engine is never disposed of)."""
+@functools.lru_cache(maxsize=1)
+def runtime_object() -> bytes:
+    """The runtime module's object code for this host (LLVM makes it; a kernel's artifact
+    carries a copy, so a disk-cache hit loads it without LLVM)."""
+    from backends.llvm import jit
+    from backends.llvm.parallel_runtime import runtime_ir
+    triple, _, _ = jit.host()
+    return jit.emit_resident(runtime_ir(triple, jit.data_layout(), signal.SIG_BLOCK,
+                                        signal.SIG_SETMASK))
+
+
+def _load(object_code: bytes | None) -> dict[str, int]:
+    """Link the runtime for the life of the process (its threads run its code until the
+    process exits), from `object_code` when given, else from its IR."""
     global _runtime
     with _lock:
         if _runtime is None:
-            libc = ctypes.CDLL(None)
-            for name in _LIBC_FUNCTIONS:  # resolved here, not by LLVM's process search
-                llvm.add_symbol(name, ctypes.cast(getattr(libc, name), ctypes.c_void_p).value)
-            triple, _, _ = jit.host()
-            text = runtime_ir(triple, jit.data_layout(), signal.SIG_BLOCK, signal.SIG_SETMASK)
-            addresses = jit.load_resident(text, _EXPORTED)
+            loaded = LoadedCode(object_code or runtime_object(), _EXPORTED, _LIBC_FUNCTIONS)
+            _kept.append(loaded)
+            addresses = dict(loaded.addresses)
             ctypes.CFUNCTYPE(None, ctypes.c_int64)(addresses["tclang_pool_configure"])(
                 max(0, available_cores() - 1))
             _runtime = addresses
@@ -64,11 +71,12 @@ def _forget_in_child() -> None:
 os.register_at_fork(after_in_child=_forget_in_child)  # the parent's threads are not here
 
 
-def parallel_for_address() -> int:
-    """What kernels receive as `parallel_for`; 0 (run serially) with one core."""
+def parallel_for_address(object_code: bytes | None = None) -> int:
+    """What kernels receive as `parallel_for`; 0 (run serially) with one core.
+    `object_code`: the runtime's, if the caller has it (runtime_object() otherwise)."""
     if available_cores() <= 1:
         return 0
-    return _load()["tclang_parallel_for"]
+    return _load(object_code)["tclang_parallel_for"]
 
 
 def statistics() -> dict[str, int]:

@@ -51,8 +51,13 @@ def distinct_sizes(count: int, every: int):
 
 
 def live_engines() -> str:
-    from backends.llvm import jit
-    return str(jit.live_engines()) if hasattr(jit, "live_engines") else "-"
+    """Loaded kernels' code still mapped (MCJIT engines in versions before the ELF loader)."""
+    try:
+        from backends.llvm import loading
+        return str(loading.live_objects())
+    except ImportError:
+        from backends.llvm import jit
+        return str(jit.live_engines()) if hasattr(jit, "live_engines") else "-"
 
 
 def main(count: int, every: int) -> None:

@@ -1,0 +1,111 @@
+"""The ELF loader (backends/llvm/elf_loader.py): it links what our target machine emits
+exactly as MCJIT does, refuses what it does not know, and the MCJIT fallback takes over."""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+
+import numpy as np
+import pytest
+
+import tclang as tc
+from backends.llvm import elf_loader, loading, threads
+from tclang import compiler
+from tests.corpus import CASES_BY_NAME, assert_close, check_call, define, make_inputs
+
+pytestmark = pytest.mark.skipif(not elf_loader.supported_host(),
+                                reason="the ELF loader links x86-64 objects only")
+
+# kernels that call libm (float64 exp, pow), run parallel loops, gather, carry constants
+NAMES = ("matmul", "softmax", "conv2d", "embedding", "builtins_unary", "layernorm",
+         "reduction_ops")
+
+
+def _cases():
+    return [CASES_BY_NAME[n] for n in NAMES]
+
+
+@pytest.mark.parametrize("loader", ["elf", "mcjit"])
+@pytest.mark.parametrize("case", _cases(), ids=lambda c: c.name)
+def test_both_loaders_run_the_corpus_alike(case, loader, monkeypatch, tmp_path):
+    monkeypatch.setenv("TCLANG_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TCLANG_LOADER", loader)
+    compiler.forget_compiled()  # each loader links its own copy
+    kernel = define(case, "cpu")[case.entry]
+    for shape in case.shapes:
+        inputs = make_inputs(case, shape)
+        outputs, expected = check_call(case, kernel, inputs)
+        assert_close(outputs, expected, case)
+
+
+def _object_of(src: str, *args):
+    compiled = tc.define(src).f.compile(*args)
+    return compiled._c.artifact.blobs
+
+
+def test_the_default_loader_is_the_elf_one(monkeypatch):
+    monkeypatch.delenv("TCLANG_LOADER", raising=False)
+    blobs = _object_of("def f(double(N) X) -> (Y) { Y(i) = exp(X(i)) + pow(X(i), 2.5) }",
+                       np.ones(5))
+    loaded = loading.LoadedCode(blobs["object"], ("tclang_main",))
+    assert loaded.loader == "elf"
+    assert loading.LoadedCode(blobs["object"], ("tclang_main",), mcjit=True).loader == "mcjit"
+
+
+def test_libm_calls_resolve_to_the_process_functions(monkeypatch):
+    monkeypatch.delenv("TCLANG_LOADER", raising=False)
+    mod = tc.define("def f(double(N) X) -> (Y) { Y(i) = exp(X(i)) + pow(X(i), 2.5) }")
+    x = np.linspace(0.1, 3.0, 37)
+    np.testing.assert_allclose(mod.f(x), np.exp(x) + x ** 2.5, rtol=1e-14)
+
+
+def test_an_object_it_refuses_goes_to_mcjit(monkeypatch):
+    blobs = _object_of("def f(float(N) X) -> (Y) { Y(i) = X(i) * 2.0 }", np.ones(3, np.float32))
+
+    def refuse(*args, **kwargs):
+        raise elf_loader.Unsupported("relocation type 99")
+    monkeypatch.setattr(elf_loader, "load_object", refuse)
+    loaded = loading.LoadedCode(blobs["object"], ("tclang_main",))
+    assert loaded.loader == "mcjit" and loaded.address("tclang_main")
+
+
+@pytest.mark.parametrize("mangle, problem", [
+    (lambda b: b"\x7fELF" + b"\x01" + b[5:], "ELF64"),        # a 32-bit class
+    (lambda b: b[:18] + b"\x28\x00" + b[20:], "x86-64"),       # an ARM object
+    (lambda b: b[:40] + (len(b) + 1).to_bytes(8, "little") + b[48:], "section table"),
+    (lambda b: b"not an object at all", "ELF64"),
+])
+def test_malformed_objects_are_refused(mangle, problem):
+    blobs = _object_of("def f(float(N) X) -> (Y) { Y(i) = X(i) + 1.0 }", np.ones(3, np.float32))
+    with pytest.raises(elf_loader.Unsupported, match=problem):
+        elf_loader.load_object(mangle(blobs["object"]))
+
+
+def test_unknown_symbols_are_refused():
+    blobs = _object_of("def f(double(N) X) -> (Y) { Y(i) = exp(X(i)) }", np.ones(3))
+    with pytest.raises(elf_loader.Unsupported, match="no symbol exp"):
+        elf_loader.load_object(blobs["object"], resolve=lambda name: 0)
+
+
+def test_the_thread_pool_links_and_runs_from_its_object():
+    linked = elf_loader.load_object(threads.runtime_object())
+    assert {"tclang_parallel_for", "tclang_pool_configure", "tclang_pool_stats"} <= \
+        set(linked.symbols)
+    stats = (ctypes.c_int64 * 3).from_address(linked.address("tclang_pool_stats"))
+    assert list(stats) == [0, 0, 0]  # its own .bss, zeroed, writable
+
+
+def test_code_is_unmapped_with_its_last_reference(monkeypatch, tmp_path):
+    monkeypatch.setenv("TCLANG_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("TCLANG_LOADER", raising=False)
+    compiler.forget_compiled()
+    gc.collect()
+    before = loading.live_objects()
+    mod = tc.define("def f(float(N) X) -> (Y) { Y(i) = X(i) * 3.0 }")
+    np.testing.assert_array_equal(mod.f(np.ones(4, np.float32)), 3.0)
+    assert loading.live_objects() > before
+    del mod
+    compiler.forget_compiled()
+    gc.collect()
+    assert loading.live_objects() == before
