@@ -33,10 +33,18 @@ class Artifact:
     run: Callable[[Sequence, Sequence[int]], None]
     stages: dict[str, str] = field(default_factory=dict)
     blobs: dict[str, bytes] = field(default_factory=dict)
+    #: optional, for the runtime's fastest path: bind(templates) -> a native call
+    #: `call(*arrays)` (all the kernel's arrays) that runs the kernel if the first arrays
+    #: look exactly like `templates` (type, dtype, shape, strides: the inputs of a call
+    #: checked in full) and returns 0, or returns anything else: the arrays differ and
+    #: nothing ran, or an access fell out of bounds (then the checked call, made again,
+    #: says where); None where a kernel cannot be bound
+    bind: Callable[[Sequence], Callable | None] | None = None
 
 
 class RestoreInfo(Protocol):
-    """What `restore` may read of the driver's stored kernel summary."""
+    """What `restore` may read of the driver's stored kernel summary (from a call record:
+    only the buffers' names and the statements)."""
 
     name: str
     sizes: tuple[str, ...]
@@ -51,6 +59,10 @@ class Backend(Protocol):
     #: outputs of the same kind as the user's array `like`, and `copy(destination, source)`
     #: between two such arrays (a strided out= is computed contiguous, then copied)
     device_arrays: bool
+    #: optional: the blobs a call needs, if `restore` can run from those alone with only
+    #: the buffers' names and the statements of `info`; then the runtime keeps call
+    #: records of this backend's kernels (tclang/call_records.py)
+    call_blobs: tuple[str, ...] = ()
 
     def target(self) -> Target:
         """The machine this backend compiles for (the driver sets `bounds_checked`)."""

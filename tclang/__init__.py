@@ -24,7 +24,9 @@ __all__ = ["define", "compile", "autotune", "compare", "grad", "Options", "TCErr
 
 
 def define(source: str, backend: str = "cpu", options: Options | str | None = None):
-    """Parse and check every definition of `source` now; compile each on its first call.
+    """Check every definition of `source` now; compile each on its first call. (A source
+    this installation checked cleanly before is checked again only when something needs
+    its definitions: the disk cache keeps a record of it, tclang/call_records.py.)
 
     backend: "cpu" (LLVM), "cuda" (PyCUDA), "cuda-emulated" (the generated CUDA run on the
     host) or "reference" (the NumPy interpreter, slow, for checking). options: None for
@@ -32,10 +34,8 @@ def define(source: str, backend: str = "cpu", options: Options | str | None = No
     shape, the options `tc.autotune` stored in the tuning database for this machine, and
     the automatic schedule where there are none (docs/tuning.md).
     """
-    from tclang.compiler import BACKENDS
-    from tclang.frontend import check_source
     from tclang.options import Options
-    from tclang.runtime import Module
+    from tclang.registry import BACKENDS
 
     if backend not in BACKENDS:
         raise TCError(f"unknown backend {backend!r}; choose one of "
@@ -44,8 +44,31 @@ def define(source: str, backend: str = "cpu", options: Options | str | None = No
     if options is not None and not tuned and not isinstance(options, Options):
         what = repr(options) if isinstance(options, str) else type(options).__name__
         raise TCError(f'options must be a tclang.Options or "tuned", not {what}')
-    return Module(check_source(source), backend, Options() if tuned or options is None
-                  else options, tuned=tuned)
+    return _module(source, backend, Options() if tuned or options is None else options,
+                   tuned)
+
+
+def _module(source: str, backend: str, options, tuned: bool):
+    """A source checked before without error or warning (a source record of the disk
+    cache, tclang/call_records.py) is not parsed again until its definitions are needed;
+    any other is checked now, and recorded when it checks cleanly."""
+    from tclang import call_records
+    from tclang.runtime import Module
+
+    if not isinstance(source, str) or not call_records.enabled():
+        from tclang.frontend import check_source
+        return Module(check_source(source), backend, options, tuned=tuned)
+    signatures = call_records.signatures(source)
+    if signatures is not None:
+        return Module(None, backend, options, tuned=tuned, source=source,
+                      signatures=signatures)
+    from tclang.checker import warnings_given
+    from tclang.frontend import check_source
+    before = warnings_given()
+    program = check_source(source)
+    if warnings_given() == before:
+        call_records.remember_source(source, program)
+    return Module(program, backend, options, tuned=tuned)
 
 
 def __getattr__(name: str):

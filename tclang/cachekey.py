@@ -12,10 +12,12 @@ import hashlib
 import platform
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tclang.options import Options
-from tclang.program import Definition
-from tclang.target import Target
+if TYPE_CHECKING:  # annotations only: call_records reads installed_files on a disk hit
+    from tclang.options import Options
+    from tclang.program import Definition
+    from tclang.target import Target
 
 CACHE_FORMAT = 3  # bump when the layout of cache entries changes
 

@@ -293,8 +293,20 @@ class _DefinitionChecker:
 
     @staticmethod
     def _warn(message: str, span: Span, hint: str) -> None:
+        global _warnings_given
+        _warnings_given += 1
         warnings.warn(TCWarning(f"line {span.line}, column {span.column}: {message} "
                                 f"(hint: {hint})"), stacklevel=5)
+
+
+_warnings_given = 0
+
+
+def warnings_given() -> int:
+    """How many TCWarnings checking has given in this process: a source whose check gave
+    none may skip checking next time (tclang/call_records.py keeps no record of one that
+    warned, so its warnings come again in every process)."""
+    return _warnings_given
 
 
 def size_expr(e: S.Expr, scope: StatementScope) -> Z.SizeExpr:

@@ -14,7 +14,6 @@ fine and only `backend="cuda"` needs PyCUDA.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import threading
 import time
@@ -26,37 +25,16 @@ import numpy as np
 from backends.contract import Artifact, Backend
 from polyhedral import loop_ir as L
 from tclang import diskcache
+from tclang.registry import BACKENDS, get_backend  # noqa: F401 (BACKENDS: for the CLI)
 from tclang.cachekey import key_digest
 from tclang.dtypes import DType
-from tclang.errors import Span, TCCompileError
+from tclang.errors import Span
 from tclang.options import Options
 from tclang.parser import recursion_room
 from tclang.program import Definition
 from tclang.recent import Recent, max_variants
 from tclang.stages import Stages
 from tclang.target import Target, bounds_checking
-
-#: backend name -> module whose `backend()` returns the Backend
-BACKENDS = {
-    "cpu": "backends.llvm.backend",
-    "cuda": "backends.cuda.backend",
-    "cuda-emulated": "backends.cuda.emulated",
-    "reference": "backends.reference",
-}
-
-
-_loaded: dict[str, Backend] = {}
-
-
-def get_backend(name: str) -> Backend:
-    if name not in BACKENDS:
-        raise TCCompileError(f"unknown backend {name!r}; the backends are "
-                             f"{', '.join(repr(b) for b in BACKENDS)}")
-    if name not in _loaded:
-        module = importlib.import_module(BACKENDS[name])
-        _loaded[name] = module.backend()
-    return _loaded[name]
-
 
 def compile_target(backend_name: str, options: Options) -> Target:
     """The one Target of a compile: the backend's machine, with the bounds-check mode the

@@ -8,28 +8,42 @@ and strides when specialized; ranks and dtypes when shape-generic), compiles on 
 only where the kernel does not write every point) and runs. Each of these maps keeps the
 TCLANG_MAX_VARIANTS most recently used entries (tclang/recent.py): a variant no map and
 no user holds is freed, machine code included.
+
+A call that looks exactly like one checked in full before takes the hot path (HotCalls):
+no checks, no lookups beyond one map. In a fresh process, the first such call is answered
+by the disk cache's call records (tclang/call_records.py), and a source checked before is
+not parsed again until something needs its definitions: this module is on that path, so it
+imports only NumPy and light modules at the top; the compiler, the argument checks and the
+loop IR load on the first call that needs them.
 """
 
 from __future__ import annotations
 
 import difflib
 import threading
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from polyhedral import loop_ir as L
-from tclang.arguments import Binding, DeviceArray, bind_arguments, check_out, float_fits
-from tclang.cachekey import cache_key, canonical_source
-from tclang.device_calls import DeviceHotCalls
-from tclang.compiler import (Compiled, allocate, compile_definition, compile_target,
-                             get_backend)
+from tclang import call_records
 from tclang.errors import TCArgumentError, TCError
 from tclang.host_tensors import like_the_caller
-from tclang.options import Options
-from tclang.parser import recursion_room
-from tclang.program import Definition, Program
 from tclang.recent import Recent, max_variants
+from tclang.registry import get_backend
+
+if TYPE_CHECKING:
+    from polyhedral import loop_ir as L
+    from tclang.arguments import Binding, DeviceArray
+    from tclang.compiler import Compiled
+    from tclang.options import Options
+    from tclang.program import Definition, Program
+
+
+def bind_arguments(definition: Definition, args, device: bool) -> Binding:
+    """The full checks of a call (tclang/arguments.py), loaded on the first call that
+    needs them: a call a record answers never does."""
+    from tclang.arguments import bind_arguments as bind
+    return bind(definition, args, device)
 
 
 class CompiledKernel:
@@ -55,8 +69,8 @@ class CompiledKernel:
         self._scratch = info.buffers[n_in + len(definition.outputs):]
         limit = max_variants()
         self._checked_sizes = Recent(limit)  # sizes whose bounds a shape-generic call checked
-        self._hot = HotCalls(definition)  # hot key -> (self, prepared)
-        self._device_hot = DeviceHotCalls()
+        self._hot = HotCalls.of(definition)  # hot key -> (self, prepared)
+        self._device_hot = _device_hot_calls() if self._device else None
 
     # ---- what users read ----
     @property
@@ -82,6 +96,8 @@ class CompiledKernel:
         kernel = self._c.loop_ir()
         if kernel is None:
             from polyhedral.pipeline import schedule_definition
+            from tclang.compiler import compile_target
+            from tclang.parser import recursion_room
             target = self._target or compile_target(self.backend, self.options)
             with recursion_room():
                 kernel = schedule_definition(self.definition, self.sizes, self.options,
@@ -110,6 +126,8 @@ class CompiledKernel:
                           f"{', '.join(list(STAGES)[:6] + list(self._c.artifact.stages))}")
         if self._texts is None:
             from polyhedral.pipeline import schedule_definition
+            from tclang.compiler import compile_target
+            from tclang.parser import recursion_room
             texts: dict[str, str] = {}
             target = self._target or compile_target(self.backend, self.options)
             with recursion_room():
@@ -138,6 +156,18 @@ class CompiledKernel:
 
     # ---- running ----
     def __call__(self, *args, out=None):
+        if out is None:
+            fastest = self._hot.fastest
+            if fastest is not None:
+                result = fastest(args)
+                if result is not None:
+                    return result
+        else:
+            fastest = self._hot.fastest_out
+            if fastest is not None:
+                result = fastest(args, out)
+                if result is not None:
+                    return result
         if self._device:
             return _device_call(self, self._device_hot, args, out, lambda binding: self)
         hot = self._hot.look_up(args, out)
@@ -152,6 +182,8 @@ class CompiledKernel:
     def run(self, binding: Binding, out=None, given=None, checked: bool = False):
         """`given`: out= arrays already checked; `checked`: the binding is known to suit
         this kernel (both from the device hot path, whose key this kernel was run on)."""
+        from polyhedral import loop_ir as L
+        from tclang.arguments import DeviceArray, check_out
         if not checked:
             self._check_applies(binding)
         sizes = binding.sizes
@@ -192,6 +224,7 @@ class CompiledKernel:
     def prepare(self, binding: Binding) -> tuple:
         """What a repeat of this call needs: each new array's dtype, shape and whether it
         starts zeroed, and the size values."""
+        from polyhedral import loop_ir as L
         self._check_applies(binding)
         sizes = binding.sizes
         new = tuple((np.zeros if buf.name in self._zero else np.empty,
@@ -219,6 +252,7 @@ class CompiledKernel:
 
     def _allocator(self, binding: Binding):
         """NumPy arrays, or device arrays like the inputs when they live on the GPU."""
+        from tclang.arguments import DeviceArray
         like = next((a for a in binding.arrays if isinstance(a, DeviceArray)), None)
         if like is None:
             return self._allocate
@@ -229,6 +263,7 @@ class CompiledKernel:
     def _device_copy(self, target: DeviceArray) -> DeviceArray:
         """A C-contiguous copy of a strided device out= array (points no statement writes
         keep their values), of the same library: the kernel writes outputs contiguously."""
+        from tclang.arguments import DeviceArray
         backend = get_backend(self.backend)
         array = backend.allocate(target.shape, target.dtype, False, target.obj)
         backend.copy(array, target.obj)
@@ -237,6 +272,7 @@ class CompiledKernel:
     def _allocate(self, buf: L.Buffer, shape: tuple[int, ...], zero: bool) -> np.ndarray:
         """A new host array; one too big for memory is the caller's error, located at the
         statement whose ranges gave it that shape (NumPy's MemoryError says neither)."""
+        from tclang.compiler import allocate
         try:
             return allocate(buf, shape, zero)
         except (MemoryError, ValueError) as err:
@@ -283,10 +319,21 @@ class HotCalls:
     Every check of a call depends on nothing else, so a hot call skips them all. The map
     keeps the TCLANG_MAX_VARIANTS most recent kinds of call."""
 
-    def __init__(self, definition: Definition):
+    def __init__(self, expected: tuple, out_dtypes: tuple):
+        """expected: (NumPy dtype, rank) of each input; out_dtypes: each output's dtype."""
         self._entries = Recent(max_variants())
-        self._expected = tuple((t.dtype.numpy, t.rank) for t in definition.inputs)
-        self._out_dtypes = tuple(t.dtype.numpy for t in definition.outputs)
+        self._expected = expected
+        self._out_dtypes = out_dtypes
+        #: the fastest paths, for the most recent kind of call without out= and with it:
+        #: `fastest(args)` / `fastest_out(args, out)` is the result, or None (the arrays
+        #: differ from that call's: nothing ran)
+        self.fastest = None
+        self.fastest_out = None
+
+    @staticmethod
+    def of(definition: Definition) -> "HotCalls":
+        return HotCalls(tuple((t.dtype.numpy, t.rank) for t in definition.inputs),
+                        tuple(t.dtype.numpy for t in definition.outputs))
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -304,11 +351,70 @@ class HotCalls:
             if outs is None:
                 return None
             key = (key, tuple(o.shape for o in outs))
-        return _HotCall(key, arrays, outs, self._entries.get(key))
+        entry = self._entries.get(key)
+        if entry is not None and entry[2] is not None:  # now the most recent of its kind
+            if outs is None:
+                self.fastest = entry[2]
+            else:
+                self.fastest_out = entry[2]
+        return _HotCall(key, arrays, outs, entry)
 
-    def remember(self, call: "_HotCall", args, binding: Binding, compiled) -> None:
-        if _bound_as_given(args, binding):
-            self._entries.put(call.key, (compiled, compiled.prepare(binding)))
+    def remember(self, call: "_HotCall", args, binding: Binding, compiled) -> tuple | None:
+        """Keep the entry of a call checked in full; its `prepared` part, or None when the
+        call is not one the hot path may repeat."""
+        if not _bound_as_given(args, binding):
+            return None
+        prepared = compiled.prepare(binding)
+        self.keep(call, compiled, prepared, compiled._c.artifact)
+        return prepared
+
+    def keep(self, call: "_HotCall", runner, prepared: tuple, artifact) -> None:
+        """Keep the entry of this call (`runner.run_prepared` runs it; a CompiledKernel,
+        or a call record's runner), for its repeats."""
+        fastest = None
+        if artifact.bind is not None:
+            if call.outs is None:
+                fastest = _fastest(artifact.bind(call.arrays), prepared)
+            else:
+                fastest = _fastest_out(artifact.bind(call.arrays + call.outs), prepared)
+        entry = (runner, prepared, fastest)
+        self._entries.put(call.key, entry)
+        call.entry = entry
+        if fastest is not None:
+            if call.outs is None:
+                self.fastest = fastest
+            else:
+                self.fastest_out = fastest
+
+
+def _fastest(call, prepared: tuple):
+    """`fastest(args)` over a bound native call (Artifact.bind): allocate the outputs, run
+    if the arrays look like the bound ones; the result, or None when they do not (or the
+    kernel reported an error, or the outputs cannot be allocated: the checked path, taken
+    next, runs the call again and says why)."""
+    if call is None:
+        return None
+    new, _, n_outputs = prepared
+    if len(new) == 1:
+        make, shape, dtype = new[0]
+
+        def fastest(args):
+            try:
+                made = make(shape, dtype)
+            except (MemoryError, ValueError):
+                return None
+            return made if call(*args, made) == 0 else None
+        return fastest
+
+    def fastest_many(args):
+        try:
+            made = [make(shape, dtype) for make, shape, dtype in new]
+        except (MemoryError, ValueError):
+            return None
+        if call(*args, *made) != 0:
+            return None
+        return made[0] if n_outputs == 1 else tuple(made[:n_outputs])
+    return fastest_many
 
 
 class _HotCall:
@@ -318,8 +424,38 @@ class _HotCall:
         self.key, self.arrays, self.outs, self.entry = key, arrays, outs, entry
 
     def run(self):
-        compiled, prepared = self.entry
-        return compiled.run_prepared(self.arrays, prepared, self.outs)
+        runner, prepared, _ = self.entry
+        return runner.run_prepared(self.arrays, prepared, self.outs)
+
+
+def _fastest_out(call, prepared: tuple):
+    """`fastest_out(args, out)` over a native call bound to a call with out= (its outputs
+    among the bound arrays): what _hot_outs checks of the out= arrays that depends on more
+    than their type, dtype, shape and strides (writeable, sharing no memory with another
+    argument) is checked here, the rest by the bound call."""
+    if call is None:
+        return None
+    new, _, n_outputs = prepared
+    scratch = new[n_outputs:]
+
+    def fastest_out(args, out):
+        outs = out if type(out) is tuple else (out,)
+        if len(outs) != n_outputs:
+            return None
+        for k, o in enumerate(outs):
+            if type(o) is not np.ndarray or not o.flags.writeable:
+                return None
+            for other in args + outs[k + 1:]:
+                if np.may_share_memory(o, other):
+                    return None
+        try:
+            made = [make(shape, dtype) for make, shape, dtype in scratch]
+        except (MemoryError, ValueError):
+            return None
+        if call(*args, *outs, *made) != 0:
+            return None
+        return outs[0] if n_outputs == 1 else outs
+    return fastest_out
 
 
 def _hot_outs(out, dtypes, arrays) -> tuple | None:
@@ -363,7 +499,7 @@ def hot_key(args, expected):
                 return None
             with np.errstate(over="ignore"):
                 converted = np.asarray(a, dtype)
-            if not float_fits(a, converted):
+            if np.isfinite(a) and not np.isfinite(converted):  # arguments.float_fits
                 return None  # the checked path says why
             a = converted
         elif a.dtype != dtype or a.ndim != rank:
@@ -374,7 +510,12 @@ def hot_key(args, expected):
     return tuple(arrays), tuple(parts)
 
 
-def _device_call(kernel, hot_calls: DeviceHotCalls, args, out, compiled_for):
+def _device_hot_calls():
+    from tclang.device_calls import DeviceHotCalls
+    return DeviceHotCalls()
+
+
+def _device_call(kernel, hot_calls, args, out, compiled_for):
     """A call on a GPU backend: the hot path if its tensors look like a call checked in
     full before, else the full checks (and the call is remembered)."""
     hot = hot_calls.look_up(args, out)
@@ -398,38 +539,81 @@ def _bound_as_given(args: tuple, binding: Binding) -> bool:
 
 
 def _contiguous(array) -> bool:
-    if isinstance(array, DeviceArray):
-        return array.c_contiguous
-    return array.flags.c_contiguous
+    if isinstance(array, np.ndarray):
+        return array.flags.c_contiguous
+    return array.c_contiguous  # a DeviceArray
 
 
 class Kernel:
     """One definition of a module: call it like a function."""
 
-    def __init__(self, module: "Module", definition: Definition):
+    def __init__(self, module: "Module", name: str, expected: tuple, out_dtypes: tuple):
+        """expected, out_dtypes: what the hot path compares (HotCalls); the definition
+        itself is read from the module when first needed."""
         self.module = module
-        self.definition = definition
-        self.name = definition.name
+        self.name = name
         limit = max_variants()
         self._compiled = Recent(limit)  # what the code depends on -> CompiledKernel
         self._lock = threading.Lock()
         # the hot path: a call like one already checked in full -> (CompiledKernel, what
         # running it again needs)
-        self._hot = HotCalls(definition)
-        self._device_hot = DeviceHotCalls()
+        self._hot = HotCalls(expected, out_dtypes)
+        self._device_hot = _device_hot_calls() if module.on_device else None
+        self._definition: Definition | None = None
+
+    @property
+    def definition(self) -> Definition:
+        if self._definition is None:
+            self._definition = self.module.program_definition(self.name)
+        return self._definition
 
     def __call__(self, *args, out=None):
+        if out is None:
+            fastest = self._hot.fastest
+            if fastest is not None:
+                result = fastest(args)
+                if result is not None:
+                    return result
+        else:
+            fastest = self._hot.fastest_out
+            if fastest is not None:
+                result = fastest(args, out)
+                if result is not None:
+                    return result
         if self.module.on_device:
             return _device_call(self, self._device_hot, args, out, self._for)
         hot = self._hot.look_up(args, out)
-        if hot is not None and hot.entry is not None:
-            return hot.run()
+        if hot is not None:
+            if hot.entry is None and self.module.records:
+                self._recorded(hot)
+            if hot.entry is not None:
+                try:
+                    return hot.run()
+                except _AllocationFailed:
+                    pass  # the checked path says which array, and where
         binding = bind_arguments(self.definition, args, self.module.on_device)
         compiled = self._for(binding)
         result = compiled.run(binding, out)
         if hot is not None:  # only once the whole call, out= included, was found right
-            self._hot.remember(hot, args, binding, compiled)
+            prepared = self._hot.remember(hot, args, binding, compiled)
+            if prepared is not None and self.module.records:
+                module = self.module
+                call_records.remember_call(module.source, self.name, module.backend_object,
+                                           module.backend, module.options.key(), hot.key,
+                                           compiled, prepared)
         return like_the_caller(result, args, out)
+
+    def _recorded(self, hot: "_HotCall") -> None:
+        """The disk cache's record of this very call, made hot (call_records.py)."""
+        module = self.module
+        try:
+            found = call_records.load_call(module.source, self.name, module.backend_object,
+                                           module.backend, module.options.key(), hot.key)
+        except (TCError, ValueError, KeyError, OSError):
+            found = None  # an authenticated record this process cannot use: the full path
+        if found is not None:
+            artifact, prepared = found
+            self._hot.keep(hot, _Recorded(artifact), prepared, artifact)
 
     def compile(self, *args) -> CompiledKernel:
         """Compile for the shapes and dtypes of `args` (inputs), without running."""
@@ -450,6 +634,8 @@ class Kernel:
         return found
 
     def _compile(self, binding: Binding, fast: tuple) -> CompiledKernel:
+        from tclang.cachekey import cache_key, canonical_source
+        from tclang.compiler import compile_definition, compile_target
         options, backend = self.module.options, self.module.backend
         if self.module.tuned:
             options = self._tuned_options(fast)
@@ -475,6 +661,9 @@ class Kernel:
 
     def _tuned_options(self, shapes: tuple) -> Options:
         """What tc.autotune stored for these shapes on this machine, else automatic."""
+        from tclang.cachekey import canonical_source
+        from tclang.compiler import compile_target
+        from tclang.options import Options
         from tclang.tuning.database import TuningDatabase, kernel_key, machine_id
         key = kernel_key(canonical_source(self.definition), self.name, shapes,
                          self.module.backend)
@@ -490,18 +679,68 @@ class Kernel:
         return f"<Kernel {self.signature} on {self.module.backend}>"
 
 
-class Module:
-    """A checked source: each definition is a `Kernel`, as `mod.name` or `mod["name"]`."""
+class _AllocationFailed(Exception):
+    """A recorded call could not allocate its arrays: the checked path takes the call."""
 
-    def __init__(self, program: Program, backend: str, options: Options,
-                 tuned: bool = False):
-        self.program = program
+
+class _Recorded:
+    """A hot entry's runner made from a call record: the artifact alone (no definition,
+    no compiled summary); a CompiledKernel's run_prepared, minus the located message of
+    an allocation that fails (that call goes the checked way, which says where)."""
+
+    def __init__(self, artifact):
+        self._run = artifact.run
+
+    def run_prepared(self, arrays: tuple, prepared: tuple, outs: tuple | None = None):
+        new, sizes, n_outputs = prepared
+        try:
+            made = list(outs or ()) + [make(shape, dtype) for make, shape, dtype
+                                       in new[len(outs or ()):]]
+        except (MemoryError, ValueError):
+            raise _AllocationFailed() from None
+        self._run(list(arrays) + made, sizes)
+        return made[0] if n_outputs == 1 else tuple(made[:n_outputs])
+
+
+class Module:
+    """A checked source: each definition is a `Kernel`, as `mod.name` or `mod["name"]`.
+
+    Made from a `Program`, or from a source that a source record says checked cleanly
+    (`signatures`): then it is checked again only when its definitions are first needed
+    (`program`), which a call answered by a call record never does."""
+
+    def __init__(self, program: Program | None, backend: str, options: Options,
+                 tuned: bool = False, source: str | None = None,
+                 signatures: list[dict] | None = None):
+        self._program = program
+        self.source = program.source if program is not None else source
         self.backend = backend
         self.options = options
         self.tuned = tuned  # options per shape from the tuning database
         # GPU arrays are taken as they are (the backend is loaded here, not at import)
-        self.on_device = get_backend(backend).device_arrays
-        self._kernels = {d.name: Kernel(self, d) for d in program.definitions}
+        self.backend_object = get_backend(backend)
+        self.on_device = self.backend_object.device_arrays
+        # whether calls are written to and answered from the disk cache's call records
+        self.records = not tuned and bool(getattr(self.backend_object, "call_blobs", ())) \
+            and call_records.enabled()
+        if signatures is None:
+            signatures = [dict(name=d.name,
+                               inputs=[(t.dtype.numpy, t.rank) for t in d.inputs],
+                               outputs=[t.dtype.numpy for t in d.outputs])
+                          for d in program.definitions]
+        self._kernels = {s["name"]: Kernel(self, s["name"], tuple(s["inputs"]),
+                                           tuple(s["outputs"])) for s in signatures}
+
+    @property
+    def program(self) -> Program:
+        """The checked source (checked now if the module was made from a source record)."""
+        if self._program is None:
+            from tclang.frontend import check_source
+            self._program = check_source(self.source)
+        return self._program
+
+    def program_definition(self, name: str) -> Definition:
+        return next(d for d in self.program.definitions if d.name == name)
 
     def __getitem__(self, name: str) -> Kernel:
         try:

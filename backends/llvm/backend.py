@@ -14,13 +14,16 @@ statement.
 from __future__ import annotations
 
 import ctypes
+import struct
 from typing import TYPE_CHECKING
 
 from backends.access_errors import ERR_FIELDS, raise_access_error
 from backends.contract import Artifact
 from backends.llvm import threads
+from backends.llvm.fast_calls import builtin_call
 from backends.llvm.loading import LoadedCode
 from backends.llvm.pointers import data_pointer
+from tclang.errors import TCCompileError
 
 if TYPE_CHECKING:
     from polyhedral import loop_ir as L
@@ -33,6 +36,8 @@ class LLVMBackend:
 
     name = "cpu"
     device_arrays = False
+    #: what a call needs of an artifact's blobs (the runtime keeps these in call records)
+    call_blobs = ("object", "static", "runtime")
 
     def target(self) -> Target:
         from backends.llvm import jit
@@ -51,9 +56,7 @@ class LLVMBackend:
         jit.check_code_size(text, kernel.name)
         optimised, object_code = jit.optimize(text, vectorize=kernel.choices.vectorize)
         blobs = {"object": object_code, "llvm": text.encode(), "llvm-opt": optimised.encode(),
-                 "static": b"1" if km.static else b"0"}
-        if "tclang_task" in text:  # it calls parallel_for: the runtime comes along
-            blobs["runtime"] = threads.runtime_object()
+                 "static": b"1" if km.static else b"0", "runtime": threads.runtime_object()}
         return _artifact(blobs, [b.name for b in kernel.buffers],
                          [(s.id, s.text, s.line) for s in kernel.statements])
 
@@ -64,15 +67,29 @@ class LLVMBackend:
 def _artifact(blobs: dict[str, bytes], buffer_names: list[str], statements: list):
     """blobs: "object" (the kernel), "static" (b"1": the sizes and every stride are
     constants in the code, a specialized kernel, so a call passes just the data pointers),
-    "runtime" (the thread pool's object code, when the kernel runs parallel loops), and
-    the texts "llvm" and "llvm-opt" (absent from a call record)."""
+    "runtime" (the thread pool and the native call entry, threads.py), and the texts
+    "llvm" and "llvm-opt" (absent from a call record)."""
     static = blobs.get("static") == b"1"
     loaded = LoadedCode(blobs["object"], ("tclang_main",))
     function = _prototype(len(buffer_names))(loaded.address("tclang_main"))
     function.loaded = loaded  # the code stays mapped while `run` can call it, even mid-call
-    parallel_for = threads.parallel_for_address(blobs["runtime"]) if "runtime" in blobs else 0
+    runtime = threads.resident(blobs.get("runtime"))
+    parallel_for = threads.parallel_for_address()
     c_int64 = ctypes.c_int64
     unused = ctypes.addressof(_UNUSED)
+    def entry(templates=None):
+        return builtin_call(runtime["tclang_call"], loaded.address("tclang_main"),
+                            parallel_for, unused, len(buffer_names), templates, loaded)
+    call = entry() if static else None
+
+    def run_fast(arrays, sizes):
+        result = call(*arrays)
+        if result:
+            if type(result) is not bytes:
+                raise TCCompileError(f"internal error: the kernel entry refused {len(arrays)} "
+                                     "arrays")
+            raise_access_error(struct.unpack(f"<{ERR_FIELDS}q", result), buffer_names,
+                               [a.shape for a in arrays], statements)
 
     def run(arrays, sizes):
         if static:
@@ -92,8 +109,9 @@ def _artifact(blobs: dict[str, bytes], buffer_names: list[str], statements: list
 
     text = blobs.get("llvm", b"").decode()
     optimised = blobs.get("llvm-opt", b"").decode()
-    return Artifact(source=text, run=run, stages={"llvm": text, "llvm-opt": optimised},
-                    blobs=blobs)
+    return Artifact(source=text, run=run if call is None else run_fast,
+                    stages={"llvm": text, "llvm-opt": optimised}, blobs=blobs,
+                    bind=entry if call is not None else None)
 
 
 _UNUSED = (ctypes.c_int64 * 1)()  # what a static kernel gets for the arrays it never reads

@@ -31,7 +31,7 @@ _lock = threading.Lock()
 _runtime: dict[str, int] | None = None  # symbol -> address, once loaded
 _kept: list[LoadedCode] = []  # its code runs until the process exits
 _EXPORTED = ("tclang_parallel_for", "tclang_pool_configure", "tclang_pool_forget",
-             "tclang_pool_stats")
+             "tclang_pool_stats", "tclang_call")
 _LIBC_FUNCTIONS = ("pthread_mutex_init", "pthread_mutex_lock", "pthread_mutex_unlock",
                    "pthread_cond_init", "pthread_cond_wait", "pthread_cond_broadcast",
                    "pthread_create", "pthread_detach", "sigfillset", "pthread_sigmask")
@@ -39,13 +39,16 @@ _LIBC_FUNCTIONS = ("pthread_mutex_init", "pthread_mutex_lock", "pthread_mutex_un
 
 @functools.lru_cache(maxsize=1)
 def runtime_object() -> bytes:
-    """The runtime module's object code for this host (LLVM makes it; a kernel's artifact
-    carries a copy, so a disk-cache hit loads it without LLVM)."""
+    """The runtime module's object code for this host: the pool, and the native entry of
+    kernel calls (call_trampoline.py). LLVM makes it; every kernel's artifact carries a
+    copy, so a disk-cache hit loads it without LLVM."""
+    from backends.access_errors import ERR_FIELDS
     from backends.llvm import jit
+    from backends.llvm.call_trampoline import trampoline_ir
     from backends.llvm.parallel_runtime import runtime_ir
     triple, _, _ = jit.host()
-    return jit.emit_resident(runtime_ir(triple, jit.data_layout(), signal.SIG_BLOCK,
-                                        signal.SIG_SETMASK))
+    text = runtime_ir(triple, jit.data_layout(), signal.SIG_BLOCK, signal.SIG_SETMASK)
+    return jit.emit_resident(text + trampoline_ir(ERR_FIELDS))
 
 
 def _load(object_code: bytes | None) -> dict[str, int]:
@@ -71,12 +74,17 @@ def _forget_in_child() -> None:
 os.register_at_fork(after_in_child=_forget_in_child)  # the parent's threads are not here
 
 
+def resident(object_code: bytes | None = None) -> dict[str, int]:
+    """The runtime's addresses, linked on first use from `object_code` (the runtime's, if
+    the caller has it; runtime_object() otherwise)."""
+    return _runtime or _load(object_code)
+
+
 def parallel_for_address(object_code: bytes | None = None) -> int:
-    """What kernels receive as `parallel_for`; 0 (run serially) with one core.
-    `object_code`: the runtime's, if the caller has it (runtime_object() otherwise)."""
+    """What kernels receive as `parallel_for`; 0 (run serially) with one core."""
     if available_cores() <= 1:
         return 0
-    return _load(object_code)["tclang_parallel_for"]
+    return resident(object_code)["tclang_parallel_for"]
 
 
 def statistics() -> dict[str, int]:

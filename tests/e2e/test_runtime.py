@@ -169,6 +169,7 @@ def _entries(directory: Path) -> list[Path]:
 
 def test_corrupted_cache_entries_are_rebuilt(tmp_path, monkeypatch):
     monkeypatch.setenv("TCLANG_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TCLANG_CALL_RECORDS", "0")  # the kernel's entry alone
     a, b = f32(5, 6), f32(6, 4)
     tc.define(MATMUL).mm(a, b)
     (entry,) = _entries(tmp_path)
@@ -188,6 +189,7 @@ def test_a_foreign_entry_is_never_loaded(tmp_path, monkeypatch):
     """An entry moved over another kernel's file does not authenticate (its HMAC covers
     the file name), so it is never parsed, let alone run."""
     monkeypatch.setenv("TCLANG_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TCLANG_CALL_RECORDS", "0")  # the kernels' entries alone
     add = tc.define("def f(float(N) A) -> (B) { B(i) = A(i) + 1 }")
     sub = tc.define("def f(float(N) A) -> (B) { B(i) = A(i) - 1 }")
     x = np.zeros(4, np.float32)

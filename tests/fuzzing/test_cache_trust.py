@@ -39,6 +39,7 @@ def cache(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("TCLANG_CACHE_DIR", str(directory))
     monkeypatch.setenv("TCLANG_CACHE_KEY_FILE", str(tmp_path / "config" / "cache.key"))
     monkeypatch.delenv("TCLANG_CACHE_MAX_BYTES", raising=False)
+    monkeypatch.setenv("TCLANG_CALL_RECORDS", "0")  # the kernel entries alone (see below)
     monkeypatch.setattr(compiler, "_memory", {})
     monkeypatch.setattr(diskcache, "_warned", set(), raising=False)
     return directory

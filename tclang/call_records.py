@@ -1,0 +1,203 @@
+"""Call records: the disk cache's answer to the first call of a kernel in a fresh process,
+with no compiler work at all (no parse, no cache key from tokens, no LLVM, no isl).
+
+The full path of a first call parses the source, builds the key from its tokens and the
+target (which asks LLVM about the CPU), reads the cache entry and links its object code:
+well over 100 ms of imports and work. Yet a call that looks exactly like one that was
+checked in full and ran before (the hot path's promise, runtime.HotCalls) needs only the
+object code and the prepared call: which arrays to allocate and the size values. So after
+such a call the runtime writes both into a record, and a later process finds it by what
+it has at hand: the source text as written, the entry, the backend, the options, the
+call's hot key (dtypes, shapes, strides), a fingerprint of this machine and of the
+installed code. A *source record* says that a source text was checked without error or
+warning, and gives what the hot path compares (each input's dtype and rank, each output's
+dtype), so `tc.define` need not parse it.
+
+Records are disk-cache entries like any other (tclang/diskcache.py: private directory,
+authenticated with the user's key, size-capped, evicted least recently used first), so a
+record is as trusted as the object code the full path would load. What invalidates them:
+- tclang, NumPy, llvmlite, islpy or Python changing (file sizes and times, versions);
+- the CPU (vendor, family, model, flags), the cores this process may use, the data
+  caches' sizes, the bounds-check switch: whatever the compile's Target is built from.
+Only backends that can run from a few blobs keep records (`Backend.call_blobs`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from functools import lru_cache
+
+import numpy as np
+
+from tclang import diskcache
+
+FORMAT = 1  # bump when a record's layout changes
+
+
+def enabled() -> bool:
+    """Records are written and read unless TCLANG_CALL_RECORDS=0 (or the disk cache is
+    off): every first call then takes the full path, as when debugging the cache."""
+    return os.environ.get("TCLANG_CALL_RECORDS", "1") not in ("0", "off", "false") \
+        and diskcache.enabled()
+
+
+@lru_cache(maxsize=1)
+def code_identity() -> str:
+    """The installed code, cheaply: names, sizes and modification times of tclang's own
+    files (not their contents: reading 1 MB costs milliseconds), and the versions or
+    installed files of what compiles and runs its code."""
+    import tclang
+    from tclang.cachekey import installed_files
+    digest = hashlib.sha256()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(tclang.__file__)))
+    for package in ("tclang", "polyhedral", "backends"):
+        for path, stat in sorted(_files(os.path.join(root, package))):
+            digest.update(f"{path}:{stat.st_size}:{stat.st_mtime_ns};".encode())
+    for name in ("llvmlite", "islpy"):
+        digest.update(f"{name}:{installed_files(name)};".encode())
+    digest.update(f"{tclang.__version__};{np.__version__};{sys.version}".encode())
+    return digest.hexdigest()[:32]
+
+
+def _files(folder: str):
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name != "__pycache__":
+                    yield from _files(entry.path)
+            elif entry.name.endswith((".py", ".lark", ".h")):
+                yield entry.path, entry.stat()
+
+
+@lru_cache(maxsize=1)
+def _processor() -> str:
+    """The CPU as /proc/cpuinfo describes its first processor (what LLVM's host name and
+    features come from), without the lines that change while it runs."""
+    try:
+        with open("/proc/cpuinfo", "rb") as f:
+            first = f.read(16384).split(b"\n\n", 1)[0].decode(errors="replace")
+    except OSError:
+        import platform
+        return platform.processor() or "unknown"
+    kept = ("vendor_id", "cpu family", "model", "model name", "stepping", "flags",
+            "Features", "CPU implementer", "CPU part", "CPU variant")
+    return "\n".join(line for line in first.splitlines()
+                     if line.split(":", 1)[0].strip() in kept)
+
+
+def machine() -> tuple:
+    """What a compile's Target is made of, read without LLVM (per call: the thread count
+    and the bounds-check switch may change while the process runs)."""
+    from tclang.target import available_cores, bounds_checking, cache_sizes
+    return (os.uname().machine, _processor(), available_cores(),
+            tuple(sorted(cache_sizes().items())), bounds_checking())
+
+
+def _source_key(source: str) -> tuple:
+    return ("source-record", FORMAT, source, code_identity())
+
+
+def _call_key(source: str, entry: str, backend: str, options_key: tuple, hot_key) -> tuple:
+    return ("call-record", FORMAT, source, entry, backend, options_key, hot_key, machine(),
+            code_identity())
+
+
+def _digest(key: tuple) -> str:
+    return hashlib.sha256(repr(key).encode()).hexdigest()[:40]
+
+
+# ---- source records -------------------------------------------------------------------
+
+def signatures(source: str) -> list[dict] | None:
+    """Each definition of a source checked before without error or warning: name, inputs
+    [(dtype, rank)], outputs [dtype]; None when there is no record."""
+    key = _source_key(source)
+    blobs = diskcache.load(_digest(key), key)
+    if blobs is None or "signatures" not in blobs:
+        return None
+    try:
+        found = json.loads(blobs["signatures"].decode())
+        return [dict(name=d["name"], inputs=[(np.dtype(t), int(r)) for t, r in d["inputs"]],
+                     outputs=[np.dtype(t) for t in d["outputs"]]) for d in found]
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def remember_source(source: str, program) -> None:
+    """Record that `source` checked cleanly (its program's definitions)."""
+    key = _source_key(source)
+    digest = _digest(key)
+    if _exists(digest):
+        return
+    found = [dict(name=d.name, inputs=[[t.dtype.numpy.str, t.rank] for t in d.inputs],
+                  outputs=[t.dtype.numpy.str for t in d.outputs]) for d in program.definitions]
+    diskcache.store(digest, key, {"signatures": json.dumps(found).encode()})
+
+
+# ---- call records ---------------------------------------------------------------------
+
+def load_call(source: str, entry: str, backend, backend_name: str, options_key: tuple,
+              hot_key):
+    """(artifact, prepared) of a recorded call, or None; `prepared` as
+    CompiledKernel.prepare makes it."""
+    key = _call_key(source, entry, backend_name, options_key, hot_key)
+    blobs = diskcache.load(_digest(key), key)
+    if blobs is None or "call" not in blobs:
+        return None
+    try:
+        call = json.loads(blobs.pop("call").decode())
+        new = tuple((np.zeros if zero else np.empty, tuple(shape), np.dtype(dtype))
+                    for zero, shape, dtype in call["new"])
+        prepared = (new, [int(s) for s in call["sizes"]], int(call["outputs"]))
+        info = _Names(call["buffers"], [tuple(s) for s in call["statements"]])
+    except (ValueError, KeyError, TypeError):
+        return None
+    return backend.restore(blobs, info), prepared
+
+
+def remember_call(source: str, entry: str, backend, backend_name: str, options_key: tuple,
+                  hot_key, compiled, prepared) -> None:
+    """Write the record of a call that was checked in full and ran (`compiled`: its
+    CompiledKernel, `prepared`: what running it again needs)."""
+    wanted = getattr(backend, "call_blobs", ())
+    blobs = compiled._c.artifact.blobs
+    if not wanted or not all(name in blobs for name in wanted if name != "runtime"):
+        return
+    key = _call_key(source, entry, backend_name, options_key, hot_key)
+    digest = _digest(key)
+    if _exists(digest):
+        return
+    new, sizes, outputs = prepared
+    info = compiled._c.info
+    call = dict(new=[[make is np.zeros, list(shape), np.dtype(dtype).str]
+                     for make, shape, dtype in new],
+                sizes=list(sizes), outputs=outputs, buffers=[b.name for b in info.buffers],
+                statements=[list(s) for s in info.statements])
+    stored = {"call": json.dumps(call).encode()}
+    stored.update((name, blobs[name]) for name in wanted if name in blobs)
+    diskcache.store(digest, key, stored)
+
+
+class _Names:
+    """What a backend's restore reads of the kernel summary: buffer names, statements."""
+
+    def __init__(self, buffers: list[str], statements: list[tuple]):
+        self.buffers = tuple(_Named(n) for n in buffers)
+        self.statements = tuple(statements)
+
+
+class _Named:
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+def _exists(digest: str) -> bool:
+    try:
+        return (diskcache.cache_dir() / f"{digest}.tck").exists()
+    except (OSError, diskcache.UntrustedCache):
+        return True  # no usable cache: nothing to write
