@@ -6,11 +6,12 @@ Latency, each in fresh processes (median of --repeat runs, Python's bytecode cac
 after `pip install`; a private cache directory):
 - `import numpy, tclang`                               target <= 150 ms
 - define + first call of a matmul the disk cache holds  target <= 20 ms after the import,
-  and which heavy modules that path loaded (islpy must not be among them)
+  which heavy modules that path loaded (islpy must not be among them) and whether the
+  source was parsed (not when a call record answered: tclang/call_records.py)
 - define + first call of a matmul nothing cached (cold) target <= 0.3 s
-- in one process, a hot call of a tiny kernel minus `np.add` on the same arrays (both
-  writing into preallocated outputs is not possible for tclang's call, so both allocate;
-  interleaved, medians)                                 target <= 2 us
+- in one process, a hot call of a tiny kernel minus `np.add` on the same arrays, both
+  allocating their result, and both writing into out= (interleaved, medians)
+                                                        target <= 2 us
 
 Stages: the best of several runs of each polyhedral stage, in milliseconds, for the CPU
 target. Targets: under 100 ms per kernel, under 300 ms for MLP3 (9 statements).
@@ -48,7 +49,7 @@ STAGES = ("scop", "dependences", "schedule", "transform", "loops")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MATMUL = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }"
 HEAVY = ("islpy", "lark", "llvmlite.binding", "llvmlite.ir", "polyhedral.pipeline",
-         "backends.llvm.kernel_module")
+         "polyhedral.loop_ir", "tclang.program", "backends.llvm.kernel_module")
 
 # One fresh process: times (ms) of the imports and of define + first call.
 PROBE = f"""
@@ -64,10 +65,11 @@ b = np.ones((48, 80), np.float32)
 c = mm.mm(a, b)
 called = time.perf_counter()
 assert float(c[0, 0]) == 48.0
+heavy = [m for m in {HEAVY!r} if m in sys.modules]
+parsed = mm._program is not None  # False: a call record answered, the source unparsed
 import json
 print(json.dumps(dict(imported=(imported - start) * 1e3, first_call=(called - imported) * 1e3,
-                      cache=mm.mm.compile(a, b).cache,
-                      heavy=[m for m in {HEAVY!r} if m in sys.modules])))
+                      cache=mm.mm.compile(a, b).cache, heavy=heavy, parsed=parsed)))
 """
 
 
@@ -79,21 +81,25 @@ def fresh_process(cache_dir: str) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def hot_call_overhead(rounds: int = 15, calls: int = 2000) -> tuple[float, float]:
-    """Median per-call time (us) of a tiny tclang kernel and of np.add on the same arrays."""
+def hot_call_overhead(rounds: int = 15, calls: int = 2000) -> dict[str, float]:
+    """Median per-call times (us) of a tiny tclang kernel and of np.add on the same arrays,
+    allocating the result and writing into out= (interleaved rounds)."""
     import numpy as np
     import tclang as tc
     add = tc.define("def add(float(N) A, float(N) B) -> (C) { C(i) = A(i) + B(i) }").add
-    a, b = np.ones(16, np.float32), np.ones(16, np.float32)
-    add(a, b)
-    ours, numpy = [], []
+    a, b, out = np.ones(16, np.float32), np.ones(16, np.float32), np.empty(16, np.float32)
+    add(a, b), add(a, b, out=out)
+    calls_of = {"tclang": lambda: add(a, b), "numpy": lambda: np.add(a, b),
+                "tclang out=": lambda: add(a, b, out=out),
+                "numpy out=": lambda: np.add(a, b, out=out)}
+    times: dict[str, list[float]] = {name: [] for name in calls_of}
     for _ in range(rounds):
-        for fn, into in ((add, ours), (np.add, numpy)):
+        for name, fn in calls_of.items():
             start = time.perf_counter()
             for _ in range(calls):
-                fn(a, b)
-            into.append((time.perf_counter() - start) / calls * 1e6)
-    return statistics.median(ours), statistics.median(numpy)
+                fn()
+            times[name].append((time.perf_counter() - start) / calls * 1e6)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def latency(repeat: int) -> None:
@@ -105,7 +111,8 @@ def latency(repeat: int) -> None:
                 colds.append(fresh_process(empty))
             hits.append(fresh_process(cache_dir))
     assert all(h["cache"] == "disk" for h in hits) and all(c["cache"] != "disk" for c in colds)
-    ours, numpy = hot_call_overhead()
+    hot = hot_call_overhead()
+    ours, numpy = hot["tclang"], hot["numpy"]
     rows = [
         ("import numpy, tclang", statistics.median(h["imported"] for h in hits), "ms", 150),
         ("define + first call, disk hit", statistics.median(h["first_call"] for h in hits),
@@ -113,14 +120,18 @@ def latency(repeat: int) -> None:
         ("define + first call, cold", statistics.median(c["first_call"] for c in colds),
          "ms", 300),
         ("hot call of a tiny kernel over np.add", ours - numpy, "us", 2),
+        ("the same with out= over np.add with out=", hot["tclang out="] - hot["numpy out="],
+         "us", 2),
     ]
     print("| what | median | target |")
     print("|---|---|---|")
     for what, value, unit, target in rows:
         mark = "" if value <= target else " (missed)"
         print(f"| {what} | {value:.1f} {unit} | <= {target} {unit}{mark} |")
-    print(f"\nhot call: tclang {ours:.2f} us, np.add {numpy:.2f} us (16 float32 each)")
-    print(f"heavy modules a disk hit loaded: {', '.join(hits[0]['heavy']) or 'none'}")
+    print(f"\nhot call: tclang {ours:.2f} us, np.add {numpy:.2f} us; with out=: tclang "
+          f"{hot['tclang out=']:.2f} us, np.add {hot['numpy out=']:.2f} us (16 float32 each)")
+    print(f"heavy modules a disk hit loaded: {', '.join(hits[0]['heavy']) or 'none'}; "
+          f"source parsed on the hit: {'yes' if hits[0]['parsed'] else 'no (call record)'}")
     print(f"cold compile loaded: {', '.join(colds[0]['heavy'])}\n")
 
 

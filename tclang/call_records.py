@@ -134,7 +134,7 @@ def remember_source(source: str, program) -> None:
         return
     found = [dict(name=d.name, inputs=[[t.dtype.numpy.str, t.rank] for t in d.inputs],
                   outputs=[t.dtype.numpy.str for t in d.outputs]) for d in program.definitions]
-    diskcache.store(digest, key, {"signatures": json.dumps(found).encode()})
+    diskcache.store(digest, key, {"signatures": json.dumps(found).encode()}, warn=False)
 
 
 # ---- call records ---------------------------------------------------------------------
@@ -178,7 +178,7 @@ def remember_call(source: str, entry: str, backend, backend_name: str, options_k
                 statements=[list(s) for s in info.statements])
     stored = {"call": json.dumps(call).encode()}
     stored.update((name, blobs[name]) for name in wanted if name in blobs)
-    diskcache.store(digest, key, stored)
+    diskcache.store(digest, key, stored, warn=False)
 
 
 class _Names:

@@ -259,9 +259,10 @@ def _is_blob_table(table) -> bool:
         and all(type(n) is int and n >= 0 for n in place) for place in table.values())
 
 
-def store(digest: str, key: tuple, blobs: dict[str, bytes]) -> None:
+def store(digest: str, key: tuple, blobs: dict[str, bytes], warn: bool = True) -> None:
     """Write an entry atomically, then evict down to the size cap; failures (disk full,
-    read-only) only warn."""
+    read-only) only warn (or, with warn=False, pass in silence: an entry that only saves
+    time, like a call record)."""
     if not enabled():
         return
     try:
@@ -273,6 +274,8 @@ def store(digest: str, key: tuple, blobs: dict[str, bytes]) -> None:
         write_atomic(directory / f"{digest}.tck", MAGIC + _tag(secret, digest, body) + body)
         evict(directory, max_bytes())
     except OSError as err:
+        if not warn:
+            return
         warnings.warn(TCWarning(f"could not write the compile cache entry {digest[:12]}... "
                                 f"({err.strerror or err}); the kernel works, but the next "
                                 "process will compile it again"), stacklevel=4)

@@ -31,7 +31,7 @@ class _Bound:
     dim: int
 
 
-def infer_shapes(defn: P.Definition) -> tuple[P.Definition, tuple[Obligation, ...]]:
+def infer_shapes(defn: P.Definition) -> P.Definition:
     """Fill every statement's domain and every output's and temporary's shape."""
     state = _State(defn)
     statements = tuple(state.statement(s) for s in defn.statements)

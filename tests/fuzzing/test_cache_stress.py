@@ -69,6 +69,7 @@ KERNELS = ("mm", "softmax", "scaled")
 def run_children(cache: Path, mode: str = "normal", count: int = 4) -> list[dict]:
     env = dict(os.environ, TCLANG_CACHE_DIR=str(cache), PYTHONPATH=str(ROOT))
     env.pop("TCLANG_VERIFY", None)  # not what this test is about, and it costs time
+    env["TCLANG_CALL_RECORDS"] = "0"  # the kernels' entries alone (test_call_records.py)
     procs = [subprocess.Popen([sys.executable, "-c", CHILD, mode], env=env, cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(count)]
