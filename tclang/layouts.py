@@ -6,10 +6,10 @@ A specialized kernel is compiled for exact shapes and dtypes, but not for exact 
   not matter) gets its row-major strides as constants in the code, all of them. This is
   the common case and it costs nothing: the code and the call are what they always were
   (a call of a kernel whose every stride is a constant passes just the data pointers);
-- any other array keeps as constants only what changes the code that matters: which
-  dimensions have unit stride (the contiguous one is what vectorized loads and packing
-  copies want) and that an extent-1 dimension is never stepped along (stride 0). Every
-  other stride is a run-time value, read from the strides array the call passes.
+- any other array keeps as constants only what shapes its code: which dimensions have
+  unit stride (the contiguous one is what vectorized loads and packing copies want) and
+  that an extent-1 dimension is never stepped along (stride 0). Every other stride is a
+  run-time value, read from the strides array the call passes.
 
 So a Fortran-ordered array and a transposed view share a compile (their first dimension
 is the unit-stride one), as do row-padded slices with any row stride (`big[:M, :K]` for
