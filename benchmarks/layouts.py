@@ -10,7 +10,9 @@ printed in microseconds.
 - per kernel, both on C-contiguous inputs and on row-padded views (`big[:M, :K]`, a row
   stride wider than the row).
 
-`python benchmarks/layouts.py [ROUNDS] [--small]`
+`python benchmarks/layouts.py [ROUNDS] [--small] [--cpu] [--only NAME,...]` (NAME: a
+kernel's entry: matmul, softmax, channels, tiny, conv2d). `--cpu`: one thread, and the CPU
+time of the calling thread instead of the wall clock, which a busy machine disturbs less.
 """
 
 from __future__ import annotations
@@ -96,9 +98,16 @@ def variants(entry, args):
             ("padded rows, run-time", RUN_TIME, rows)]
 
 
-def main(rounds: int = 15, small: bool = False) -> None:
-    print(f"{'kernel':30} {'variant':24} {'median us':>10} {'iqr/median':>11} compiles")
+def main(rounds: int = 15, small: bool = False, only: tuple[str, ...] = (),
+         cpu: bool = False) -> None:
+    clock = time.thread_time if cpu else time.perf_counter
+    if cpu:  # every parallel loop on the calling thread, whose CPU time the clock reads
+        os.environ["TCLANG_NUM_THREADS"] = "1"
+    print(f"{'kernel':30} {'variant':24} {'median us':>10} {'iqr/median':>11} {'min us':>10} "
+          "compiles")
     for title, source, entry, args in cases(small):
+        if only and entry not in only:
+            continue
         runs = []
         expected = None
         for name, which, arrays in variants(entry, args):
@@ -115,17 +124,23 @@ def main(rounds: int = 15, small: bool = False) -> None:
         reps = max(1, int(2e-3 / (time.perf_counter() - start)))  # samples of >= 2 ms
         for r in range(rounds):  # each round starts one variant later: no favoured slot
             for name, kernel, arrays, samples, _ in runs[r % 4:] + runs[:r % 4]:
-                start = time.perf_counter()
+                start = clock()
                 for _ in range(reps):
                     kernel(*arrays)
-                samples.append((time.perf_counter() - start) / reps)
+                samples.append((clock() - start) / reps)
         for name, _, _, samples, static in runs:
             q1, median, q3 = np.percentile(samples, [25, 50, 75])
             print(f"{title:30} {name:24} {median * 1e6:10.1f} {(q3 - q1) / median:11.3f} "
-                  f"{'static' if static else 'strides passed'}", flush=True)
+                  f"{min(samples) * 1e6:10.1f} {'static' if static else 'strides passed'}",
+                  flush=True)
 
 
 if __name__ == "__main__":
-    flags = [a for a in sys.argv[1:] if a.startswith("--")]
-    numbers = [int(a) for a in sys.argv[1:] if not a.startswith("--")]
-    main(*numbers[:1], small="--small" in flags)
+    argv = sys.argv[1:]
+    only = ()
+    if "--only" in argv:
+        at = argv.index("--only")
+        only = tuple(argv[at + 1].split(","))
+        del argv[at:at + 2]
+    numbers = [int(a) for a in argv if not a.startswith("--")]
+    main(*numbers[:1], small="--small" in argv, only=only, cpu="--cpu" in argv)
