@@ -165,6 +165,20 @@ def test_a_compiled_kernel_refuses_another_layout():
     np.testing.assert_allclose(contiguous(views["row slice"], b), a @ b, rtol=1e-5)
 
 
+def test_the_disk_cache_keys_layouts(tmp_path, monkeypatch):
+    monkeypatch.setenv("TCLANG_CACHE_DIR", str(tmp_path))
+    a, b = f32(10, 4), f32(4, 6)
+    views = layouts(a)
+    found = {}
+    for name in ("padded rows", "padded rows 2", "C", "row slice", "Fortran"):
+        compiler.forget_compiled()  # nothing in memory: the disk cache answers or not
+        kernel = tc.define(MATMUL).mm
+        found[name] = kernel.compile(views[name], b).cache
+        np.testing.assert_allclose(kernel(views[name], b), a @ b, rtol=1e-5, err_msg=name)
+    assert found == {"padded rows": "compiled", "padded rows 2": "disk", "C": "compiled",
+                     "row slice": "disk", "Fortran": "compiled"}
+
+
 def test_shape_generic_kernels_take_every_layout_in_one_compile(compile_keys):
     a, b = f32(7, 5), f32(5, 3)
     kernel = tc.define(MATMUL, options=tc.Options(specialize=False)).mm
