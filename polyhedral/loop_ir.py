@@ -138,10 +138,14 @@ class Buffer:
     dtype: DType
     shape: tuple[IExpr, ...]
     kind: str
-    #: strides in elements when they are constants of the code (a specialized kernel: an
-    #: input's are the caller's layout, which the compile cache key includes; the runtime
-    #: allocates the others row-major); None: the kernel reads them at run time
-    strides: tuple[int, ...] | None = field(default=None, compare=False)
+    #: strides in elements where they are constants of the code (a specialized kernel: an
+    #: input's come from its layout key, tclang/layouts.py, which the compile cache key
+    #: includes; the runtime allocates the others row-major); None for the whole buffer or
+    #: one dimension: the kernel reads it at run time
+    strides: tuple[int | None, ...] | None = field(default=None, compare=False)
+    #: a buffer with run-time strides: every element offset of its layout is below this in
+    #: magnitude (the layout key guarantees it); None: no bound known
+    offset_bound: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

@@ -65,10 +65,12 @@ def verify_enabled() -> bool:
 
 def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
                         options: Options, target: Target,
-                        layouts: tuple[tuple[int, ...], ...] | None = None,
+                        layouts: tuple | None = None,
                         collect: dict[str, str] | None = None) -> ScheduledKernel:
     """Schedule one definition for `target`, for concrete `sizes` or (None) for all sizes.
-    `layouts`: each input's strides in elements, when the code may assume them.
+    `layouts`: each input's layout key (tclang/layouts.py: the strides in elements the
+    code may hold as constants, None where read at run time, and a bound on the offsets
+    of a layout with run-time strides), when specialized.
     `collect` receives each stage's text (tclang explain); TCLANG_DUMP prints them."""
     stages = Stages(defn.name, failures=(isl.Error, ValueError, KeyError), collect=collect)
     run_passes = options.passes is not False
@@ -138,7 +140,7 @@ def dependences_text(deps) -> str:
 
 
 def with_choices(kernel: L.Kernel, options: Options, target: Target,
-                 layouts: tuple[tuple[int, ...], ...] | None) -> L.Kernel:
+                 layouts: tuple | None) -> L.Kernel:
     """The kernel with every decision the options make for code generation written on it,
     and its buffers' strides where they are constants: backends read only the kernel."""
     choices = L.CodeChoices(
@@ -151,14 +153,14 @@ def with_choices(kernel: L.Kernel, options: Options, target: Target,
     sizes = dict(kernel.size_values) if kernel.size_values else None
     buffers, inputs = [], 0
     for buffer in kernel.buffers:
-        strides = None
+        strides, bound = None, None
         if buffer.kind == "input":
             if layouts is not None and inputs < len(layouts):
-                strides = tuple(layouts[inputs])
+                strides, bound = layouts[inputs]
             inputs += 1
         elif sizes is not None:  # outputs and temporaries: the runtime allocates them
             strides = _row_major([L.evaluate(d, sizes) for d in buffer.shape])
-        buffers.append(replace(buffer, strides=strides))
+        buffers.append(replace(buffer, strides=strides, offset_bound=bound))
     return replace(kernel, buffers=tuple(buffers), choices=choices)
 
 

@@ -17,6 +17,7 @@ from tclang import program as P
 from tclang.dtypes import from_numpy
 from tclang.errors import TCArgumentError
 from tclang.host_tensors import host_view, is_host_tensor, refuse_grad
+from tclang.layouts import layout_key
 
 
 class DeviceArray:
@@ -85,8 +86,10 @@ class Binding:
     sizes: dict[str, int]
 
     def shape_key(self) -> tuple:
-        """Shapes, dtypes and strides (in elements): what a specialized kernel depends on."""
-        return tuple((a.shape, a.dtype.str, _element_strides(a)) for a in self.arrays)
+        """Shapes, dtypes and layout keys (tclang/layouts.py): what a specialized kernel
+        depends on."""
+        return tuple((a.shape, a.dtype.str, layout_key(a.shape, _element_strides(a)))
+                     for a in self.arrays)
 
 
 def _element_strides(a: np.ndarray) -> tuple[int, ...]:

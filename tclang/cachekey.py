@@ -1,9 +1,10 @@
 """The compile-cache key, built in one place from every input that changes the code.
 
 Canonical source (the definition's tokens, so comments and spacing do not matter), entry
-name, argument shapes/dtypes/strides (or ranks and dtypes when shape-generic), every
-option, the backend and its target description, the versions of tclang, islpy, LLVM and
-NumPy, and a digest of tclang's own source. Printed isl text is never part of a key: it is not canonical.
+name, argument shapes/dtypes/layout keys (tclang/layouts.py; or ranks and dtypes when
+shape-generic), every option, the backend and its target description, the versions of
+tclang, islpy, LLVM and NumPy, and a digest of tclang's own source. Printed isl text is
+never part of a key: it is not canonical.
 """
 
 from __future__ import annotations

@@ -114,11 +114,12 @@ def schedule_for_gpu(kernel, sizes: dict[str, int] | None):
     from polyhedral.pipeline import schedule_definition
     from tclang.compiler import KernelInfo, compile_target
     from tclang.export import contiguous_views
+    from tclang.layouts import layout_key
     from tclang.parser import recursion_room
     options = dataclasses.replace(kernel.module.options, specialize=sizes is not None)
     layouts = None
     if sizes is not None:
-        layouts = tuple(tuple(s // a.itemsize for s in a.strides)
+        layouts = tuple(layout_key(a.shape, [s // a.itemsize for s in a.strides])
                         for a in contiguous_views(kernel.definition, sizes))
     with recursion_room():
         scheduled = schedule_definition(kernel.definition, sizes, options,

@@ -3,7 +3,7 @@ first call per shape), `CompiledKernel` (one compilation: run it, read its code)
 
 A call binds and checks the arguments first (no kernel runs on bad arguments), looks the
 compiled kernel up in an in-memory map keyed by what the code depends on (shapes, dtypes
-and strides when specialized; ranks and dtypes when shape-generic), compiles on a miss
+and layouts when specialized; ranks and dtypes when shape-generic), compiles on a miss
 (once, even when several threads call at the same time), allocates the outputs (zeroed
 only where the kernel does not write every point) and runs. Each of these maps keeps the
 TCLANG_MAX_VARIANTS most recently used entries (tclang/recent.py): a variant no map and
@@ -294,8 +294,9 @@ class CompiledKernel:
             if binding.shape_key() != self._shape_key:
                 raise TCArgumentError(
                     f"this CompiledKernel of {self.definition.name} was compiled for the "
-                    f"sizes {self.sizes} and these exact shapes and strides; call the kernel "
-                    "(it compiles for new shapes) or compile again")
+                    f"sizes {self.sizes} and its arguments' dtypes and layouts "
+                    "(tclang/layouts.py); call the kernel (it compiles for new shapes and "
+                    "layouts) or compile again")
             return
         key = tuple(sorted(binding.sizes.items()))
         if key in self._checked_sizes:

@@ -615,7 +615,8 @@ def _fits_32_bits(kernel: L.Kernel) -> bool:
     """Whether every size, and every element offset of every buffer, is below
     NARROW_LIMIT in a specialized kernel, so that no index expression (a few such terms
     summed) overflows an int. An input's offsets are bounded in both layouts it may have
-    on the device: the caller's (in the cache key) and row-major (a staged NumPy array)."""
+    on the device: the caller's (its layout key: constant strides, or run-time ones with a
+    bound on the offsets) and row-major (a staged NumPy array)."""
     if not kernel.size_values:
         return False
     sizes = dict(kernel.size_values)
@@ -627,7 +628,12 @@ def _fits_32_bits(kernel: L.Kernel) -> bool:
         if b.strides is None:
             return False
         shape = [L.evaluate(d, sizes) for d in b.shape]
-        span = sum(max(e - 1, 0) * abs(st) for e, st in zip(shape, b.strides))
+        if None in b.strides:  # run-time strides: the layout key bounds the offsets
+            if b.offset_bound is None or b.offset_bound > NARROW_LIMIT:
+                return False
+            span = 0
+        else:
+            span = sum(max(e - 1, 0) * abs(st) for e, st in zip(shape, b.strides))
         count = 1
         for e in shape:
             count *= max(e, 0)

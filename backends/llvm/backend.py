@@ -77,6 +77,8 @@ def _artifact(blobs: dict[str, bytes], buffer_names: list[str], statements: list
     parallel_for = threads.parallel_for_address()
     c_int64 = ctypes.c_int64
     unused = ctypes.addressof(_UNUSED)
+    last = [None]  # the last call's sizes and strides, with the arrays passing them
+
     def entry(templates=None):
         return builtin_call(runtime["tclang_call"], loaded.address("tclang_main"),
                             parallel_for, unused, len(buffer_names), templates, loaded)
@@ -94,12 +96,16 @@ def _artifact(blobs: dict[str, bytes], buffer_names: list[str], statements: list
     def run(arrays, sizes):
         if static:
             sizes_ptr = strides_ptr = unused
-        else:
-            sizes_array = (c_int64 * max(1, len(sizes)))(*sizes)
-            strides = [s // a.itemsize for a in arrays for s in a.strides]
-            strides_array = (c_int64 * max(1, len(strides)))(*strides)
-            sizes_ptr = ctypes.addressof(sizes_array)
-            strides_ptr = ctypes.addressof(strides_array)
+        else:  # a repeat of the last call's sizes and strides reuses its arrays (~1.5 us)
+            key = (tuple(sizes), tuple(a.strides for a in arrays))
+            passed = last[0]
+            if passed is None or passed[0] != key:
+                strides = [s // a.itemsize for a in arrays for s in a.strides]
+                passed = (key, (c_int64 * max(1, len(sizes)))(*sizes),
+                          (c_int64 * max(1, len(strides)))(*strides))
+                last[0] = passed  # one assignment: another thread sees old or new, whole
+            sizes_ptr = ctypes.addressof(passed[1])
+            strides_ptr = ctypes.addressof(passed[2])
         err = (c_int64 * ERR_FIELDS)()
         args = [data_pointer(a) for a in arrays] + [sizes_ptr, strides_ptr,
                                                     ctypes.addressof(err), parallel_for]

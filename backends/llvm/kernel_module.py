@@ -47,7 +47,8 @@ class KernelModule:
         self.specialized = dict(kernel.size_values) if kernel.size_values else None
         self.strides = [b.strides for b in kernel.buffers]
         # every size and stride is a constant in the code: calls need not pass them
-        self.static = self.specialized is not None and all(s is not None for s in self.strides)
+        self.static = self.specialized is not None and all(
+            s is not None and None not in s for s in self.strides)
         self.regions = 0
         self.loop_metadata: dict[tuple, ir.MDValue] = {}
         self.pfor_type = ir.FunctionType(ir.VoidType(), [
@@ -172,14 +173,14 @@ class FunctionBuilder:
         return values
 
     def _load_strides(self, name: str) -> list[ir.Value]:
+        """Each stride the code holds as a constant, else loaded from the call's array."""
         km = self.km
-        known = km.strides[[b.name for b in km.kernel.buffers].index(name)]
-        if known is not None:
-            return [ir.Constant(T.I64, s) for s in known]
+        rank = len(km.kernel.buffer(name).shape)
+        known = km.strides[[b.name for b in km.kernel.buffers].index(name)] or (None,) * rank
         position = km.stride_positions[name]
-        return [self.builder.load(self.builder.gep(
-            self.strides_ptr, [ir.Constant(T.I64, position + d)]))
-            for d in range(len(km.kernel.buffer(name).shape))]
+        return [ir.Constant(T.I64, s) if s is not None else self.builder.load(
+            self.builder.gep(self.strides_ptr, [ir.Constant(T.I64, position + d)]))
+            for d, s in enumerate(known)]
 
     def finish(self) -> None:
         if not self.builder.block.is_terminated:

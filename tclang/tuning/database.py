@@ -3,7 +3,7 @@ history of every trial, in SQLite.
 
 Where: `TCLANG_TUNING_DB`, else `tuning.sqlite` in the compile cache's directory; or the
 path a caller gives. Keyed like the compile cache minus the options: the definition's
-canonical source, the entry, the shapes, dtypes and strides of the inputs, the backend.
+canonical source, the entry, the shapes, dtypes and layout keys of the inputs, the backend.
 Each row also records the machine (the backend's Target, which names the CPU, its features
 and its core count, or the GPU) and the tclang version: a row from another machine or
 version is ignored with a warning, since options tuned there prove nothing here.

@@ -19,6 +19,7 @@ from polyhedral import loop_ir as L
 from polyhedral.pipeline import schedule_definition
 from tclang.compiler import compile_target, get_backend
 from tclang.frontend import check_source
+from tclang.layouts import Layout
 
 SOURCE = "def scale(float(N, M) A) -> (B) {\n  B(i, j) = A(i, j) * 2\n}"
 BACKENDS = ["cpu", "reference"] + (["cuda-emulated"] if available() else [])
@@ -42,7 +43,7 @@ def test_every_access_is_checked(backend):
     chosen = get_backend(backend)
     target = compile_target(backend, options)
     defn = check_source(SOURCE).definitions[0]
-    kernel = schedule_definition(defn, dict(N=3, M=4), options, target, ((4, 1),)).kernel
+    kernel = schedule_definition(defn, dict(N=3, M=4), options, target, (Layout((4, 1)),)).kernel
     assert kernel.choices.check_bounds
     broken = dataclasses.replace(kernel, body=overrun(kernel.body))
     artifact = chosen.build(broken, target)

@@ -20,6 +20,7 @@ from backends.cuda.codegen import PRELUDE, generate
 from polyhedral.pipeline import _row_major, schedule_definition, with_choices
 from tclang.errors import TCWarning
 from tclang.frontend import check_source
+from tclang.layouts import Layout
 from tclang.options import Options
 from tclang.program import evaluate_shape
 from tclang.target import Target
@@ -40,7 +41,7 @@ def _source(case, options: Options) -> str:
     kernel = schedule_definition(defn, sizes, options, GPU).kernel
     layouts = None  # as the runtime passes them: row-major inputs
     if sizes is not None:
-        layouts = tuple(tuple(_row_major(list(evaluate_shape(t.shape, sizes))))
+        layouts = tuple(Layout(_row_major(list(evaluate_shape(t.shape, sizes))))
                         for t in defn.inputs)
     return generate(with_choices(kernel, options, GPU, layouts)).text
 
