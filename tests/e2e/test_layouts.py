@@ -59,7 +59,7 @@ def compile_keys(monkeypatch):
         keys.append(key)
         return real(defn, sizes, options, backend, target, key, layouts)
 
-    monkeypatch.setattr("tclang.runtime.compile_definition", spy)
+    monkeypatch.setattr(compiler, "compile_definition", spy)  # runtime imports it per compile
     return keys
 
 
