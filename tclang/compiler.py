@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import threading
 import time
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,7 +30,7 @@ from tclang.errors import Span
 from tclang.options import Options
 from tclang.parser import recursion_room
 from tclang.program import Definition
-from tclang.recent import Recent, max_variants
+from tclang.recent import HeldWhileUsed, max_variants
 from tclang.stages import Stages
 from tclang.target import Target, bounds_checking
 
@@ -117,13 +115,10 @@ class Compiled:
         return source.kernel
 
 
-# key -> Compiled, while anything uses it: two modules defining the same source share one
-# compilation, and a compilation nobody holds is freed (its machine code with it). The
-# most recently stored ones are also held here, so that defining a module again and again
-# (in a function, say) still finds its kernels in memory.
-_memory: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-_recent = Recent(max_variants())
-_memory_lock = threading.Lock()
+# key -> Compiled: two modules defining the same source share one compilation; one nobody
+# uses is freed (its machine code with it) once max_variants() newer ones were stored, so
+# that defining a module again and again (in a function, say) still finds its kernels
+_memory = HeldWhileUsed(max_variants())
 
 
 def compile_definition(defn: Definition, sizes: dict[str, int] | None, options: Options,
@@ -131,8 +126,7 @@ def compile_definition(defn: Definition, sizes: dict[str, int] | None, options: 
     """Compile one definition for `sizes` (None: shape-generic) and `target` (from
     `compile_target`), through both caches. `layouts`: each input's strides in elements
     when specialized (the key includes them), else None."""
-    with _memory_lock:
-        hit = _memory.get(key)
+    hit = _memory.get(key)
     if hit is not None:
         return Compiled(hit.info, hit.artifact, None, {}, "memory", shares=hit)
     backend = get_backend(backend_name)
@@ -172,15 +166,11 @@ def forget_compiled() -> None:
     """Drop every compilation this process holds in memory (their users keep theirs): the
     next compile of anything goes to the disk cache or compiles (a tuning trial measuring
     a cold compile)."""
-    with _memory_lock:
-        _memory.clear()
-    _recent.clear()
+    _memory.clear()
 
 
 def _remember(key: tuple, compiled: Compiled) -> None:
-    with _memory_lock:
-        _memory[key] = compiled
-    _recent.put(key, compiled)
+    _memory.put(key, compiled)
 
 
 def _restore(backend: Backend, blobs: dict[str, bytes], key: tuple):

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections import OrderedDict
 
 from tclang.errors import TCError
@@ -81,3 +82,37 @@ class Recent:
 
     def __contains__(self, key) -> bool:
         return key in self.entries
+
+
+class HeldWhileUsed:
+    """A map whose values stay while anything uses them and, whatever uses them, the
+    `limit` most recently stored: weak references for the first rule, a `Recent` of strong
+    ones for the second, behind one map's interface (the compile driver's map from key to
+    compilation: two modules of one source share it, a compilation nobody uses is freed
+    once `limit` newer ones came, and defining a module again and again finds it)."""
+
+    def __init__(self, limit: int):
+        self._used: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+        self._recent = Recent(limit)
+        self._lock = threading.Lock()
+
+    def get(self, key):
+        with self._lock:
+            return self._used.get(key)
+
+    def put(self, key, value) -> None:
+        with self._lock:
+            self._used[key] = value
+        self._recent.put(key, value)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._used.clear()
+        self._recent.clear()
+
+    def __iter__(self):
+        with self._lock:
+            return iter(list(self._used.keys()))
+
+    def __len__(self) -> int:
+        return len(self._used)

@@ -19,7 +19,6 @@ loop IR load on the first call that needs them.
 
 from __future__ import annotations
 
-import difflib
 import threading
 from typing import TYPE_CHECKING, Sequence
 
@@ -747,6 +746,7 @@ class Module:
         try:
             return self._kernels[name]
         except KeyError:
+            import difflib
             close = difflib.get_close_matches(name, list(self._kernels), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise TCError(f"no definition named {name!r}: this source defines "

@@ -21,7 +21,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-import signal
 import threading
 
 from backends.llvm.loading import LoadedCode
@@ -42,6 +41,8 @@ def runtime_object() -> bytes:
     """The runtime module's object code for this host: the pool, and the native entry of
     kernel calls (call_trampoline.py). LLVM makes it; every kernel's artifact carries a
     copy, so a disk-cache hit loads it without LLVM."""
+    import signal
+
     from backends.access_errors import ERR_FIELDS
     from backends.llvm import jit
     from backends.llvm.call_trampoline import trampoline_ir

@@ -69,15 +69,14 @@ def records(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("TCLANG_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("TCLANG_CACHE_KEY_FILE", str(tmp_path / "key" / "cache.key"))
     monkeypatch.delenv("TCLANG_CALL_RECORDS", raising=False)
-    monkeypatch.setattr(compiler, "_memory", {})
+    compiler.forget_compiled()
     monkeypatch.setattr(diskcache, "_warned", set(), raising=False)
     return tmp_path / "cache"
 
 
 def fresh(source: str, **kwargs):
     """tc.define as a new process sees it: nothing of this source in memory."""
-    compiler._memory.clear()
-    compiler._recent.clear()
+    compiler.forget_compiled()
     return tc.define(source, **kwargs)
 
 

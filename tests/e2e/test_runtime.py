@@ -178,7 +178,7 @@ def test_corrupted_cache_entries_are_rebuilt(tmp_path, monkeypatch):
               "flipped": good[:-10] + bytes(b ^ 0xFF for b in good[-10:]), "empty": b""}
     for name, data in damage.items():
         entry.write_bytes(data)
-        compiler._memory.clear()
+        compiler.forget_compiled()
         with pytest.warns(tc.TCWarning, match="discarding"):
             result = tc.define(MATMUL).mm(a, b)
         np.testing.assert_allclose(result, a @ b, rtol=1e-5, err_msg=name)
@@ -198,7 +198,7 @@ def test_a_foreign_entry_is_never_loaded(tmp_path, monkeypatch):
     sub.f(x)
     minus = next(p for p in _entries(tmp_path) if p != plus)
     minus.write_bytes(plus.read_bytes())
-    compiler._memory.clear()
+    compiler.forget_compiled()
     with pytest.warns(tc.TCWarning, match="not authenticated"):
         result = tc.define("def f(float(N) A) -> (B) { B(i) = A(i) - 1 }").f(x)
     np.testing.assert_array_equal(result, x - 1)
@@ -215,7 +215,7 @@ def test_unwritable_cache_only_warns(tmp_path, monkeypatch):
     blocked = tmp_path / "blocked"
     blocked.write_text("a file where the directory should be")
     monkeypatch.setenv("TCLANG_CACHE_DIR", str(blocked / "cache"))
-    compiler._memory.clear()
+    compiler.forget_compiled()
     with pytest.warns(tc.TCWarning):
         result = tc.define(MATMUL).mm(f32(2, 3), f32(3, 2))
     assert result.shape == (2, 2)
@@ -253,7 +253,7 @@ def test_two_threads_compile_once(monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(compiler, "_compile", slow_compile)
-    monkeypatch.setattr(compiler, "_memory", {})
+    compiler.forget_compiled()
     mod = tc.define(MATMUL.replace("mm", "mm_threads"))
     a, b = f32(8, 9), f32(9, 7)
     results, errors = [], []

@@ -40,14 +40,14 @@ def cache(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("TCLANG_CACHE_KEY_FILE", str(tmp_path / "config" / "cache.key"))
     monkeypatch.delenv("TCLANG_CACHE_MAX_BYTES", raising=False)
     monkeypatch.setenv("TCLANG_CALL_RECORDS", "0")  # the kernel entries alone (see below)
-    monkeypatch.setattr(compiler, "_memory", {})
+    compiler.forget_compiled()
     monkeypatch.setattr(diskcache, "_warned", set(), raising=False)
     return directory
 
 
 def run_add(step: int = 1) -> np.ndarray:
     """A fresh process's view: nothing in memory, so the disk cache is asked."""
-    compiler._memory.clear()
+    compiler.forget_compiled()
     result = tc.define(ADD.format(step)).f(X)
     np.testing.assert_array_equal(result, X + step)
     return result
@@ -129,7 +129,7 @@ blobs["object"] = {
     "other-machine": code[:18] + b"\x28\x00" + code[20:],  # ARM
 }[sys.argv[1]]
 diskcache.store(key_digest(key), key, blobs)  # signed with this user's key
-compiler._memory.clear()
+compiler.forget_compiled()
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     assert (tc.define(SOURCE).f(x) == x + 1).all()
@@ -235,7 +235,7 @@ def test_a_key_file_others_can_read_is_refused(cache, tmp_path):
     run_add()
     key_file = tmp_path / "config" / "cache.key"
     key_file.chmod(0o644)
-    compiler._memory.clear()
+    compiler.forget_compiled()
     with pytest.warns(tc.TCWarning, match="key file .* not private.*TCLANG_CACHE_KEY_FILE"):
         run_add()
 
