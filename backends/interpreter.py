@@ -23,7 +23,7 @@ from tclang.errors import TCIndexError
 
 _CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 _INDEX_BIN = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "div_nonneg": "//",
-              "rem": "%", "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+              "rem": "%", "floormod": "%", "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 
 
 def compile_kernel(kernel: L.Kernel, check_bounds: bool = False) -> Callable:

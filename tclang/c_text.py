@@ -10,6 +10,7 @@ A name `p__M__N` (the scop's product of sizes) is the product of the sizes it na
 from __future__ import annotations
 
 from polyhedral import loop_ir as L
+from polyhedral.subscripts import size_index
 from tclang import sizes as Z
 from tclang.dtypes import DType
 
@@ -29,7 +30,7 @@ static inline int64_t tcx_max(int64_t a, int64_t b) { return a > b ? a : b; }
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
           "eq": "==", "ne": "!=", "and": "&&", "or": "||", "div_nonneg": "/"}
-_CALLS = {"floordiv": "tcx_floordiv", "rem": "tcx_floormod", "min": "tcx_min", "max": "tcx_max"}
+_CALLS = {"floordiv": "tcx_floordiv", "floormod": "tcx_floormod", "rem": "tcx_floormod", "min": "tcx_min", "max": "tcx_max"}
 
 #: the C type an exported function takes for each element type (float16: its IEEE bits)
 C_TYPES = {
@@ -69,7 +70,7 @@ def index_c(e: L.IExpr) -> str:
 
 def size_c(e: Z.SizeExpr) -> str:
     """A size expression of the definition (an extent, an obligation) as C."""
-    return index_c(L.size_index(e, None))
+    return index_c(size_index(e, None))
 
 
 def c_string(text: str) -> str:

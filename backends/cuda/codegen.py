@@ -441,15 +441,16 @@ class _Generator:
                 if n in self.kernel.sizes:
                     return f"{self.specialized[n]}{self.suffix}" if self.specialized \
                         else f"z_{n}"
-                return n
+                index = L.index_name(n)  # a statement's index, declared by run_statement
+                return n if index is None else f"i_{index}"
             case L.Op(op="neg", args=(a,)):
                 return f"(-{self.index(a)})"
             case L.Op(op="not", args=(a,)):
                 return f"(!{self.index(a)})"
             case L.Op(op="select", args=(c, a, b)):
                 return f"({self.index(c)} ? {self.index(a)} : {self.index(b)})"
-            case L.Op(op="floordiv", args=(a, b)):
-                return f"tc_floordiv({self.index(a)}, {self.index(b)})"
+            case L.Op(op="floordiv" | "floormod" as op, args=(a, b)):
+                return f"tc_{op}({self.index(a)}, {self.index(b)})"
             case L.Op(op="min" | "max" as op, args=(a, b)):
                 return f"tc_{op}({self.index(a)}, {self.index(b)})"
             case L.Op(op=op, args=(a, b)):
@@ -558,7 +559,7 @@ class _Values:
         raise TypeError(f"cannot emit {e!r}")
 
     def read(self, tensor: str, subs, affine, ref: int) -> str:
-        texts = [self.affine(a) if a is not None else f"(long long)({self.emit(sub)})"
+        texts = [self.gen.index(a) if a is not None else f"(long long)({self.emit(sub)})"
                  for sub, a in zip(subs, affine)]
         checks = [self.check(tensor, dim, texts) for dim, a in enumerate(affine)
                   if a is None or self.gen.check_bounds]
@@ -570,18 +571,6 @@ class _Values:
         # when a subscript is out of bounds: the error is recorded, the value is unused
         zero = "false" if dtype is DType.BOOL else "0"
         return f"(({' && '.join(checks)}) ? {value} : {zero})"
-
-    def affine(self, a) -> str:
-        """A quasi-affine subscript in the kernel's index arithmetic."""
-        parts = [self.gen.index(L.size_index(a.offset, self.gen.specialized))]
-        for atom, coef in a.terms:
-            if isinstance(atom, str):
-                term = f"i_{atom}"
-            else:
-                fn = "tc_floordiv" if atom.kind == "div" else "tc_floormod"
-                term = f"{fn}({self.affine(atom.inner)}, {atom.divisor}{self.gen.suffix})"
-            parts.append(term if coef == 1 else f"{coef}{self.gen.suffix} * {term}")
-        return "(" + " + ".join(parts) + ")"
 
     def check(self, tensor: str, dim: int, subscripts: list[str]) -> str:
         """An expression: whether subscript `dim` is inside `tensor` (else it records)."""

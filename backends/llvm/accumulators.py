@@ -158,15 +158,33 @@ def _contiguous_along(run: L.Run, kernel: L.Kernel, var: str) -> bool:
         form = _affine(value)
         if form is None:
             return False
-        steps[name] = dict(form[0]).get(var, 0)
+        steps[L.index_var(name).name] = dict(form[0]).get(var, 0)
     for read in reads_of(statement.value):
         for k, subscript in enumerate(read.affine):
-            if subscript is None:
-                return False
-            step = sum(subscript.coefficient(i) * steps.get(i, 0) for i in subscript.indices())
-            if step != 0 and (k != len(read.affine) - 1 or step != 1):
+            step = None if subscript is None else _step(subscript, steps)
+            if step is None or step != 0 and (k != len(read.affine) - 1 or step != 1):
                 return False
     return True
+
+
+def _step(e: L.IExpr, steps: dict[str, int]) -> int | None:
+    """How far `e` moves when each variable moves by its step; None when that is not one
+    number (a floor division or modulo of something that moves)."""
+    match e:
+        case L.Int():
+            return 0
+        case L.Var(name=n):
+            return steps.get(n, 0)
+        case L.Op(op="add" | "sub" as op, args=(a, b)):
+            x, y = _step(a, steps), _step(b, steps)
+            return None if x is None or y is None else x + y if op == "add" else x - y
+        case L.Op(op="neg", args=(a,)):
+            x = _step(a, steps)
+            return None if x is None else -x
+        case L.Op(op="mul", args=(L.Int(value=k), a)) | L.Op(op="mul", args=(a, L.Int(value=k))):
+            x = _step(a, steps)
+            return None if x is None else k * x
+    return 0 if all(not steps.get(v, 0) for v in L.variables(e)) else None
 
 
 def _collect(node: L.Node, runs: list, inner_vars: set) -> bool:
