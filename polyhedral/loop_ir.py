@@ -13,6 +13,7 @@ object. polyhedral/loop_format.py prints the IR as readable pseudo-C.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Callable, Mapping
 
 from tclang.dtypes import DType
 from tclang.program import Expr
@@ -91,6 +92,33 @@ def variables(e: IExpr) -> set[str]:
     if isinstance(e, Op):
         return set().union(*(variables(a) for a in e.args))
     return set()
+
+
+#: C's spelling of each operator that C has: a template over the operands' texts ({0}, {1},
+#: {2}); a target adds its own helpers for the rest (floordiv, floormod, min, max)
+C_OPERATORS = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})",
+               "div_nonneg": "({0} / {1})", "rem": "({0} % {1})", "lt": "({0} < {1})",
+               "le": "({0} <= {1})", "gt": "({0} > {1})", "ge": "({0} >= {1})",
+               "eq": "({0} == {1})", "ne": "({0} != {1})", "and": "({0} && {1})",
+               "or": "({0} || {1})", "neg": "(-{0})", "not": "(!{0})",
+               "select": "({0} ? {1} : {2})"}
+
+
+def render_index(e: IExpr, variable: Callable[[str], str], integer: Callable[[int], str],
+                 operators: Mapping[str, str]) -> str:
+    """`e` as generated code's text: each variable and number as `variable` and `integer`
+    spell them, each operation by its template in `operators` (fully parenthesized). The
+    CUDA kernels, the exported C wrapper and the NumPy interpreter print index
+    expressions with this, each with its own spelling."""
+    match e:
+        case Int(value=v):
+            return integer(v)
+        case Var(name=n):
+            return variable(n)
+    template = operators.get(e.op)
+    if template is None:
+        raise ValueError(f"no spelling for index operator {e.op!r}")
+    return template.format(*(render_index(a, variable, integer, operators) for a in e.args))
 
 
 def iexpr_to_json(e: IExpr):

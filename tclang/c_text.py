@@ -28,9 +28,10 @@ static inline int64_t tcx_min(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t tcx_max(int64_t a, int64_t b) { return a > b ? a : b; }
 """
 
-_INFIX = {"add": "+", "sub": "-", "mul": "*", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
-          "eq": "==", "ne": "!=", "and": "&&", "or": "||", "div_nonneg": "/"}
-_CALLS = {"floordiv": "tcx_floordiv", "floormod": "tcx_floormod", "rem": "tcx_floormod", "min": "tcx_min", "max": "tcx_max"}
+#: index operators: C's, and PRELUDE's helpers for the rest (and for a remainder)
+_OPERATORS = {**L.C_OPERATORS, "floordiv": "tcx_floordiv({0}, {1})",
+              "floormod": "tcx_floormod({0}, {1})", "rem": "tcx_floormod({0}, {1})",
+              "min": "tcx_min({0}, {1})", "max": "tcx_max({0}, {1})"}
 
 #: the C type an exported function takes for each element type (float16: its IEEE bits)
 C_TYPES = {
@@ -48,24 +49,17 @@ def size_variable(name: str) -> str:
 
 def index_c(e: L.IExpr) -> str:
     """`e` as a C expression over the wrappers' size variables."""
-    if isinstance(e, L.Int):
-        return f"INT64_C({e.value})" if e.value >= 0 else f"(-INT64_C({-e.value}))"
-    if isinstance(e, L.Var):
-        if e.name.startswith("p__"):
-            return "(" + " * ".join(size_variable(n) for n in e.name[3:].split("__")) + ")"
-        return size_variable(e.name)
-    args = [index_c(a) for a in e.args]
-    if e.op in _INFIX:
-        return f"({args[0]} {_INFIX[e.op]} {args[1]})"
-    if e.op in _CALLS:
-        return f"{_CALLS[e.op]}({args[0]}, {args[1]})"
-    if e.op == "neg":
-        return f"(-{args[0]})"
-    if e.op == "not":
-        return f"(!{args[0]})"
-    if e.op == "select":
-        return f"({args[0]} ? {args[1]} : {args[2]})"
-    raise ValueError(f"no C form for index operator {e.op!r}")
+    return L.render_index(e, _variable, _integer, _OPERATORS)
+
+
+def _variable(name: str) -> str:
+    if name.startswith("p__"):
+        return "(" + " * ".join(size_variable(n) for n in name[3:].split("__")) + ")"
+    return size_variable(name)
+
+
+def _integer(value: int) -> str:
+    return f"INT64_C({value})" if value >= 0 else f"(-INT64_C({-value}))"
 
 
 def size_c(e: Z.SizeExpr) -> str:

@@ -77,6 +77,11 @@ NARROW_LIMIT = 1 << 30  # sizes and offsets below this: 32-bit indices, no overf
 JAM = 16  # at most this many points of a thread's loops share one reduction loop
 WIDE_STEP = 1 << 20  # a loop stepping this far counts in 64 bits (a grid-stride loop)
 
+#: index operators: C's, and the prelude's helpers for the rest
+_OPERATORS = {**L.C_OPERATORS, "floordiv": "tc_floordiv({0}, {1})",
+              "floormod": "tc_floormod({0}, {1})", "min": "tc_min({0}, {1})",
+              "max": "tc_max({0}, {1})"}
+
 _MATH_DOUBLE = {"abs": "fabs", "min": "fmin", "max": "fmax", "fdivide": None,
                 "sigmoid": "tc_sigmoid"}
 
@@ -434,31 +439,18 @@ class _Generator:
         return self.index(self.buffers[tensor].shape[dim])
 
     def index(self, e: L.IExpr) -> str:
-        match e:
-            case L.Int(value=v):
-                return f"{v}{self.suffix}"
-            case L.Var(name=n):
-                if n in self.kernel.sizes:
-                    return f"{self.specialized[n]}{self.suffix}" if self.specialized \
-                        else f"z_{n}"
-                index = L.index_name(n)  # a statement's index, declared by run_statement
-                return n if index is None else f"i_{index}"
-            case L.Op(op="neg", args=(a,)):
-                return f"(-{self.index(a)})"
-            case L.Op(op="not", args=(a,)):
-                return f"(!{self.index(a)})"
-            case L.Op(op="select", args=(c, a, b)):
-                return f"({self.index(c)} ? {self.index(a)} : {self.index(b)})"
-            case L.Op(op="floordiv" | "floormod" as op, args=(a, b)):
-                return f"tc_{op}({self.index(a)}, {self.index(b)})"
-            case L.Op(op="min" | "max" as op, args=(a, b)):
-                return f"tc_{op}({self.index(a)}, {self.index(b)})"
-            case L.Op(op=op, args=(a, b)):
-                sym = {"add": "+", "sub": "-", "mul": "*", "div_nonneg": "/", "rem": "%",
-                       "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=",
-                       "and": "&&", "or": "||"}[op]
-                return f"({self.index(a)} {sym} {self.index(b)})"
-        raise TypeError(f"unknown index expression {e!r}")
+        """An index expression in the kernel's index arithmetic."""
+        return L.render_index(e, self.variable, self.integer, _OPERATORS)
+
+    def variable(self, name: str) -> str:
+        if name in self.kernel.sizes:
+            return f"{self.specialized[name]}{self.suffix}" if self.specialized \
+                else f"z_{name}"
+        index = L.index_name(name)  # a statement's index, declared by run_statement
+        return name if index is None else f"i_{index}"
+
+    def integer(self, value: int) -> str:
+        return f"{value}{self.suffix}"
 
 
 class _Jam:
