@@ -86,8 +86,8 @@ def kernel_to_json(kernel: L.Kernel) -> bytes:
 
 def kernel_from_json(blob: bytes) -> L.Kernel:
     data = json.loads(blob.decode())
-    if not isinstance(data, dict) or data.get("format") != FORMAT or set(data) != {"format",
-                                                                                "kernel"}:
+    if not isinstance(data, dict) or set(data) != {"format", "kernel"} or \
+            data["format"] != FORMAT:
         raise ValueError(f"a stored loop IR not in format {FORMAT}")
     kernel = from_data(data["kernel"])
     if not isinstance(kernel, L.Kernel):
