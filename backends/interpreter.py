@@ -23,7 +23,13 @@ from tclang.errors import TCIndexError
 
 _CMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 _INDEX_BIN = {"add": "+", "sub": "-", "mul": "*", "floordiv": "//", "div_nonneg": "//",
-              "rem": "%", "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+              "rem": "%", "floormod": "%", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
+              "eq": "==", "ne": "!="}
+#: index operators in Python
+_INDEX_OPERATORS = {**{op: f"({{0}} {sym} {{1}})" for op, sym in _INDEX_BIN.items()},
+                    "and": "({0} and {1})", "or": "({0} or {1})", "min": "min({0}, {1})",
+                    "max": "max({0}, {1})", "neg": "(-{0})", "not": "(not {0})",
+                    "select": "({1} if {0} else {2})"}
 
 
 def compile_kernel(kernel: L.Kernel, check_bounds: bool = False) -> Callable:
@@ -332,21 +338,7 @@ class _Emitter:
         return f"_i2i({x}, np.{dst.value})"
 
     def index(self, e: L.IExpr) -> str:
-        match e:
-            case L.Var(name=n):
-                return f"z_{n}" if n in self.kernel.sizes else n
-            case L.Int(value=val):
-                return str(val)
-            case L.Op(op="neg", args=(a,)):
-                return f"(-{self.index(a)})"
-            case L.Op(op="not", args=(a,)):
-                return f"(not {self.index(a)})"
-            case L.Op(op="min" | "max" as op, args=(a, b)):
-                return f"{op}({self.index(a)}, {self.index(b)})"
-            case L.Op(op="select", args=(c, a, b)):
-                return f"({self.index(a)} if {self.index(c)} else {self.index(b)})"
-            case L.Op(op="and" | "or" as op, args=(a, b)):
-                return f"({self.index(a)} {op} {self.index(b)})"
-            case L.Op(op=op, args=(a, b)):
-                return f"({self.index(a)} {_INDEX_BIN[op]} {self.index(b)})"
-        raise TypeError(f"unknown index expression {e!r}")
+        return L.render_index(e, self.variable, str, _INDEX_OPERATORS)
+
+    def variable(self, name: str) -> str:
+        return f"z_{name}" if name in self.kernel.sizes else name

@@ -15,6 +15,7 @@ from polyhedral import loop_ir as L
 from polyhedral.bounds_runtime import BoundsCondition
 from polyhedral.lowering import ast_expr
 from polyhedral.scop import Scop, tensor_box
+from polyhedral.subscripts import size_index
 from tclang.errors import TCArgumentError
 
 
@@ -52,7 +53,7 @@ def check_bounds(scop: Scop) -> None:
 def bounds_conditions(scop: Scop) -> tuple[BoundsCondition, ...]:
     """For shape-generic scops: each read's out-of-bounds sizes, to test per call."""
     found = []
-    derived = {name: L.size_index(e, None) for name, e in scop.derived.items()}
+    derived = {name: size_index(e, None) for name, e in scop.derived.items()}
     for st, read, bad in _violations(scop):
         message = (f"for these sizes, {read.tensor} would be read out of bounds in "
                    f"`{st.source.text}`")

@@ -22,6 +22,8 @@ def format_index(e: L.IExpr) -> str:
             return f"!{_wrap(a)}"
         case L.Op(op="floordiv", args=(a, b)):
             return f"floord({format_index(a)}, {format_index(b)})"
+        case L.Op(op="floormod", args=(a, b)):
+            return f"floormod({format_index(a)}, {format_index(b)})"
         case L.Op(op="min" | "max" as op, args=(a, b)):
             return f"{op}({format_index(a)}, {format_index(b)})"
         case L.Op(op="select", args=(c, a, b)):

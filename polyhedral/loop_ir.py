@@ -5,30 +5,39 @@ expressions (`Var`, `Int`, `Op`), loop nodes (`For`, `If`, `Block`), statement i
 (`Run`), GPU launches with their promoted buffers, copies and barriers, and the CPU's
 per-thread scratch buffers (`Scratch`: packed operands of a micro-kernel). A statement's body
 is the checked program's typed expression tree (`tclang.program`), evaluated at the
-statement's index values. `format_node` prints the IR as readable pseudo-C.
+statement's index values, with each read's subscript forms lowered to index expressions
+(`Read.affine`, see `StatementDef`): nothing here is an `Affine`, a `SizeExpr` or an isl
+object. polyhedral/loop_format.py prints the IR as readable pseudo-C.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Callable, Mapping
 
-from tclang import sizes as Z
 from tclang.dtypes import DType
 from tclang.program import Expr
 
 # ---- integer index expressions ---------------------------------------------------------
 
 #: operators of `Op`, with their arity. Division and remainder are only ever by a positive
-#: constant or a positive size: "floordiv" rounds down, "div_nonneg" and "rem" are C's `/`
-#: and `%` (isl emits them where the dividend is known non-negative, or for `% == 0` tests).
-OPS = {"add": 2, "sub": 2, "mul": 2, "neg": 1, "floordiv": 2, "div_nonneg": 2, "rem": 2,
-       "min": 2, "max": 2, "select": 3, "lt": 2, "le": 2, "gt": 2, "ge": 2, "eq": 2, "ne": 2,
-       "and": 2, "or": 2, "not": 1}
+#: constant or a positive size: "floordiv" rounds down and "floormod" is the remainder that
+#: goes with it (a subscript's `/` and `%`), "div_nonneg" and "rem" are C's `/` and `%`
+#: (isl emits them where the dividend is known non-negative, or for `% == 0` tests).
+OPS = {"add": 2, "sub": 2, "mul": 2, "neg": 1, "floordiv": 2, "floormod": 2, "div_nonneg": 2,
+       "rem": 2, "min": 2, "max": 2, "select": 3, "lt": 2, "le": 2, "gt": 2, "ge": 2, "eq": 2,
+       "ne": 2, "and": 2, "or": 2, "not": 1}
+
+#: what starts the name of a statement index variable; no loop variable, size or GPU id
+#: has it (they are C identifiers), so a backend can bind these per statement instance
+#: without shadowing anything bound by the loops around it
+INDEX_PREFIX = "$"
 
 
 @dataclass(frozen=True)
 class Var:
-    """A loop iterator, a size, or a GPU id (`b0`..`b2` blocks, `t0`..`t2` threads)."""
+    """A loop iterator, a size, a GPU id (`b0`..`b2` blocks, `t0`..`t2` threads), or in a
+    statement's subscripts one of its indices (`index_var`)."""
 
     name: str
 
@@ -45,6 +54,16 @@ class Op:
 
 
 IExpr = Var | Int | Op
+
+
+def index_var(name: str) -> Var:
+    """The variable that stands for statement index `name` in its subscripts."""
+    return Var(INDEX_PREFIX + name)
+
+
+def index_name(var: str) -> str | None:
+    """The statement index a variable name stands for, or None for any other variable."""
+    return var[len(INDEX_PREFIX):] if var.startswith(INDEX_PREFIX) else None
 
 
 def add(a: IExpr, b: IExpr) -> IExpr:
@@ -75,32 +94,31 @@ def variables(e: IExpr) -> set[str]:
     return set()
 
 
-def size_index(e: Z.SizeExpr, sizes: dict[str, int] | None) -> IExpr:
-    """A size expression as an index expression (a number when `sizes` are given)."""
-    if sizes is not None:
-        return Int(e.evaluate(sizes))
+#: C's spelling of each operator that C has: a template over the operands' texts ({0}, {1},
+#: {2}); a target adds its own helpers for the rest (floordiv, floormod, min, max)
+C_OPERATORS = {"add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})",
+               "div_nonneg": "({0} / {1})", "rem": "({0} % {1})", "lt": "({0} < {1})",
+               "le": "({0} <= {1})", "gt": "({0} > {1})", "ge": "({0} >= {1})",
+               "eq": "({0} == {1})", "ne": "({0} != {1})", "and": "({0} && {1})",
+               "or": "({0} || {1})", "neg": "(-{0})", "not": "(!{0})",
+               "select": "({0} ? {1} : {2})"}
+
+
+def render_index(e: IExpr, variable: Callable[[str], str], integer: Callable[[int], str],
+                 operators: Mapping[str, str]) -> str:
+    """`e` as generated code's text: each variable and number as `variable` and `integer`
+    spell them, each operation by its template in `operators` (fully parenthesized). The
+    CUDA kernels, the exported C wrapper and the NumPy interpreter print index
+    expressions with this, each with its own spelling."""
     match e:
-        case Z.Poly(terms=terms):
-            result: IExpr = Int(0)
-            for monomial, coef in terms:
-                term: IExpr = Int(coef)
-                for name in monomial:
-                    term = Var(name) if term == Int(1) else Op("mul", (term, Var(name)))
-                result = term if result == Int(0) else add(result, term)
-            return result
-        case Z.FloorDiv(numerator=n, divisor=d):
-            return Op("floordiv", (size_index(n, None), Int(d)))
-        case Z.MinMax(kind=k, args=args):
-            result = size_index(args[0], None)
-            for a in args[1:]:
-                result = Op(k, (result, size_index(a, None)))
-            return result
-        case Z.Sum(poly=poly, parts=parts):
-            result = size_index(poly, None)
-            for part, coef in parts:
-                result = add(result, Op("mul", (Int(coef), size_index(part, None))))
-            return result
-    raise TypeError(e)
+        case Int(value=v):
+            return integer(v)
+        case Var(name=n):
+            return variable(n)
+    template = operators.get(e.op)
+    if template is None:
+        raise ValueError(f"no spelling for index operator {e.op!r}")
+    return template.format(*(render_index(a, variable, integer, operators) for a in e.args))
 
 
 def iexpr_to_json(e: IExpr):
@@ -155,6 +173,10 @@ class StatementDef:
     kind "init" sets target[lhs] to `value` (a reduction's identity); "assign" stores
     `value`; "reduce" combines target[lhs] with `value` by `op` (+, *, min, max). `value`
     refers to the statement's indices by name (`IndexValue`), bound from `Run.indices`.
+    Each read in `value` has its subscripts twice: `subscripts`, typed expressions (what a
+    gather evaluates), and `affine`, each one's index expression over the statement's index
+    variables (`index_var`) and the sizes (numbers in a specialized kernel), or None where
+    it is data-dependent; its `guard` is None (the branches around the read hold it).
     """
 
     id: str
@@ -367,7 +389,7 @@ def evaluate(e: IExpr, env) -> int:
             return -a[0]
         case "floordiv" | "div_nonneg":
             return a[0] // a[1]
-        case "rem":
+        case "rem" | "floormod":
             return a[0] % a[1]
         case "min":
             return min(a)

@@ -1,10 +1,12 @@
 """The loop IR as JSON: what the disk cache keeps so that a kernel loaded from it has its
 loop IR without isl or a second run of the pipeline.
 
-Every node is a frozen dataclass of the loop IR or of the checked program it embeds
-(statement values, subscripts, sizes), written as {"@": tag, field: value, ...} with
-tuples as lists, `DType` by its value and a `Span` as its four numbers. Reading builds only the classes listed here,
-field by field: the data is checked, never executed (the entry was authenticated too).
+Every node is a frozen dataclass of the loop IR or of the checked program's typed
+expressions it embeds (statement values), written as {"@": tag, field: value, ...} with
+tuples as lists, `DType` by its value and a `Span` as its four numbers, under a format
+number. Reading builds only the classes listed here, field by field: the data is checked,
+never executed (the entry was authenticated too). The loop IR holds no `Affine` or
+`SizeExpr` (polyhedral/subscripts.py lowered them), so neither can be read back.
 """
 
 from __future__ import annotations
@@ -13,22 +15,23 @@ import dataclasses
 import json
 
 from polyhedral import loop_ir as L
-from tclang import affine as A
 from tclang import program as P
-from tclang import sizes as Z
 from tclang.dtypes import DType
 from tclang.errors import Span
 
 
 def _classes() -> dict[str, type]:
     found: dict[str, type] = {}
-    for prefix, module in (("L", L), ("P", P), ("A", A), ("Z", Z)):
+    for prefix, module in (("L", L), ("P", P)):
         for name, value in vars(module).items():
             if isinstance(value, type) and dataclasses.is_dataclass(value) and \
                     value.__module__ == module.__name__:
                 found[f"{prefix}.{name}"] = value
     return found
 
+
+#: bumped when the loop IR's form changes (2: subscripts as index expressions)
+FORMAT = 2
 
 _BY_TAG = _classes()
 _TAG = {cls: tag for tag, cls in _BY_TAG.items()}
@@ -77,11 +80,16 @@ def from_data(data):
 
 
 def kernel_to_json(kernel: L.Kernel) -> bytes:
-    return json.dumps(to_data(kernel), separators=(",", ":")).encode()
+    data = {"format": FORMAT, "kernel": to_data(kernel)}
+    return json.dumps(data, separators=(",", ":")).encode()
 
 
 def kernel_from_json(blob: bytes) -> L.Kernel:
-    kernel = from_data(json.loads(blob.decode()))
+    data = json.loads(blob.decode())
+    if not isinstance(data, dict) or set(data) != {"format", "kernel"} or \
+            data["format"] != FORMAT:
+        raise ValueError(f"a stored loop IR not in format {FORMAT}")
+    kernel = from_data(data["kernel"])
     if not isinstance(kernel, L.Kernel):
         raise ValueError(f"a stored loop IR holds a {type(kernel).__name__}, not a Kernel")
     return kernel

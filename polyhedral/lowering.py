@@ -5,7 +5,8 @@ callback decides, exactly as PPCG's CPU path does, whether that loop carries a d
 equate the outer schedule dimensions of every dependence and test whether the current one
 stays equal. A loop that carries none is parallel; one that carries only reduction
 self-dependences is a reduction loop. The AST is then walked into `loop_ir` nodes; each
-statement call's arguments are the statement's indices as expressions of the loops.
+statement call's arguments are the statement's indices as expressions of the loops, and
+each statement's value has its subscripts lowered to index expressions (polyhedral/subscripts.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from polyhedral.dependences import Dependences
 from polyhedral.packing import PACK_MARK, PACK_STATEMENT, PackPlan
 from polyhedral.register_tiles import UNROLL_MARK
 from polyhedral.scop import Scop, tensor_box
+from polyhedral.subscripts import lower_value, size_index
 from tclang import program as P
 from tclang.dtypes import identity
 
@@ -51,7 +53,7 @@ class _Lowering:
         self.unroll = unroll
         self.parallel = parallel  # False: Options(parallel=False), no loop runs on threads
         self.launches = launches or {}
-        self.derived = {name: L.size_index(e, None) for name, e in scop.derived.items()}
+        self.derived = {name: size_index(e, None) for name, e in scop.derived.items()}
 
     # ---- AST generation with parallelism annotations ----
     def ast(self, schedule: isl.Schedule, extra_context: isl.Set | None = None) -> isl.AstNode:
@@ -154,7 +156,7 @@ class _Lowering:
             rest = L.Op("div_nonneg", (rest, L.Int(tile.box[d])))
             element = L.add(offset[d], local)
             index.insert(0, element)
-            extent = L.size_index(self.scop.extents[tile.tensor][d], self.scop.sizes)
+            extent = size_index(self.scop.extents[tile.tensor][d], self.scop.sizes)
             inside = L.Op("and", (L.Op("ge", (element, L.Int(0))), L.Op("lt", (element, extent))))
             cond = inside if cond is None else L.Op("and", (cond, inside))
         copy = L.Copy(tile.buffer, tile.tensor, "in", tuple(index), offset)
@@ -173,7 +175,7 @@ class _Lowering:
             node: L.Node = L.Copy(op.buffer, op.tensor, "in",
                                   tuple(L.add(o, p) for o, p in zip(offset, steps)), offset)
             for d in reversed(range(len(op.shape))):
-                extent = L.size_index(self.scop.extents[op.tensor][d], self.scop.sizes)
+                extent = size_index(self.scop.extents[op.tensor][d], self.scop.sizes)
                 hi = L.Op("min", (L.Int(op.shape[d]), L.sub(extent, offset[d])))
                 node = L.For(steps[d].name, L.Int(0), hi, 1, node,
                              vectorize=self.vectorize and d == len(op.shape) - 1
@@ -344,7 +346,7 @@ def statement_defs(scop: Scop) -> tuple[L.StatementDef, ...]:
         if st.kind == "init":
             value: P.Expr = P.Const(identity(s.op, dtype), dtype)
         else:
-            value = s.rhs
+            value = lower_value(s.rhs, scop.sizes)
         defs.append(L.StatementDef(st.id, s.target, st.indices, s.indices, st.kind, s.op,
                                    value, s.text, s.span.line))
     return tuple(defs)
@@ -352,7 +354,7 @@ def statement_defs(scop: Scop) -> tuple[L.StatementDef, ...]:
 
 def buffers(scop: Scop) -> tuple[L.Buffer, ...]:
     d = scop.definition
-    return tuple(L.Buffer(t.name, t.dtype, tuple(L.size_index(e, scop.sizes) for e in t.shape),
+    return tuple(L.Buffer(t.name, t.dtype, tuple(size_index(e, scop.sizes) for e in t.shape),
                           t.role) for t in d.inputs + d.outputs + d.temporaries)
 
 

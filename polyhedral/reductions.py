@@ -21,8 +21,8 @@ from __future__ import annotations
 import islpy as isl
 
 from polyhedral import loop_ir as L
-from polyhedral.loop_ir import size_index
 from polyhedral.scop import Scop, ScopStatement
+from polyhedral.subscripts import size_index
 from tclang import program as P
 from tclang.affine import Affine
 from tclang.dtypes import identity

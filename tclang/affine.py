@@ -3,8 +3,9 @@
 A subscript such as `2*h + kh`, `N - 1 - i`, `i / 2` or `i % 3` is a sum of index terms
 with integer coefficients, floor divisions or moduli of such sums by positive constants, and
 an offset in the sizes. Range inference solves these for one unknown index at a time; the
-polyhedral layer prints them in isl's syntax. Anything else (a product of indices, a gather)
-has no affine form and is checked at run time instead.
+polyhedral layer prints them in isl's syntax (polyhedral/scop.py) and lowers them to the
+loop IR's index expressions (polyhedral/subscripts.py). Anything else (a product of
+indices, a gather) has no affine form and is checked at run time instead.
 """
 
 from __future__ import annotations
@@ -25,11 +26,6 @@ class Div:
     inner: "Affine"
     divisor: int
     kind: str
-
-    def to_isl(self) -> str:
-        if self.kind == "div":
-            return f"floor(({self.inner.to_isl()})/{self.divisor})"
-        return f"(({self.inner.to_isl()}) mod {self.divisor})"
 
     def __str__(self) -> str:
         op = "/" if self.kind == "div" else "%"
@@ -147,15 +143,6 @@ class Affine:
         d = atom.divisor  # floor(inner / d) in [alo, ahi]  <=>  inner in [d*alo, d*ahi + d - 1]
         return atom.inner.solve(unknown, alo * d, ahi * d + (d - 1), known)
 
-    def to_isl(self) -> str:
-        parts = []
-        for atom, coef in self.terms:
-            text = atom if isinstance(atom, str) else atom.to_isl()
-            parts.append(text if coef == 1 else f"{coef}*{text}")
-        if self.offset.constant != 0 or not parts:
-            parts.append(f"({self.offset.to_isl()})")
-        return " + ".join(parts)
-
     def __str__(self) -> str:
         parts = []
         for atom, coef in self.terms:
@@ -217,30 +204,16 @@ class Compare:
     op: str
     lhs: Affine
 
-    def to_isl(self) -> str:
-        op = {"==": "=", "!=": "!="}.get(self.op, self.op)
-        if op == "!=":
-            return f"({self.lhs.to_isl()} < 0 or {self.lhs.to_isl()} > 0)"
-        return f"{self.lhs.to_isl()} {op} 0"
-
 
 @dataclass(frozen=True)
 class Logic:
     op: str  # "and", "or", "not"
     args: tuple["Condition", ...]
 
-    def to_isl(self) -> str:
-        if self.op == "not":
-            return f"not ({self.args[0].to_isl()})"
-        return "(" + f" {self.op} ".join(f"({a.to_isl()})" for a in self.args) + ")"
-
 
 @dataclass(frozen=True)
 class Truth:
     value: bool
-
-    def to_isl(self) -> str:
-        return "true" if self.value else "false"
 
 
 Condition = Compare | Logic | Truth

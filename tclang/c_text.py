@@ -10,6 +10,7 @@ A name `p__M__N` (the scop's product of sizes) is the product of the sizes it na
 from __future__ import annotations
 
 from polyhedral import loop_ir as L
+from polyhedral.subscripts import size_index
 from tclang import sizes as Z
 from tclang.dtypes import DType
 
@@ -27,9 +28,10 @@ static inline int64_t tcx_min(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t tcx_max(int64_t a, int64_t b) { return a > b ? a : b; }
 """
 
-_INFIX = {"add": "+", "sub": "-", "mul": "*", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
-          "eq": "==", "ne": "!=", "and": "&&", "or": "||", "div_nonneg": "/"}
-_CALLS = {"floordiv": "tcx_floordiv", "rem": "tcx_floormod", "min": "tcx_min", "max": "tcx_max"}
+#: index operators: C's, and PRELUDE's helpers for the rest (and for a remainder)
+_OPERATORS = {**L.C_OPERATORS, "floordiv": "tcx_floordiv({0}, {1})",
+              "floormod": "tcx_floormod({0}, {1})", "rem": "tcx_floormod({0}, {1})",
+              "min": "tcx_min({0}, {1})", "max": "tcx_max({0}, {1})"}
 
 #: the C type an exported function takes for each element type (float16: its IEEE bits)
 C_TYPES = {
@@ -47,29 +49,22 @@ def size_variable(name: str) -> str:
 
 def index_c(e: L.IExpr) -> str:
     """`e` as a C expression over the wrappers' size variables."""
-    if isinstance(e, L.Int):
-        return f"INT64_C({e.value})" if e.value >= 0 else f"(-INT64_C({-e.value}))"
-    if isinstance(e, L.Var):
-        if e.name.startswith("p__"):
-            return "(" + " * ".join(size_variable(n) for n in e.name[3:].split("__")) + ")"
-        return size_variable(e.name)
-    args = [index_c(a) for a in e.args]
-    if e.op in _INFIX:
-        return f"({args[0]} {_INFIX[e.op]} {args[1]})"
-    if e.op in _CALLS:
-        return f"{_CALLS[e.op]}({args[0]}, {args[1]})"
-    if e.op == "neg":
-        return f"(-{args[0]})"
-    if e.op == "not":
-        return f"(!{args[0]})"
-    if e.op == "select":
-        return f"({args[0]} ? {args[1]} : {args[2]})"
-    raise ValueError(f"no C form for index operator {e.op!r}")
+    return L.render_index(e, _variable, _integer, _OPERATORS)
+
+
+def _variable(name: str) -> str:
+    if name.startswith("p__"):
+        return "(" + " * ".join(size_variable(n) for n in name[3:].split("__")) + ")"
+    return size_variable(name)
+
+
+def _integer(value: int) -> str:
+    return f"INT64_C({value})" if value >= 0 else f"(-INT64_C({-value}))"
 
 
 def size_c(e: Z.SizeExpr) -> str:
     """A size expression of the definition (an extent, an obligation) as C."""
-    return index_c(L.size_index(e, None))
+    return index_c(size_index(e, None))
 
 
 def c_string(text: str) -> str:

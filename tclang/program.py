@@ -10,12 +10,14 @@ only where they are stored or cast to `half`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
-from tclang.affine import Affine, Condition
 from tclang.dtypes import DType
 from tclang.errors import Span
-from tclang.sizes import SizeExpr
+
+if TYPE_CHECKING:  # annotations only: the loop IR embeds these types, backends import them
+    from tclang.affine import Affine, Condition
+    from tclang.sizes import SizeExpr
 
 
 # ---- typed expressions --------------------------------------------------------------------
@@ -52,12 +54,13 @@ class Read:
     `affine[k]` is subscript k's quasi-affine form, or None where it is data-dependent or
     otherwise not affine (checked at run time). `guard` is the affine condition under which
     the read is evaluated (from enclosing `?:` branches), None if it always is. `ref` numbers
-    the reads of one statement, in source order.
+    the reads of one statement, in source order. In the loop IR (polyhedral/subscripts.py
+    lowers them) each form is an index expression instead and `guard` is None.
     """
 
     tensor: str
     subscripts: tuple["Expr", ...]
-    affine: tuple[Affine | None, ...]
+    affine: tuple[Affine | None, ...]  # or the loop IR's index expressions, once lowered
     guard: Condition | None
     ref: int
     dtype: DType

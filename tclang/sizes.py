@@ -68,10 +68,6 @@ class SizeExpr(ABC):
     def bounds(self) -> tuple[float, float]:
         """(lowest, highest) value over all sizes >= 1; infinities where unbounded."""
 
-    @abstractmethod
-    def to_isl(self) -> str:
-        """isl's syntax for the expression (the polyhedral layer parses it)."""
-
 
 @dataclass(frozen=True)
 class Poly(SizeExpr):
@@ -103,11 +99,8 @@ class Poly(SizeExpr):
         high = math.inf if pos else const_term + sum(neg)
         return low, high
 
-    def to_isl(self) -> str:
-        return _format_poly(self, isl=True)
-
     def __str__(self) -> str:
-        return _format_poly(self, isl=False)
+        return _format_poly(self)
 
 
 @dataclass(frozen=True)
@@ -124,9 +117,6 @@ class FloorDiv(SizeExpr):
     def bounds(self) -> tuple[float, float]:
         low, high = self.numerator.bounds()
         return (_div_bound(low, self.divisor), _div_bound(high, self.divisor))
-
-    def to_isl(self) -> str:
-        return f"floor(({self.numerator.to_isl()})/{self.divisor})"
 
     def __str__(self) -> str:
         inner = str(self.numerator)
@@ -151,12 +141,6 @@ class MinMax(SizeExpr):
         lows, highs = zip(*(a.bounds() for a in self.args))
         pick = min if self.kind == "min" else max
         return pick(lows), pick(highs)
-
-    def to_isl(self) -> str:
-        text = self.args[0].to_isl()
-        for a in self.args[1:]:
-            text = f"{self.kind}({text}, {a.to_isl()})"
-        return text
 
     def __str__(self) -> str:
         return f"{self.kind}({', '.join(str(a) for a in self.args)})"
@@ -187,13 +171,6 @@ class Sum(SizeExpr):
             a, b = _scale(plo, coef), _scale(phi, coef)
             low, high = low + min(a, b), high + max(a, b)
         return low, high
-
-    def to_isl(self) -> str:
-        text = self.poly.to_isl() if self.poly.terms else ""
-        for part, coef in self.parts:
-            term = part.to_isl() if coef == 1 else f"{coef}*{part.to_isl()}"
-            text = f"{text} + {term}" if text else term
-        return text
 
     def __str__(self) -> str:
         pieces = []
@@ -250,7 +227,7 @@ def _div_bound(value: float, divisor: int) -> float:
     return value if math.isinf(value) else math.floor(value / divisor)
 
 
-def _format_poly(p: Poly, isl: bool) -> str:
+def _format_poly(p: Poly) -> str:
     if not p.terms:
         return "0"
     pieces = []

@@ -15,10 +15,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 #: what the backends must never import: the driver's side of the contract, the user's
-#: options, the polyhedral layer past its loop IR, isl
+#: options, the polyhedral layer past its loop IR, isl, and the language's symbolic forms
+#: (quasi-affine subscripts, size expressions: the loop IR carries them lowered)
 FORBIDDEN_FOR_BACKENDS = ("tclang.compiler", "tclang.arguments", "tclang.options",
                           "tclang.runtime", "tclang.cli", "tclang.commands", "polyhedral",
-                          "islpy", "lark")
+                          "islpy", "lark", "tclang.affine", "tclang.sizes")
 ALLOWED_FOR_BACKENDS = ("polyhedral.loop_ir",)
 
 

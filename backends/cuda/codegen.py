@@ -77,6 +77,11 @@ NARROW_LIMIT = 1 << 30  # sizes and offsets below this: 32-bit indices, no overf
 JAM = 16  # at most this many points of a thread's loops share one reduction loop
 WIDE_STEP = 1 << 20  # a loop stepping this far counts in 64 bits (a grid-stride loop)
 
+#: index operators: C's, and the prelude's helpers for the rest
+_OPERATORS = {**L.C_OPERATORS, "floordiv": "tc_floordiv({0}, {1})",
+              "floormod": "tc_floormod({0}, {1})", "min": "tc_min({0}, {1})",
+              "max": "tc_max({0}, {1})"}
+
 _MATH_DOUBLE = {"abs": "fabs", "min": "fmin", "max": "fmax", "fdivide": None,
                 "sigmoid": "tc_sigmoid"}
 
@@ -434,30 +439,18 @@ class _Generator:
         return self.index(self.buffers[tensor].shape[dim])
 
     def index(self, e: L.IExpr) -> str:
-        match e:
-            case L.Int(value=v):
-                return f"{v}{self.suffix}"
-            case L.Var(name=n):
-                if n in self.kernel.sizes:
-                    return f"{self.specialized[n]}{self.suffix}" if self.specialized \
-                        else f"z_{n}"
-                return n
-            case L.Op(op="neg", args=(a,)):
-                return f"(-{self.index(a)})"
-            case L.Op(op="not", args=(a,)):
-                return f"(!{self.index(a)})"
-            case L.Op(op="select", args=(c, a, b)):
-                return f"({self.index(c)} ? {self.index(a)} : {self.index(b)})"
-            case L.Op(op="floordiv", args=(a, b)):
-                return f"tc_floordiv({self.index(a)}, {self.index(b)})"
-            case L.Op(op="min" | "max" as op, args=(a, b)):
-                return f"tc_{op}({self.index(a)}, {self.index(b)})"
-            case L.Op(op=op, args=(a, b)):
-                sym = {"add": "+", "sub": "-", "mul": "*", "div_nonneg": "/", "rem": "%",
-                       "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=",
-                       "and": "&&", "or": "||"}[op]
-                return f"({self.index(a)} {sym} {self.index(b)})"
-        raise TypeError(f"unknown index expression {e!r}")
+        """An index expression in the kernel's index arithmetic."""
+        return L.render_index(e, self.variable, self.integer, _OPERATORS)
+
+    def variable(self, name: str) -> str:
+        if name in self.kernel.sizes:
+            return f"{self.specialized[name]}{self.suffix}" if self.specialized \
+                else f"z_{name}"
+        index = L.index_name(name)  # a statement's index, declared by run_statement
+        return name if index is None else f"i_{index}"
+
+    def integer(self, value: int) -> str:
+        return f"{value}{self.suffix}"
 
 
 class _Jam:
@@ -558,7 +551,7 @@ class _Values:
         raise TypeError(f"cannot emit {e!r}")
 
     def read(self, tensor: str, subs, affine, ref: int) -> str:
-        texts = [self.affine(a) if a is not None else f"(long long)({self.emit(sub)})"
+        texts = [self.gen.index(a) if a is not None else f"(long long)({self.emit(sub)})"
                  for sub, a in zip(subs, affine)]
         checks = [self.check(tensor, dim, texts) for dim, a in enumerate(affine)
                   if a is None or self.gen.check_bounds]
@@ -570,18 +563,6 @@ class _Values:
         # when a subscript is out of bounds: the error is recorded, the value is unused
         zero = "false" if dtype is DType.BOOL else "0"
         return f"(({' && '.join(checks)}) ? {value} : {zero})"
-
-    def affine(self, a) -> str:
-        """A quasi-affine subscript in the kernel's index arithmetic."""
-        parts = [self.gen.index(L.size_index(a.offset, self.gen.specialized))]
-        for atom, coef in a.terms:
-            if isinstance(atom, str):
-                term = f"i_{atom}"
-            else:
-                fn = "tc_floordiv" if atom.kind == "div" else "tc_floormod"
-                term = f"{fn}({self.affine(atom.inner)}, {atom.divisor}{self.gen.suffix})"
-            parts.append(term if coef == 1 else f"{coef}{self.gen.suffix} * {term}")
-        return "(" + " + ".join(parts) + ")"
 
     def check(self, tensor: str, dim: int, subscripts: list[str]) -> str:
         """An expression: whether subscript `dim` is inside `tensor` (else it records)."""

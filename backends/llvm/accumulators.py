@@ -96,14 +96,14 @@ def innermost_and_contiguous(loop: L.For, kernel: L.Kernel) -> bool:
     runs: list[L.Run] = []
     if not _collect(loop.body, runs, set()) or not runs:
         return False
-    if any(isinstance(n, L.For) for n in _nodes(loop.body)):
+    if any(isinstance(n, L.For) for n in L.walk_nodes(loop.body)):
         return False
     return all(_contiguous_along(run, kernel, loop.var) for run in runs)
 
 
 def runs_in(node: L.Node) -> list[L.Run]:
     """The updates under `node` (in loops and branches)."""
-    return [n for n in _nodes(node) if isinstance(n, L.Run)]
+    return [n for n in L.walk_nodes(node) if isinstance(n, L.Run)]
 
 
 def single_inner_loop(loop: L.For) -> L.For | None:
@@ -132,20 +132,6 @@ def _children(body: L.Node) -> list[L.Node]:
     return list(body.body) if isinstance(body, L.Block) else [body]
 
 
-def _nodes(node: L.Node):
-    yield node
-    match node:
-        case L.Block(body=items):
-            for item in items:
-                yield from _nodes(item)
-        case L.If(then=t, other=o):
-            yield from _nodes(t)
-            if o is not None:
-                yield from _nodes(o)
-        case L.For(body=body):
-            yield from _nodes(body)
-
-
 def _contiguous_along(run: L.Run, kernel: L.Kernel, var: str) -> bool:
     """Whether every read of `run` moves along `var` only in its last subscript, by one
     element (row-major: consecutive), or not at all. A packed operand is never: packing
@@ -158,15 +144,24 @@ def _contiguous_along(run: L.Run, kernel: L.Kernel, var: str) -> bool:
         form = _affine(value)
         if form is None:
             return False
-        steps[name] = dict(form[0]).get(var, 0)
+        steps[L.index_var(name).name] = dict(form[0]).get(var, 0)
     for read in reads_of(statement.value):
         for k, subscript in enumerate(read.affine):
-            if subscript is None:
-                return False
-            step = sum(subscript.coefficient(i) * steps.get(i, 0) for i in subscript.indices())
-            if step != 0 and (k != len(read.affine) - 1 or step != 1):
+            step = None if subscript is None else _step(subscript, steps)
+            if step is None or step != 0 and (k != len(read.affine) - 1 or step != 1):
                 return False
     return True
+
+
+def _step(e: L.IExpr, steps: dict[str, int]) -> int | None:
+    """How far `e` moves when each variable moves by its step; None when that is not one
+    number (a floor division or modulo of something that moves)."""
+    terms: dict[str, int] = {}
+    others: dict[L.IExpr, int] = {}
+    _accumulate(e, 1, terms, others)
+    if any(steps.get(v, 0) for other in others for v in L.variables(other)):
+        return None
+    return sum(c * steps.get(v, 0) for v, c in terms.items())
 
 
 def _collect(node: L.Node, runs: list, inner_vars: set) -> bool:
@@ -195,7 +190,10 @@ def _affine(e: L.IExpr) -> tuple[tuple[tuple[str, int], ...], int] | None:
     return tuple(sorted((v, c) for v, c in terms.items() if c)), constant
 
 
-def _accumulate(e: L.IExpr, scale: int, terms: dict[str, int]) -> int | None:
+def _accumulate(e: L.IExpr, scale: int, terms: dict[str, int],
+                others: dict[L.IExpr, int] | None = None) -> int | None:
+    """Add `scale * e`'s variable terms to `terms` and return its constant; None when a
+    part of it is not affine, unless `others` collects such parts (then they count 0)."""
     match e:
         case L.Int(value=v):
             return scale * v
@@ -203,13 +201,16 @@ def _accumulate(e: L.IExpr, scale: int, terms: dict[str, int]) -> int | None:
             terms[n] = terms.get(n, 0) + scale
             return 0
         case L.Op(op="add", args=(a, b)):
-            x, y = _accumulate(a, scale, terms), _accumulate(b, scale, terms)
+            x, y = _accumulate(a, scale, terms, others), _accumulate(b, scale, terms, others)
             return None if x is None or y is None else x + y
         case L.Op(op="sub", args=(a, b)):
-            x, y = _accumulate(a, scale, terms), _accumulate(b, -scale, terms)
+            x, y = _accumulate(a, scale, terms, others), _accumulate(b, -scale, terms, others)
             return None if x is None or y is None else x + y
         case L.Op(op="neg", args=(a,)):
-            return _accumulate(a, -scale, terms)
+            return _accumulate(a, -scale, terms, others)
         case L.Op(op="mul", args=(L.Int(value=k), a)) | L.Op(op="mul", args=(a, L.Int(value=k))):
-            return _accumulate(a, scale * k, terms)
-    return None
+            return _accumulate(a, scale * k, terms, others)
+    if others is None:
+        return None
+    others[e] = others.get(e, 0) + scale
+    return 0

@@ -19,7 +19,6 @@ from backends.llvm import accumulators
 from backends.llvm import types as T
 from backends.llvm.values import ValueEmitter
 from polyhedral import loop_ir as L
-from tclang import sizes as Z
 from tclang.dtypes import DType
 from tclang.errors import TCCompileError
 from tclang.program import reads_of
@@ -194,11 +193,6 @@ class FunctionBuilder:
     def size(self, name: str) -> ir.Value:
         return self._sizes[name]
 
-    def size_value(self, e: Z.SizeExpr) -> ir.Value:
-        if self.km.specialized is not None:
-            return ir.Constant(T.I64, e.evaluate(self.km.specialized))
-        return self.index(L.size_index(e, None))
-
     def dtype_of(self, tensor: str) -> DType:
         return self.buffers[tensor][1].dtype
 
@@ -281,28 +275,34 @@ class FunctionBuilder:
             self._memo_block, self._memo = self.builder.block, {}
         value = self._memo.get(e)
         if value is None:
-            value = self._memo[e] = self._emit_op(e)
+            value = self._memo[e] = self.emit_op(e, self.index)
         return value
 
-    def _emit_op(self, e: L.Op) -> ir.Value:
+    def emit_op(self, e: L.Op, operand, wrap=("nsw",)) -> ir.Value:
+        """`e`'s operation on its operands, `operand(a)` emitting each: `index`, or a
+        statement's emitter binding its index variables (ValueEmitter.subscript). `wrap`:
+        the flags of a sum, difference or product."""
         b = self.builder
+        nonzero = lambda v: b.icmp_signed("!=", v, ir.Constant(T.I64, 0))  # noqa: E731
         match e:
             case L.Op(op="neg", args=(x,)):
-                return b.neg(self.index(x))
+                return b.neg(operand(x))
             case L.Op(op="not", args=(x,)):
-                return b.zext(b.icmp_signed("==", self.index(x), ir.Constant(T.I64, 0)), T.I64)
+                return b.zext(b.icmp_signed("==", operand(x), ir.Constant(T.I64, 0)), T.I64)
             case L.Op(op="select", args=(c, x, y)):
-                return b.select(self._truth(c), self.index(x), self.index(y))
-        x, y = (self.index(a) for a in e.args)
+                return b.select(nonzero(operand(c)), operand(x), operand(y))
+        x, y = (operand(a) for a in e.args)
         match e.op:
             case "add":
-                return b.add(x, y, flags=("nsw",))
+                return b.add(x, y, flags=wrap)
             case "sub":
-                return b.sub(x, y, flags=("nsw",))
+                return b.sub(x, y, flags=wrap)
             case "mul":
-                return b.mul(x, y, flags=("nsw",))
+                return b.mul(x, y, flags=wrap)
             case "floordiv":
                 return self.floordiv(x, y)
+            case "floormod":
+                return self.floormod(x, y)
             case "div_nonneg":
                 return b.sdiv(x, y)
             case "rem":
@@ -312,7 +312,7 @@ class FunctionBuilder:
             case "max":
                 return b.select(b.icmp_signed(">", x, y), x, y)
             case "and" | "or":
-                tx, ty = self._truth(e.args[0]), self._truth(e.args[1])
+                tx, ty = nonzero(x), nonzero(y)
                 return b.zext(b.and_(tx, ty) if e.op == "and" else b.or_(tx, ty), T.I64)
             case "lt" | "le" | "gt" | "ge" | "eq" | "ne":
                 op = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}[e.op]

@@ -4,8 +4,8 @@ Every operand already has its operation's type (the checker made casts explicit)
 emission is direct. Integer `/` and `%` follow Python (floor, divisor's sign), with 0 for a
 zero divisor; float `%` too. `?:` branches that may read memory are real branches (a
 guarded read is only evaluated under its condition); cheap ones become `select`.
-Subscripts with an affine form are computed from it in 64-bit arithmetic; a data-dependent
-subscript (a gather) is bounds-checked before the load.
+Subscripts with an affine form are computed from its index expression in 64-bit
+arithmetic; a data-dependent subscript (a gather) is bounds-checked before the load.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import llvmlite.ir as ir
 from backends.llvm import types as T
 from polyhedral import loop_ir as L
 from tclang import program as P
-from tclang.affine import Affine
 from tclang.dtypes import DType
 
 _FCMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
@@ -74,9 +73,9 @@ class ValueEmitter:
     # ---- memory ----
     def read(self, r: P.Read) -> ir.Value:
         subscripts = []
-        for sub, affine in zip(r.subscripts, r.affine):
-            if affine is not None:
-                subscripts.append(self.affine(affine))
+        for sub, form in zip(r.subscripts, r.affine):
+            if form is not None:
+                subscripts.append(self.subscript(form))
             else:
                 subscripts.append(T.convert(self.b, self.emit(sub), sub.dtype, DType.INT64))
         checked = [d for d, a in enumerate(r.affine) if a is None or self.fn.check_bounds]
@@ -84,20 +83,18 @@ class ValueEmitter:
         pointer = self.fn.element(r.tensor, subscripts, self.promoted.get(r.ref))
         return T.load(self.b, pointer, self.fn.dtype_of(r.tensor))
 
-    def affine(self, a: Affine) -> ir.Value:
-        total = self.fn.size_value(a.offset)
-        for atom, coef in a.terms:
-            if isinstance(atom, str):
-                term = self.indices[atom]
-            else:
-                inner = self.affine(atom.inner)
-                d = ir.Constant(T.I64, atom.divisor)
-                term = self.fn.floordiv(inner, d) if atom.kind == "div" else \
-                    self.fn.floormod(inner, d)
-            if coef != 1:
-                term = self.b.mul(term, ir.Constant(T.I64, coef))
-            total = self.b.add(total, term)
-        return total
+    def subscript(self, e: L.IExpr) -> ir.Value:
+        """A subscript's index expression at this instance: the statement's index variables
+        are this instance's values (never in the function's per-block memo, which another
+        instance in the same block would share); what uses none of them is the function's.
+        Its sums and products carry no `nsw`, as subscripts always did: with it, LLVM's O3
+        reshapes the bounds-checked and shape-generic code around them."""
+        match e:
+            case L.Var(name=n) if (index := L.index_name(n)) is not None:
+                return self.indices[index]
+            case L.Op() if _per_instance(e):
+                return self.fn.emit_op(e, self.subscript, wrap=())
+        return self.fn.index(e)
 
     # ---- arithmetic ----
     def arith(self, op: str, a: ir.Value, c: ir.Value, dtype: DType) -> ir.Value:
@@ -205,6 +202,11 @@ class ValueEmitter:
         phi.add_incoming(then_value, then_end)
         phi.add_incoming(other_value, other_end)
         return phi
+
+
+def _per_instance(e: L.IExpr) -> bool:
+    """Whether `e` uses a statement index variable."""
+    return any(L.index_name(v) is not None for v in L.variables(e))
 
 
 def _cheap(e: P.Expr) -> bool:

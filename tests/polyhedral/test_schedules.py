@@ -6,7 +6,6 @@ import pytest
 
 import tclang as tc
 from tclang import program as P
-from tclang.affine import Affine
 from polyhedral import loop_ir as L
 from polyhedral import scheduler
 from polyhedral.pipeline import schedule_definition
@@ -55,15 +54,15 @@ def test_fused_tiled_parallel_and_stride_one(name):
     inner = chain[-1].var
     index_of = dict(zip(statement.indices, run.indices))
     moved = 0
-    for subscripts in [[Affine.index(i) for i in statement.lhs]] + \
+    for subscripts in [[L.index_var(i) for i in statement.lhs]] + \
             [list(r.affine) for r in P.reads_of(statement.value)]:
         moving = [k for k, a in enumerate(subscripts)
-                  if any(uses(index_of[i], inner) for i in a.indices())]
+                  if any(uses(index_of[i], inner) for i in indices_in(a))]
         if moving:
             moved += 1
             assert moving == [len(subscripts) - 1], (name, subscripts)
             last = subscripts[-1]
-            steps = [last.coefficient(i) for i in last.indices() if uses(index_of[i], inner)]
+            steps = [coefficient(last, i) for i in indices_in(last) if uses(index_of[i], inner)]
             assert steps in ([1], [-1]), (name, last)
     assert moved >= 1 and chain[-1].vectorize
     # fused: the init (and any epilogue of the same tensor) share the reduction's nest
@@ -71,6 +70,17 @@ def test_fused_tiled_parallel_and_stride_one(name):
     for s in kernel.statements:
         if s.target == statement.target:
             assert list(enclosing_loops(nest, s.id)), f"{s.id} not fused with {main}"
+
+
+def indices_in(e: L.IExpr) -> set[str]:
+    """The statement indices a lowered subscript uses."""
+    return {L.index_name(v) for v in L.variables(e)} - {None}
+
+
+def coefficient(e: L.IExpr, index: str) -> int:
+    """The coefficient of statement index `index` in a linear subscript."""
+    zero = dict.fromkeys(L.variables(e), 0)
+    return L.evaluate(e, {**zero, L.index_var(index).name: 1}) - L.evaluate(e, zero)
 
 
 def test_mlp_layers_keep_their_parallelism():
