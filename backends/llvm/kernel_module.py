@@ -15,8 +15,9 @@ import dataclasses
 import llvmlite.ir as ir
 
 from backends.access_errors import MAX_SUBSCRIPTS
-from backends.llvm import accumulators
+from backends.llvm import accumulators, lanes
 from backends.llvm import types as T
+from backends.llvm import vector_values as V
 from backends.llvm.values import ValueEmitter
 from polyhedral import loop_ir as L
 from tclang import sizes as Z
@@ -66,7 +67,9 @@ class KernelModule:
         main = ir.Function(self.module, fnty, "tclang_main")
         fb = FunctionBuilder(self, main, {}, main.args[-1],
                              tuple(b.name for b in self.kernel.buffers))
-        fb.node(self.kernel.body)
+        # a register tile's points: straight-line copies, or loops of vector lanes
+        vectors = not self.check_bounds and self.kernel.choices.vectorize
+        fb.node(lanes.expand_unrolled(self.kernel, vectors))
         fb.finish()
         return self.module
 
@@ -327,6 +330,8 @@ class FunctionBuilder:
             case L.Block(body=items):
                 for item in items:
                     self.node(item)
+            case L.For() if n.unrolled:
+                self.lane_loop(n, lambda: self.node(n.body))
             case L.For() if n.parallel and self.pfor is not None and n.step == 1:
                 self.parallel_loop(n)
             case L.For() if (promotion := self._promotion(n)) is not None:
@@ -444,7 +449,8 @@ class FunctionBuilder:
             subscripts = [self.index(s) for s in acc.subscripts]
             pointer = self.element(acc.tensor, subscripts, None)
             pointers.append(pointer)
-            values.append(T.load(b, pointer, self.dtype_of(acc.tensor)))
+            values.append(V.load(b, pointer, acc.lanes) if acc.lanes > 1 else
+                          T.load(b, pointer, self.dtype_of(acc.tensor)))
         order = iter(promotion.targets)
         split = self._lane_split(n, promotion)
         if split is not None:  # a vector of partial sums per accumulator, through every loop
@@ -460,11 +466,15 @@ class FunctionBuilder:
             values = [self._sum_tree([b.extract_element(v, ir.Constant(T.I32, lane))
                                       for lane in range(lanes)]) for v in vectors]
         else:
+            scalars = all(acc.lanes == 1 for acc in promotion.accumulators)
             values = self._carried_loop(n, values, order, lo, hi,
-                                        widen=len(promotion.accumulators) == 1
-                                        or promotion.contiguous)
+                                        widen=scalars and (len(promotion.accumulators) == 1
+                                                           or promotion.contiguous))
         for acc, pointer, value in zip(promotion.accumulators, pointers, values):
-            T.store(b, value, pointer, self.dtype_of(acc.tensor))
+            if acc.lanes > 1:
+                V.store(b, value, pointer)
+            else:
+                T.store(b, value, pointer, self.dtype_of(acc.tensor))
         b.branch(after)
         b.position_at_end(after)
 
@@ -546,7 +556,34 @@ class FunctionBuilder:
     def _run_value(self, node: L.Run) -> ir.Value:
         s = self.km.kernel.statement(node.statement)
         indices = {name: self.index(v) for name, v in zip(s.indices, node.indices)}
-        return ValueEmitter(self, s, indices, {p.ref: p for p in node.promoted}).emit(s.value)
+        return self._emitter(node, s, indices).emit(s.value)
+
+    def _emitter(self, node: L.Run, s: L.StatementDef, indices: dict) -> ValueEmitter:
+        """The value emitter of `node`: on vectors inside a lane loop, else on scalars."""
+        promoted = {p.ref: p for p in node.promoted}
+        if self._vector is None:
+            return ValueEmitter(self, s, indices, promoted)
+        loop, strides = self._vector
+        return V.VectorValues(self, s, indices, promoted, lanes.lanes(loop),
+                              lanes.index_steps(node, s, loop.var), strides)
+
+    # ---- vector lanes (see backends/llvm/lanes.py) ----
+    _vector = None  # (the lane loop, constant strides of the buffers) while inside one
+
+    def lane_loop(self, n: L.For, emit):
+        """Emit the body of the lane loop `n` once, on vectors: its variable is its first
+        iteration's value, each statement's value a vector of its iterations' values.
+        Index expressions made with the variable bound are forgotten after it."""
+        strides = {name: tuple(x.constant if isinstance(x, ir.Constant) else None
+                               for x in buffer_strides)
+                   for name, (_, _, buffer_strides) in self.buffers.items()}
+        self.env[n.var] = self.index(n.lo)
+        self._vector, self._memo_block = (n, strides), None
+        try:
+            return emit()
+        finally:
+            self._vector, self._memo_block = None, None
+            del self.env[n.var]
 
     def _carried_loop(self, n: L.For, values: list, order, lo=None, hi=None,
                       widen: bool | str = False) -> list:
@@ -566,6 +603,8 @@ class FunctionBuilder:
                 for item in items:
                     values = self._carried(item, values, order)
                 return values
+            case L.For() if node.unrolled:
+                return self.lane_loop(node, lambda: self._carried(node.body, values, order))
             case L.For() if self._lanes is not None and node is self._lanes[0]:
                 return self._lane_loop(node, values)
             case L.For():
@@ -692,13 +731,19 @@ class FunctionBuilder:
     def run(self, r: L.Run) -> None:
         s = self.km.kernel.statement(r.statement)
         indices = {name: self.index(v) for name, v in zip(s.indices, r.indices)}
-        emitter = ValueEmitter(self, s, indices, {p.ref: p for p in r.promoted})
+        emitter = self._emitter(r, s, indices)
         dtype = self.dtype_of(s.target)
         lhs = [indices[i] for i in s.lhs]
         if self.check_bounds:
             self.check_element(s.target, lhs, range(len(lhs)), s)
         target = self.element(s.target, lhs, None)
         value = emitter.emit(s.value)
+        if self._vector is not None:  # a row of lanes (lanes.py: float, stride 1)
+            if s.kind == "reduce":
+                current = V.load(self.builder, target, value.type.count)
+                value = self.combine(s.op, current, value, dtype)
+            V.store(self.builder, value, target)
+            return
         if s.kind == "reduce":
             current = T.load(self.builder, target, dtype)
             value = self.combine(s.op, current, value, dtype)
