@@ -50,13 +50,35 @@ def _expand(node: L.Node, kernel: L.Kernel, strides: Strides | None) -> L.Node:
             return replace(node, body=_expand(body, kernel, inner))
         case L.For(unrolled=True, var=v, lo=L.Int(value=lo), hi=L.Int(value=hi), step=step):
             if strides is not None and is_lane_loop(node, kernel, strides):
-                return node
+                return _power_of_two_pieces(node)
             body = _expand(node.body, kernel, strides)
-            return L.Block(tuple(L.substitute_node(body, {v: L.Int(x)})
-                                 for x in range(lo, hi, step)))
+            return _copies(body, v, range(lo, hi, step))
         case L.For(body=body):
             return replace(node, body=_expand(body, kernel, strides))
     return node
+
+
+def _copies(body: L.Node, var: str, values) -> L.Node:
+    return L.Block(tuple(L.substitute_node(body, {var: L.Int(x)}) for x in values))
+
+
+def _power_of_two_pieces(loop: L.For) -> L.Node:
+    """The lane loop as consecutive lane loops of 2^k lanes each, widest first (24 lanes:
+    16 and 8), a last single lane as a plain copy: LLVM splits a vector of 2^k lanes into
+    whole registers, but legalizes one of 24 by widening to 32 lanes, which made the
+    loads and stores of a 3x3 convolution's partial tiles element by element (3x slower)."""
+    start, end = loop.lo.value, loop.hi.value
+    if (end - start) & (end - start - 1) == 0:
+        return loop
+    pieces = []
+    while start < end:
+        width = 1 << ((end - start).bit_length() - 1)
+        if width == 1:
+            pieces.append(_copies(loop.body, loop.var, [start]))
+        else:
+            pieces.append(replace(loop, lo=L.Int(start), hi=L.Int(start + width)))
+        start += width
+    return L.Block(tuple(pieces))
 
 
 def scratch_strides(buffer: L.Buffer) -> tuple[int, ...]:
