@@ -555,8 +555,16 @@ class FunctionBuilder:
 
     def _run_value(self, node: L.Run) -> ir.Value:
         s = self.km.kernel.statement(node.statement)
-        indices = {name: self.index(v) for name, v in zip(s.indices, node.indices)}
-        return self._emitter(node, s, indices).emit(s.value)
+        return self._emitter(node, s, self._indices(node, s)).emit(s.value)
+
+    def _indices(self, node: L.Run, s: L.StatementDef) -> dict[str, ir.Value]:
+        """The statement's index values at `node`: each emitted when first asked for in a
+        lane loop (straight-line code, no branch: lanes.py), else all of them here (a
+        value first made inside one branch of a `?:` would not dominate the other)."""
+        exprs = dict(zip(s.indices, node.indices))
+        if self._vector is None:
+            return {name: self.index(v) for name, v in exprs.items()}
+        return _OnDemand(lambda name: self.index(exprs[name]))
 
     def _emitter(self, node: L.Run, s: L.StatementDef, indices: dict) -> ValueEmitter:
         """The value emitter of `node`: on vectors inside a lane loop, else on scalars."""
@@ -565,7 +573,8 @@ class FunctionBuilder:
             return ValueEmitter(self, s, indices, promoted)
         loop, strides = self._vector
         return V.VectorValues(self, s, indices, promoted, lanes.lanes(loop),
-                              lanes.index_steps(node, s, loop.var), strides)
+                              lanes.index_steps(node, s, loop.var), strides,
+                              dict(zip(s.indices, node.indices)))
 
     # ---- vector lanes (see backends/llvm/lanes.py) ----
     _vector = None  # (the lane loop, constant strides of the buffers) while inside one
@@ -578,12 +587,13 @@ class FunctionBuilder:
                                for x in buffer_strides)
                    for name, (_, _, buffer_strides) in self.buffers.items()}
         self.env[n.var] = self.index(n.lo)
-        self._vector, self._memo_block = (n, strides), None
+        self._vector = (n, strides)
         try:
             return emit()
         finally:
-            self._vector, self._memo_block = None, None
+            self._vector = None
             del self.env[n.var]
+            self._memo = {e: v for e, v in self._memo.items() if not L.uses_var(e, n.var)}
 
     def _carried_loop(self, n: L.For, values: list, order, lo=None, hi=None,
                       widen: bool | str = False) -> list:
@@ -730,13 +740,18 @@ class FunctionBuilder:
     # ---- statement instances ----
     def run(self, r: L.Run) -> None:
         s = self.km.kernel.statement(r.statement)
-        indices = {name: self.index(v) for name, v in zip(s.indices, r.indices)}
+        indices = self._indices(r, s)
         emitter = self._emitter(r, s, indices)
         dtype = self.dtype_of(s.target)
-        lhs = [indices[i] for i in s.lhs]
         if self.check_bounds:
+            lhs = [indices[i] for i in s.lhs]
             self.check_element(s.target, lhs, range(len(lhs)), s)
-        target = self.element(s.target, lhs, None)
+        target = None
+        if self._vector is not None:
+            exprs = dict(zip(s.indices, r.indices))
+            target = V.address(self, s.target, [exprs[i] for i in s.lhs], None)
+        if target is None:
+            target = self.element(s.target, [indices[i] for i in s.lhs], None)
         value = emitter.emit(s.value)
         if self._vector is not None:  # a row of lanes (lanes.py: float, stride 1)
             if s.kind == "reduce":
@@ -772,6 +787,18 @@ class FunctionBuilder:
         pick = (b.icmp_signed if dtype.is_signed else b.icmp_unsigned)(
             "<" if op == "min" else ">", value, acc)
         return b.select(pick, value, acc)
+
+
+class _OnDemand(dict):
+    """A dict whose missing keys are made by `make` (and kept) when first looked up."""
+
+    def __init__(self, make):
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, key):
+        value = self[key] = self.make(key)
+        return value
 
 
 def _scratch_strides(buffer: L.Buffer) -> list[ir.Value]:
