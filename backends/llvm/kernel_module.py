@@ -284,6 +284,8 @@ class FunctionBuilder:
         value = self._memo.get(e)
         if value is None:
             value = self._memo[e] = self._emit_op(e)
+            if self._vector is not None:
+                self._made.append(e)
         return value
 
     def _emit_op(self, e: L.Op) -> ir.Value:
@@ -587,13 +589,15 @@ class FunctionBuilder:
                                for x in buffer_strides)
                    for name, (_, _, buffer_strides) in self.buffers.items()}
         self.env[n.var] = self.index(n.lo)
-        self._vector = (n, strides)
+        self._vector, self._made = (n, strides), []
         try:
             return emit()
         finally:
             self._vector = None
             del self.env[n.var]
-            self._memo = {e: v for e, v in self._memo.items() if not L.uses_var(e, n.var)}
+            for e in self._made:  # (the others, of the loops outside, serve the next rows)
+                if e in self._memo and L.uses_var(e, n.var):
+                    del self._memo[e]
 
     def _carried_loop(self, n: L.For, values: list, order, lo=None, hi=None,
                       widen: bool | str = False) -> list:
