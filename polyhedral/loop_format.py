@@ -66,6 +66,7 @@ def _lines(node: L.Node, kernel: L.Kernel | None, indent: int):
                 yield from _lines(item, kernel, indent)
         case L.For(var=v, lo=lo, hi=hi, step=step, body=body):
             notes = [name for name, on in (("parallel", node.parallel),
+                                           ("unrolled", node.unrolled),
                                            ("vectorize", node.vectorize),
                                            ("reduction", node.reduction)) if on]
             if node.unroll:

@@ -199,7 +199,11 @@ class For:
     parallel: the iterations are independent (coincident): the CPU backend may run them on
     several threads. vectorize: innermost and stride-1, worth SIMD. reduction: the loop
     carries only reduction dependences, so a float reduction in it may be reassociated.
-    unroll: unroll by this factor (0: backend's choice).
+    unroll: unroll by this factor (0: backend's choice). unrolled: a register tile's point
+    loop (constant bounds), emitted as straight-line code, one copy of the body per
+    iteration; where `vectorize` also holds (its iterations carry no dependence) and the
+    accesses allow, an innermost one becomes vector operations, one lane per iteration.
+    The loop IR stays small: an 8 x 32 tile is two loops, not 256 statements.
     """
 
     var: str
@@ -211,6 +215,7 @@ class For:
     vectorize: bool = False
     reduction: bool = False
     unroll: int = 0
+    unrolled: bool = False
 
 
 @dataclass(frozen=True)

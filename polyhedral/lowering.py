@@ -54,6 +54,7 @@ class _Lowering:
         self.parallel = parallel  # False: Options(parallel=False), no loop runs on threads
         self.launches = launches or {}
         self.derived = {name: size_index(e, None) for name, e in scop.derived.items()}
+        self.unrolling = False  # inside a register tile's points (UNROLL_MARK)
 
     # ---- AST generation with parallelism annotations ----
     def ast(self, schedule: isl.Schedule, extra_context: isl.Set | None = None) -> isl.AstNode:
@@ -102,8 +103,11 @@ class _Lowering:
             return L.Run(sid, args, self._promotions(sid, args))
         if t == isl.ast_node_type.mark:
             name = ast.mark_get_id().get_name()
-            if name == UNROLL_MARK:
-                return unroll_constant_loops(self.node(ast.mark_get_node()))
+            if name == UNROLL_MARK:  # loops of constant bounds in it: see _for
+                saved, self.unrolling = self.unrolling, True
+                body = self.node(ast.mark_get_node())
+                self.unrolling = saved
+                return body
             if name.startswith(PACK_MARK + "_"):
                 plan = self.packs[name[len(PACK_MARK) + 1:]]
                 saved, self.packed = self.packed, dict(self.packed)
@@ -209,10 +213,19 @@ class _Lowering:
         note = ast.get_annotation().get_name() if ast.get_annotation() else "loop_p0_r0"
         parallel, reduction = note.endswith("p1_r0") and self.parallel, note.endswith("r1")
         if ast.for_is_degenerate():
-            return L.For(var, lo, L.add(lo, L.Int(1)), 1, body)
-        hi = self._upper(var, ast.for_get_cond())
-        step = ast.for_get_inc().get_val().to_python()
-        innermost = not any(isinstance(n, L.For) for n in L.walk_nodes(body))
+            hi, step = L.add(lo, L.Int(1)), 1
+        else:
+            hi = self._upper(var, ast.for_get_cond())
+            step = ast.for_get_inc().get_val().to_python()
+        loops = [n for n in L.walk_nodes(body) if isinstance(n, L.For)]
+        if self.unrolling and isinstance(lo, L.Int) and isinstance(hi, L.Int):
+            # a register tile's point loop: the backend unrolls it, and makes an innermost
+            # one whose iterations carry nothing (whatever the threads) vector lanes
+            return L.For(var, lo, hi, step, body, reduction=reduction, unrolled=True,
+                         vectorize=self.vectorize and not loops and note.endswith("p1_r0"))
+        if ast.for_is_degenerate():
+            return L.For(var, lo, hi, 1, body)
+        innermost = all(n.unrolled for n in loops)
         return L.For(var, lo, hi, step, body, parallel=parallel,
                      vectorize=self.vectorize and innermost and (parallel or reduction),
                      reduction=reduction,
@@ -397,24 +410,6 @@ def _serial_launches(node: L.Node) -> L.Node:
             return L.If(c, _serial_launches(t), _serial_launches(o) if o is not None else None)
         case L.For():
             raise ValueError("a loop outside every kernel of a GPU schedule")
-    return node
-
-
-def unroll_constant_loops(node: L.Node) -> L.Node:
-    """Every loop with constant bounds under `node` replaced by its iterations, each a copy
-    of the body with the loop variable's value substituted (a register tile's points)."""
-    match node:
-        case L.Block(body=items):
-            return L.Block(tuple(unroll_constant_loops(i) for i in items))
-        case L.If(cond=c, then=t, other=o):
-            return L.If(c, unroll_constant_loops(t),
-                        unroll_constant_loops(o) if o is not None else None)
-        case L.For(var=v, lo=L.Int(value=lo), hi=L.Int(value=hi), step=step, body=body):
-            body = unroll_constant_loops(body)
-            return L.Block(tuple(L.substitute_node(body, {v: L.Int(x)})
-                                 for x in range(lo, hi, step)))
-        case L.For(body=body):
-            return replace(node, body=unroll_constant_loops(body))
     return node
 
 

@@ -31,6 +31,7 @@ class Accumulator:
 
     tensor: str
     subscripts: tuple[L.IExpr, ...]
+    lanes: int = 1  # a vector of this many consecutive elements along the last subscript
 
 
 @dataclass(frozen=True)
@@ -62,31 +63,53 @@ def plan(loop: L.For, kernel: L.Kernel) -> Promotion | None:
     targets = []
     written, read = set(), set()
     for run in runs:
+        run, lanes = run if isinstance(run, tuple) else (run, None)
         statement = kernel.statement(run.statement)
         if statement.kind != "reduce" or any(p.ref == -1 for p in run.promoted):
             return None  # (reads of a packed operand are fine: see polyhedral/packing.py)
         values = dict(zip(statement.indices, run.indices))
         subscripts = tuple(values[name] for name in statement.lhs)
+        width = 1
+        if lanes is not None:  # a vector update: from its first lane's element on
+            subscripts = tuple(L.substitute(e, {lanes.var: lanes.lo}) for e in subscripts)
+            width = len(range(lanes.lo.value, lanes.hi.value, lanes.step))
         forms = []
         for sub in subscripts:
-            form = _affine(sub)
+            form = affine_form(sub)
             if form is None or any(v in inner_vars for v, _ in form[0]):
                 return None  # the element moves inside the loop, or is not affine
             forms.append(form)
         shape = tuple(f[0] for f in forms)
         if shapes.setdefault(statement.target, shape) != shape:
             return None  # two elements whose difference is not a constant
-        key = (statement.target, tuple(f[1] for f in forms))
+        key = (statement.target, tuple(f[1] for f in forms), width)
         if key not in keys:
             keys[key] = len(accumulators)
-            accumulators.append(Accumulator(statement.target, subscripts))
+            accumulators.append(Accumulator(statement.target, subscripts, width))
         targets.append(keys[key])
         written.add(statement.target)
         read.update(r.tensor for r in reads_of(statement.value))
-    if written & read or len(accumulators) > MAX_ACCUMULATORS:
+    if written & read or sum(a.lanes for a in accumulators) > MAX_ACCUMULATORS \
+            or _overlapping(keys):
         return None
     return Promotion(tuple(accumulators), tuple(targets),
-                     all(_contiguous_along(run, kernel, loop.var) for run in runs))
+                     all(_contiguous_along(run if isinstance(run, L.Run) else run[0],
+                                           kernel, loop.var) for run in runs))
+
+
+def _overlapping(keys: dict[tuple, int]) -> bool:
+    """Whether two accumulators of different keys share an element: a vector of lanes
+    and another vector or scalar of the same row (keys: tensor, constant parts, lanes)."""
+    rows: dict[tuple, list[tuple[int, int]]] = {}
+    for tensor, constants, lanes in keys:
+        if not constants:
+            continue  # a scalar: one element, one key
+        rows.setdefault((tensor, constants[:-1]), []).append((constants[-1], lanes))
+    for spans in rows.values():
+        spans.sort()
+        if any(a + width > b for (a, width), (b, _) in zip(spans, spans[1:])):
+            return True
+    return False
 
 
 def innermost_and_contiguous(loop: L.For, kernel: L.Kernel) -> bool:
@@ -111,13 +134,18 @@ def single_inner_loop(loop: L.For) -> L.For | None:
     and blocks only; `loop` itself when it has no loop inside; None otherwise."""
     node = loop
     while True:
-        fors = [n for n in _children(node.body) if isinstance(n, L.For)]
-        others = [n for n in _children(node.body) if not isinstance(n, L.For)]
+        fors = [n for n in _children(node.body) if _is_loop(n)]
+        others = [n for n in _children(node.body) if not _is_loop(n)]
         if not fors:
             return node
         if len(fors) != 1 or any(runs_in(o) for o in others):
             return None
         node = fors[0]
+
+
+def _is_loop(node: L.Node) -> bool:
+    """A loop that runs as one: not the vector lanes of a register tile's row."""
+    return isinstance(node, L.For) and not node.unrolled
 
 
 def children_of(body: L.Node) -> list[L.Node]:
@@ -141,19 +169,19 @@ def _contiguous_along(run: L.Run, kernel: L.Kernel, var: str) -> bool:
     statement = kernel.statement(run.statement)
     steps = {}
     for name, value in zip(statement.indices, run.indices):
-        form = _affine(value)
+        form = affine_form(value)
         if form is None:
             return False
         steps[L.index_var(name).name] = dict(form[0]).get(var, 0)
     for read in reads_of(statement.value):
         for k, subscript in enumerate(read.affine):
-            step = None if subscript is None else _step(subscript, steps)
+            step = None if subscript is None else index_step(subscript, steps)
             if step is None or step != 0 and (k != len(read.affine) - 1 or step != 1):
                 return False
     return True
 
 
-def _step(e: L.IExpr, steps: dict[str, int]) -> int | None:
+def index_step(e: L.IExpr, steps: dict[str, int]) -> int | None:
     """How far `e` moves when each variable moves by its step; None when that is not one
     number (a floor division or modulo of something that moves)."""
     terms: dict[str, int] = {}
@@ -172,6 +200,12 @@ def _collect(node: L.Node, runs: list, inner_vars: set) -> bool:
             return all(_collect(i, runs, inner_vars) for i in items)
         case L.If(then=t, other=o):
             return _collect(t, runs, inner_vars) and (o is None or _collect(o, runs, inner_vars))
+        case L.For(unrolled=True):  # vector lanes (see lanes.py): one update per run
+            found: list = []
+            if not _collect(node.body, found, inner_vars):
+                return False
+            runs.extend((run, node) for run in found)
+            return True
         case L.For(var=v, body=body, parallel=False):
             inner_vars.add(v)
             return _collect(body, runs, inner_vars)
@@ -181,7 +215,7 @@ def _collect(node: L.Node, runs: list, inner_vars: set) -> bool:
     return False
 
 
-def _affine(e: L.IExpr) -> tuple[tuple[tuple[str, int], ...], int] | None:
+def affine_form(e: L.IExpr) -> tuple[tuple[tuple[str, int], ...], int] | None:
     """`e` as (sorted (variable, coefficient) pairs, constant), or None if not affine."""
     terms: dict[str, int] = {}
     constant = _accumulate(e, 1, terms)

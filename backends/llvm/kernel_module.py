@@ -15,8 +15,9 @@ import dataclasses
 import llvmlite.ir as ir
 
 from backends.access_errors import MAX_SUBSCRIPTS
-from backends.llvm import accumulators
+from backends.llvm import accumulators, lanes
 from backends.llvm import types as T
+from backends.llvm import vector_values as V
 from backends.llvm.values import ValueEmitter
 from polyhedral import loop_ir as L
 from tclang.dtypes import DType
@@ -66,7 +67,9 @@ class KernelModule:
         main = ir.Function(self.module, fnty, "tclang_main")
         fb = FunctionBuilder(self, main, {}, main.args[-1],
                              tuple(b.name for b in self.kernel.buffers))
-        fb.node(self.kernel.body)
+        # a register tile's points: straight-line copies, or loops of vector lanes
+        vectors = not self.check_bounds and self.kernel.choices.vectorize
+        fb.node(lanes.expand_unrolled(self.kernel, vectors))
         fb.finish()
         return self.module
 
@@ -276,6 +279,8 @@ class FunctionBuilder:
         value = self._memo.get(e)
         if value is None:
             value = self._memo[e] = self.emit_op(e, self.index)
+            if self._vector is not None:
+                self._made.append(e)
         return value
 
     def emit_op(self, e: L.Op, operand, wrap=("nsw",)) -> ir.Value:
@@ -328,6 +333,8 @@ class FunctionBuilder:
             case L.Block(body=items):
                 for item in items:
                     self.node(item)
+            case L.For() if n.unrolled:
+                self.lane_loop(n, lambda: self.node(n.body))
             case L.For() if n.parallel and self.pfor is not None and n.step == 1:
                 self.parallel_loop(n)
             case L.For() if (promotion := self._promotion(n)) is not None:
@@ -445,7 +452,8 @@ class FunctionBuilder:
             subscripts = [self.index(s) for s in acc.subscripts]
             pointer = self.element(acc.tensor, subscripts, None)
             pointers.append(pointer)
-            values.append(T.load(b, pointer, self.dtype_of(acc.tensor)))
+            values.append(V.load(b, pointer, acc.lanes) if acc.lanes > 1 else
+                          T.load(b, pointer, self.dtype_of(acc.tensor)))
         order = iter(promotion.targets)
         split = self._lane_split(n, promotion)
         if split is not None:  # a vector of partial sums per accumulator, through every loop
@@ -461,11 +469,15 @@ class FunctionBuilder:
             values = [self._sum_tree([b.extract_element(v, ir.Constant(T.I32, lane))
                                       for lane in range(lanes)]) for v in vectors]
         else:
+            scalars = all(acc.lanes == 1 for acc in promotion.accumulators)
             values = self._carried_loop(n, values, order, lo, hi,
-                                        widen=len(promotion.accumulators) == 1
-                                        or promotion.contiguous)
+                                        widen=scalars and (len(promotion.accumulators) == 1
+                                                           or promotion.contiguous))
         for acc, pointer, value in zip(promotion.accumulators, pointers, values):
-            T.store(b, value, pointer, self.dtype_of(acc.tensor))
+            if acc.lanes > 1:
+                V.store(b, value, pointer)
+            else:
+                T.store(b, value, pointer, self.dtype_of(acc.tensor))
         b.branch(after)
         b.position_at_end(after)
 
@@ -546,8 +558,47 @@ class FunctionBuilder:
 
     def _run_value(self, node: L.Run) -> ir.Value:
         s = self.km.kernel.statement(node.statement)
-        indices = {name: self.index(v) for name, v in zip(s.indices, node.indices)}
-        return ValueEmitter(self, s, indices, {p.ref: p for p in node.promoted}).emit(s.value)
+        return self._emitter(node, s, self._indices(node, s)).emit(s.value)
+
+    def _indices(self, node: L.Run, s: L.StatementDef) -> dict[str, ir.Value]:
+        """The statement's index values at `node`: each emitted when first asked for in a
+        lane loop (straight-line code, no branch: lanes.py), else all of them here (a
+        value first made inside one branch of a `?:` would not dominate the other)."""
+        exprs = dict(zip(s.indices, node.indices))
+        if self._vector is None:
+            return {name: self.index(v) for name, v in exprs.items()}
+        return _OnDemand(lambda name: self.index(exprs[name]))
+
+    def _emitter(self, node: L.Run, s: L.StatementDef, indices: dict) -> ValueEmitter:
+        """The value emitter of `node`: on vectors inside a lane loop, else on scalars."""
+        promoted = {p.ref: p for p in node.promoted}
+        if self._vector is None:
+            return ValueEmitter(self, s, indices, promoted)
+        loop, strides = self._vector
+        return V.VectorValues(self, s, indices, promoted, lanes.lanes(loop),
+                              lanes.index_steps(node, s, loop.var), strides,
+                              dict(zip(s.indices, node.indices)))
+
+    # ---- vector lanes (see backends/llvm/lanes.py) ----
+    _vector = None  # (the lane loop, constant strides of the buffers) while inside one
+
+    def lane_loop(self, n: L.For, emit):
+        """Emit the body of the lane loop `n` once, on vectors: its variable is its first
+        iteration's value, each statement's value a vector of its iterations' values.
+        Index expressions made with the variable bound are forgotten after it."""
+        strides = {name: tuple(x.constant if isinstance(x, ir.Constant) else None
+                               for x in buffer_strides)
+                   for name, (_, _, buffer_strides) in self.buffers.items()}
+        self.env[n.var] = self.index(n.lo)
+        self._vector, self._made = (n, strides), []
+        try:
+            return emit()
+        finally:
+            self._vector = None
+            del self.env[n.var]
+            for e in self._made:  # (the others, of the loops outside, serve the next rows)
+                if e in self._memo and L.uses_var(e, n.var):
+                    del self._memo[e]
 
     def _carried_loop(self, n: L.For, values: list, order, lo=None, hi=None,
                       widen: bool | str = False) -> list:
@@ -567,6 +618,8 @@ class FunctionBuilder:
                 for item in items:
                     values = self._carried(item, values, order)
                 return values
+            case L.For() if node.unrolled:
+                return self.lane_loop(node, lambda: self._carried(node.body, values, order))
             case L.For() if self._lanes is not None and node is self._lanes[0]:
                 return self._lane_loop(node, values)
             case L.For():
@@ -692,14 +745,25 @@ class FunctionBuilder:
     # ---- statement instances ----
     def run(self, r: L.Run) -> None:
         s = self.km.kernel.statement(r.statement)
-        indices = {name: self.index(v) for name, v in zip(s.indices, r.indices)}
-        emitter = ValueEmitter(self, s, indices, {p.ref: p for p in r.promoted})
+        indices = self._indices(r, s)
+        emitter = self._emitter(r, s, indices)
         dtype = self.dtype_of(s.target)
-        lhs = [indices[i] for i in s.lhs]
         if self.check_bounds:
+            lhs = [indices[i] for i in s.lhs]
             self.check_element(s.target, lhs, range(len(lhs)), s)
-        target = self.element(s.target, lhs, None)
+        target = None
+        if self._vector is not None:
+            exprs = dict(zip(s.indices, r.indices))
+            target = V.address(self, s.target, [exprs[i] for i in s.lhs], None)
+        if target is None:
+            target = self.element(s.target, [indices[i] for i in s.lhs], None)
         value = emitter.emit(s.value)
+        if self._vector is not None:  # a row of lanes (lanes.py: float, stride 1)
+            if s.kind == "reduce":
+                current = V.load(self.builder, target, value.type.count)
+                value = self.combine(s.op, current, value, dtype)
+            V.store(self.builder, value, target)
+            return
         if s.kind == "reduce":
             current = T.load(self.builder, target, dtype)
             value = self.combine(s.op, current, value, dtype)
@@ -728,6 +792,18 @@ class FunctionBuilder:
         pick = (b.icmp_signed if dtype.is_signed else b.icmp_unsigned)(
             "<" if op == "min" else ">", value, acc)
         return b.select(pick, value, acc)
+
+
+class _OnDemand(dict):
+    """A dict whose missing keys are made by `make` (and kept) when first looked up."""
+
+    def __init__(self, make):
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, key):
+        value = self[key] = self.make(key)
+        return value
 
 
 def _scratch_strides(buffer: L.Buffer) -> list[ir.Value]:

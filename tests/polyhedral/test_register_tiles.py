@@ -4,7 +4,7 @@ the accumulators the LLVM backend carries in registers; never on timing."""
 import pytest
 
 import tclang as tc
-from backends.llvm import accumulators
+from backends.llvm import accumulators, lanes
 from polyhedral import loop_ir as L
 from polyhedral import register_tiles
 from polyhedral.pipeline import schedule_definition
@@ -35,12 +35,21 @@ CONTRACTIONS = {
 
 
 def scheduled(source, sizes, options=tc.Options(), target=AVX2):
-    return schedule_definition(check_source(source).definitions[0], sizes, options, target)
+    """The scheduled kernel, for row-major inputs (their strides are the code's)."""
+    definition = check_source(source).definitions[0]
+    layouts = []
+    for tensor in definition.inputs:
+        strides, step = [], 1
+        for extent in reversed([e.evaluate(sizes) for e in tensor.shape]):
+            strides.insert(0, step)
+            step *= extent
+        layouts.append(tuple(strides))
+    return schedule_definition(definition, sizes, options, target, tuple(layouts))
 
 
 def flat(node) -> list:
-    """The nodes of nested blocks and conditions, in order (isl's unrolling nests a block
-    per loop, and may leave a guard it could have dropped around some rows)."""
+    """The nodes of nested blocks and conditions, in order (isl may leave a guard it could
+    have dropped around some rows)."""
     if isinstance(node, L.Block):
         return [x for item in node.body for x in flat(item)]
     if isinstance(node, L.If):
@@ -48,17 +57,36 @@ def flat(node) -> list:
     return [node]
 
 
-def micro_kernels(kernel: L.Kernel):
+def updates(node) -> list[tuple[L.Run, int]]:
+    """The updates in a loop body as the LLVM backend emits them: (run, lanes), a vector
+    of lanes for each run of a lane loop, else 1; None if something else is there."""
+    found = []
+    for item in flat(node):
+        if isinstance(item, L.For) and item.unrolled:
+            found += [(run, lanes.lanes(item)) for run in flat(item.body)]
+        elif isinstance(item, L.Run):
+            found.append((item, 1))
+        else:
+            return None
+    return found
+
+
+def elements(node) -> int:
+    return sum(width for _, width in updates(node))
+
+
+def micro_kernels(kernel: L.Kernel, vectors: bool = True):
     """The loops whose bodies are straight runs of updates of one statement, with the
-    accumulators the backend keeps in registers through them."""
+    accumulators the backend keeps in registers through them, in the backend's view of
+    the kernel: the register tile's unrolled loops expanded, but for the vector lanes."""
     found = []
 
     def visit(node):
         match node:
-            case L.For(body=body):
-                runs = flat(body)
-                if len(runs) > 1 and all(isinstance(r, L.Run) for r in runs) and \
-                        len({r.statement for r in runs}) == 1 and not node.parallel:
+            case L.For(body=body) if not node.unrolled:
+                runs = updates(body)
+                if runs and sum(w for _, w in runs) > 1 and \
+                        len({r.statement for r, _ in runs}) == 1 and not node.parallel:
                     found.append((node, accumulators.plan(node, kernel)))
                 visit(body)
             case L.If(then=t, other=o):
@@ -70,7 +98,7 @@ def micro_kernels(kernel: L.Kernel):
                     visit(item)
             case L.Scratch(body=b):
                 visit(b)
-    visit(kernel.body)
+    visit(lanes.expand_unrolled(kernel, vectors))
     return found
 
 
@@ -83,12 +111,34 @@ def test_contractions_get_a_register_tile_kept_in_registers(name):
     tiles = micro_kernels(kernel)
     assert tiles, f"no register tile in\n{kernel.body}"
     # full tiles: mr x nr updates of distinct elements, carried through the reduction
-    # loop; partial tiles whose loops have constant bounds are unrolled too (fewer updates)
-    assert any(len(flat(loop.body)) == mr * nr for loop, _ in tiles)
+    # loop, mr vectors of nr lanes; partial tiles whose loops have constant bounds are
+    # unrolled too (fewer updates)
+    assert any(elements(loop.body) == mr * nr for loop, _ in tiles)
     for loop, promotion in tiles:
-        assert len(flat(loop.body)) <= mr * nr
-        assert promotion is not None and len(promotion.accumulators) == len(flat(loop.body))
+        assert elements(loop.body) <= mr * nr
+        assert promotion is not None
+        assert sum(a.lanes for a in promotion.accumulators) == elements(loop.body)
+        if elements(loop.body) == mr * nr:
+            assert [a.lanes for a in promotion.accumulators] == [nr] * mr
         assert loop.reduction
+
+
+@pytest.mark.parametrize("name", sorted(CONTRACTIONS))
+def test_the_loop_ir_keeps_the_register_tile_as_loops(name):
+    """The tile's points are loops of constant bounds marked `unrolled` (rows, then the
+    lanes, marked vectorize: they carry nothing), not mr x nr statements; scalar
+    expansion (the backend's, where the lanes cannot be vectors) gives every point."""
+    source, sizes = CONTRACTIONS[name]
+    kernel = scheduled(source, sizes).kernel
+    mr, nr = register_tiles.shape_for(AVX2, 4)
+    unrolled = [n for n in L.walk_nodes(kernel.body) if isinstance(n, L.For) and n.unrolled]
+    lane_loops = [n for n in unrolled if n.vectorize and lanes.lanes(n) == nr]
+    assert lane_loops and all(isinstance(n.lo, L.Int) and isinstance(n.hi, L.Int)
+                              for n in unrolled)
+    runs = sum(isinstance(n, L.Run) for n in L.walk_nodes(kernel.body))
+    assert runs < mr * nr  # the whole kernel, every variant of the tile
+    scalar = micro_kernels(kernel, vectors=False)
+    assert any(elements(loop.body) == len(flat(loop.body)) == mr * nr for loop, _ in scalar)
 
 
 @pytest.mark.parametrize("name", sorted(CONTRACTIONS))
@@ -100,12 +150,14 @@ def test_accumulators_stay_in_registers_through_every_reduction_loop(name):
     source, sizes = CONTRACTIONS[name]
     kernel = scheduled(source, sizes).kernel
     carried = 0
+    body = lanes.expand_unrolled(kernel, True)
     for loop, promotion in micro_kernels(kernel):
-        if len(flat(loop.body)) != 16 * 4:
+        if elements(loop.body) != 16 * 4:
             continue  # a partial tile
-        statement = flat(loop.body)[0].statement
-        for chain, _ in enclosing_loops(kernel.body, statement):
-            if chain[-1] is not loop:
+        statement = updates(loop.body)[0][0].statement
+        for chain, _ in enclosing_loops(body, statement):
+            chain = [f for f in chain if not f.unrolled]
+            if chain[-1] != loop:
                 continue
             reductions = []
             for outer in reversed(chain):
@@ -113,7 +165,7 @@ def test_accumulators_stay_in_registers_through_every_reduction_loop(name):
                     break
                 reductions.append(outer)
             plan = accumulators.plan(reductions[-1], kernel)
-            assert plan is not None and len(plan.accumulators) == 16 * 4, \
+            assert plan is not None and sum(a.lanes for a in plan.accumulators) == 16 * 4, \
                 [f.var for f in reductions]
             carried += 1
     assert carried
@@ -137,13 +189,13 @@ def test_the_model_sizes_the_tile_for_the_machine():
     source, sizes = CONTRACTIONS["matmul"]
     tiles = micro_kernels(scheduled(source, sizes, target=AVX512).kernel)
     # capped at MAX_UNROLLED updates: 8 x 32
-    assert tiles and max(len(flat(loop.body)) for loop, _ in tiles) == 8 * 32
+    assert tiles and max(elements(loop.body) for loop, _ in tiles) == 8 * 32
 
 
 def test_manual_shape_and_off():
     source, sizes = CONTRACTIONS["matmul"]
     tiles = micro_kernels(scheduled(source, sizes, tc.Options(register_tile=(2, 8))).kernel)
-    assert tiles and max(len(flat(loop.body)) for loop, _ in tiles) == 16
+    assert tiles and max(elements(loop.body) for loop, _ in tiles) == 16
     assert not micro_kernels(scheduled(source, sizes, tc.Options(register_tile=False)).kernel)
     for bad in ((0, 8), (4,), True, "6x16"):
         with pytest.raises(TCScheduleError, match="register_tile"):
@@ -174,7 +226,7 @@ def test_lanes_that_would_gather_keep_the_outer_product_when_packing_is_forced()
     """With pack=True, W is packed lanes-first and the tile is matmul's: 4 x 16
     accumulators carried through the reduction, for the SLP vectorizer."""
     tiles = micro_kernels(scheduled(*MLP_T, tc.Options(pack=True)).kernel)
-    assert tiles and any(len(flat(loop.body)) == 4 * 16 for loop, _ in tiles)
+    assert tiles and any(elements(loop.body) == 4 * 16 for loop, _ in tiles)
     for loop, promotion in tiles:
         assert promotion is not None and not promotion.contiguous
 
@@ -188,7 +240,7 @@ def test_not_a_contraction():
 def test_updates_that_read_their_own_tensor_are_not_carried():
     """An accumulator is only carried where nothing in the loop reads its tensor."""
     kernel = scheduled(*CONTRACTIONS["matmul"]).kernel
-    (loop, promotion), *_ = micro_kernels(kernel)
+    (loop, promotion), *_ = micro_kernels(kernel, vectors=False)
     assert promotion is not None
     other = kernel.statements[0]
     assert other.kind == "init"
