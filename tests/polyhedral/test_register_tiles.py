@@ -10,6 +10,7 @@ from polyhedral import register_tiles
 from polyhedral.pipeline import schedule_definition
 from tclang.errors import TCScheduleError
 from tclang.frontend import check_source
+from tclang.layouts import layout_key, row_major
 from tclang.target import Target
 
 from .loops import enclosing_loops, executed_instances
@@ -39,11 +40,8 @@ def scheduled(source, sizes, options=tc.Options(), target=AVX2):
     definition = check_source(source).definitions[0]
     layouts = []
     for tensor in definition.inputs:
-        strides, step = [], 1
-        for extent in reversed([e.evaluate(sizes) for e in tensor.shape]):
-            strides.insert(0, step)
-            step *= extent
-        layouts.append(tuple(strides))
+        shape = [e.evaluate(sizes) for e in tensor.shape]
+        layouts.append(layout_key(shape, row_major(shape)))
     return schedule_definition(definition, sizes, options, target, tuple(layouts))
 
 
