@@ -17,7 +17,7 @@ import numpy as np
 
 from backends import reference_math
 from polyhedral import loop_ir as L
-from tclang import program as P
+from tclang.lang import program as P
 from tclang.dtypes import DType
 from tclang.errors import TCIndexError
 

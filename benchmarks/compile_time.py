@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import kernels as K  # noqa: E402
 from polyhedral.pipeline import schedule_definition  # noqa: E402
-from tclang.frontend import check_source  # noqa: E402
+from tclang.lang.frontend import check_source  # noqa: E402
 from tclang.options import Options  # noqa: E402
 from tclang.target import Target  # noqa: E402
 
@@ -50,7 +50,7 @@ STAGES = ("scop", "dependences", "schedule", "transform", "loops")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MATMUL = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }"
 HEAVY = ("islpy", "lark", "llvmlite.binding", "llvmlite.ir", "polyhedral.pipeline",
-         "polyhedral.loop_ir", "tclang.program", "backends.llvm.kernel_module")
+         "polyhedral.loop_ir", "tclang.lang.program", "backends.llvm.kernel_module")
 
 # One fresh process: times (ms) of the imports and of define + first call.
 PROBE = f"""

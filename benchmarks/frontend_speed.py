@@ -11,8 +11,8 @@ import argparse
 import statistics
 import time
 
-from tclang.frontend import check_source
-from tclang.parser import parse
+from tclang.lang.frontend import check_source
+from tclang.lang.parser import parse
 
 
 def make_program(statements: int) -> str:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import islpy as isl
 
 from polyhedral.scop import Scop
-from tclang.affine import Affine
+from tclang.lang.affine import Affine
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from polyhedral import loop_ir as L
-from tclang import program as P
-from tclang.program_text import expression_text
+from tclang.lang import program as P
+from tclang.lang.program_text import expression_text
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div_nonneg": "/", "rem": "%", "lt": "<",
           "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "and": "&&", "or": "||"}

@@ -4,7 +4,7 @@ Plain frozen dataclasses (no isl object survives past the AST lowering): integer
 expressions (`Var`, `Int`, `Op`), loop nodes (`For`, `If`, `Block`), statement instances
 (`Run`), GPU launches with their promoted buffers, copies and barriers, and the CPU's
 per-thread scratch buffers (`Scratch`: packed operands of a micro-kernel). A statement's body
-is the checked program's typed expression tree (`tclang.program`), evaluated at the
+is the checked program's typed expression tree (`tclang.lang.program`), evaluated at the
 statement's index values, with each read's subscript forms lowered to index expressions
 (`Read.affine`, see `StatementDef`): nothing here is an `Affine`, a `SizeExpr` or an isl
 object. polyhedral/loop_format.py prints the IR as readable pseudo-C.
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Mapping
 
 from tclang.dtypes import DType
-from tclang.program import Expr
+from tclang.lang.program import Expr
 
 # ---- integer index expressions ---------------------------------------------------------
 

@@ -15,7 +15,7 @@ import dataclasses
 import json
 
 from polyhedral import loop_ir as L
-from tclang import program as P
+from tclang.lang import program as P
 from tclang.dtypes import DType
 from tclang.errors import Span
 

@@ -22,7 +22,7 @@ from polyhedral.packing import PACK_MARK, PACK_STATEMENT, PackPlan
 from polyhedral.register_tiles import UNROLL_MARK
 from polyhedral.scop import Scop, tensor_box
 from polyhedral.subscripts import lower_value, size_index
-from tclang import program as P
+from tclang.lang import program as P
 from tclang.dtypes import identity
 
 _BINARY = {
@@ -374,7 +374,7 @@ def buffers(scop: Scop) -> tuple[L.Buffer, ...]:
 def zero_filled(scop: Scop) -> tuple[str, ...]:
     """Outputs and temporaries some point of which no statement writes, or whose first
     access reads the initial contents (a `+=`, or the float32 start of a widened half `+=`,
-    see tclang/half_accumulators.py): they start as zeros."""
+    see tclang/lang/half_accumulators.py): they start as zeros."""
     d = scop.definition
     result = []
     for t in d.outputs + d.temporaries:

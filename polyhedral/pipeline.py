@@ -36,15 +36,15 @@ from polyhedral.scheduler import compute_schedule, schedule_text
 from polyhedral.scop import build_scop
 from polyhedral.gpu import map_to_gpu
 from polyhedral.tiling import BandReport, apply_loop_order, transform_bands
-from tclang import program as P
-from tclang.passes import finish, optimize, passes_text
+from tclang.lang import program as P
+from tclang.lang.passes import finish, optimize, passes_text
 from tclang.stages import Stages
 from tclang.options import Options
 from tclang.target import Target
-from tclang.guarded_sums import restrict_guarded_sums
-from tclang.half_accumulators import widen_half_reductions
-from tclang.reduction_scales import factor_out_scales
-from tclang.wide_indices import widen_indices
+from tclang.lang.guarded_sums import restrict_guarded_sums
+from tclang.lang.half_accumulators import widen_half_reductions
+from tclang.lang.reduction_scales import factor_out_scales
+from tclang.lang.wide_indices import widen_indices
 
 
 @dataclass(frozen=True)

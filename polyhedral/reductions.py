@@ -23,8 +23,8 @@ import islpy as isl
 from polyhedral import loop_ir as L
 from polyhedral.scop import Scop, ScopStatement
 from polyhedral.subscripts import size_index
-from tclang import program as P
-from tclang.affine import Affine
+from tclang.lang import program as P
+from tclang.lang.affine import Affine
 from tclang.dtypes import identity
 from tclang.options import Options
 from tclang.target import Target

@@ -21,9 +21,9 @@ import islpy as isl
 
 from polyhedral.isl_context import compilation_context
 
-from tclang import program as P
-from tclang import sizes as Z
-from tclang.affine import Affine, Compare, Condition, Div, Logic, Truth
+from tclang.lang import program as P
+from tclang.lang import sizes as Z
+from tclang.lang.affine import Affine, Compare, Condition, Div, Logic, Truth
 
 
 @dataclass(frozen=True)

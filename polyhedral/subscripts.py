@@ -1,5 +1,5 @@
 """The checked program's symbolic forms as loop-IR index expressions: size expressions
-(`tclang.sizes`), quasi-affine subscripts (`tclang.affine`) and the statement values that
+(`tclang.lang.sizes`), quasi-affine subscripts (`tclang.lang.affine`) and the statement values that
 hold them. After `lower_value` a statement's reads carry index expressions over its index
 variables (`L.index_var`) and the sizes, so no `Affine` or `SizeExpr` reaches a backend.
 """
@@ -10,9 +10,9 @@ from dataclasses import replace
 from typing import Mapping
 
 from polyhedral import loop_ir as L
-from tclang import affine as A
-from tclang import program as P
-from tclang import sizes as Z
+from tclang.lang import affine as A
+from tclang.lang import program as P
+from tclang.lang import sizes as Z
 
 
 def size_index(e: Z.SizeExpr, sizes: Mapping[str, int] | None) -> L.IExpr:

@@ -56,14 +56,14 @@ def _module(source: str, backend: str, options, tuned: bool):
     from tclang.runtime import Module
 
     if not isinstance(source, str) or not call_records.enabled():
-        from tclang.frontend import check_source
+        from tclang.lang.frontend import check_source
         return Module(check_source(source), backend, options, tuned=tuned)
     signatures = call_records.signatures(source)
     if signatures is not None:
         return Module(None, backend, options, tuned=tuned, source=source,
                       signatures=signatures)
-    from tclang.checker import warnings_given
-    from tclang.frontend import check_source
+    from tclang.lang.checker import warnings_given
+    from tclang.lang.frontend import check_source
     before = warnings_given()
     program = check_source(source)
     if warnings_given() == before:

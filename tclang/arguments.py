@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tclang import program as P
+from tclang.lang import program as P
 from tclang.dtypes import from_numpy
 from tclang.errors import TCArgumentError
 from tclang.host_tensors import host_view, is_host_tensor, refuse_grad

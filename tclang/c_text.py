@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from polyhedral import loop_ir as L
 from polyhedral.subscripts import size_index
-from tclang import sizes as Z
+from tclang.lang import sizes as Z
 from tclang.dtypes import DType
 
 #: static helpers every generated C file that prints index expressions starts with

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only: call_records reads installed_files on a disk hit
     from tclang.options import Options
-    from tclang.program import Definition
+    from tclang.lang.program import Definition
     from tclang.target import Target
 
 CACHE_FORMAT = 3  # bump when the layout of cache entries changes
@@ -25,7 +25,7 @@ CACHE_FORMAT = 3  # bump when the layout of cache entries changes
 
 def canonical_source(defn: Definition) -> str:
     """The definition's text as a token sequence: independent of comments and layout."""
-    from tclang.parser import _lark_parser
+    from tclang.lang.parser import _lark_parser
 
     lines = defn.source.split("\n")
     start = defn.span.line - 1

@@ -50,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _check(args) -> int:
-    from tclang.frontend import check_source
+    from tclang.lang.frontend import check_source
     from tclang.inputs import read_source
     program = check_source(read_source(args.file))
     for d in program.definitions:

@@ -28,8 +28,8 @@ from tclang.cachekey import key_digest
 from tclang.dtypes import DType
 from tclang.errors import Span
 from tclang.options import Options
-from tclang.parser import recursion_room
-from tclang.program import Definition
+from tclang.lang.parser import recursion_room
+from tclang.lang.program import Definition
 from tclang.recent import HeldWhileUsed, max_variants
 from tclang.stages import Stages
 from tclang.target import Target, bounds_checking

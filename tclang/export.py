@@ -32,7 +32,7 @@ import numpy as np
 
 from tclang.errors import TCArgumentError, TCError
 from tclang.export_abi import STATUS, Wrapper, parameters, shape_parameters
-from tclang.program import Definition
+from tclang.lang.program import Definition
 
 
 @dataclass(frozen=True)

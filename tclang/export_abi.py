@@ -21,7 +21,7 @@ import numpy as np
 
 from tclang.c_text import C_TYPES, PRELUDE, c_string, index_c, size_c, size_variable
 from tclang.errors import TCError
-from tclang.program import Definition
+from tclang.lang.program import Definition
 
 STATUS = {"TCLANG_OK": 0, "TCLANG_BAD_ARGUMENT": 1, "TCLANG_BAD_SIZES": 2,
           "TCLANG_INDEX_ERROR": 3, "TCLANG_OUT_OF_MEMORY": 4, "TCLANG_CUDA_ERROR": 5}

@@ -115,7 +115,7 @@ def schedule_for_gpu(kernel, sizes: dict[str, int] | None):
     from tclang.compiler import KernelInfo, compile_target
     from tclang.export import contiguous_views
     from tclang.layouts import layout_key
-    from tclang.parser import recursion_room
+    from tclang.lang.parser import recursion_room
     options = dataclasses.replace(kernel.module.options, specialize=sizes is not None)
     layouts = None
     if sizes is not None:

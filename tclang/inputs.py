@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tclang import program as P
+from tclang.lang import program as P
 from tclang.errors import TCArgumentError, TCError
 
 

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from tclang.arguments import Binding, DeviceArray
     from tclang.compiler import Compiled
     from tclang.options import Options
-    from tclang.program import Definition, Program
+    from tclang.lang.program import Definition, Program
 
 
 def bind_arguments(definition: Definition, args, device: bool) -> Binding:
@@ -96,7 +96,7 @@ class CompiledKernel:
         if kernel is None:
             from polyhedral.pipeline import schedule_definition
             from tclang.compiler import compile_target
-            from tclang.parser import recursion_room
+            from tclang.lang.parser import recursion_room
             target = self._target or compile_target(self.backend, self.options)
             with recursion_room():
                 kernel = schedule_definition(self.definition, self.sizes, self.options,
@@ -126,7 +126,7 @@ class CompiledKernel:
         if self._texts is None:
             from polyhedral.pipeline import schedule_definition
             from tclang.compiler import compile_target
-            from tclang.parser import recursion_room
+            from tclang.lang.parser import recursion_room
             texts: dict[str, str] = {}
             target = self._target or compile_target(self.backend, self.options)
             with recursion_room():
@@ -735,7 +735,7 @@ class Module:
     def program(self) -> Program:
         """The checked source (checked now if the module was made from a source record)."""
         if self._program is None:
-            from tclang.frontend import check_source
+            from tclang.lang.frontend import check_source
             self._program = check_source(self.source)
         return self._program
 

@@ -23,7 +23,7 @@ import hashlib
 import torch
 
 from tclang.autodiff import sizes_of
-from tclang.program import Definition
+from tclang.lang.program import Definition
 
 _REGISTERED: dict[str, tuple] = {}
 

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: (quasi-affine subscripts, size expressions: the loop IR carries them lowered)
 FORBIDDEN_FOR_BACKENDS = ("tclang.compiler", "tclang.arguments", "tclang.options",
                           "tclang.runtime", "tclang.cli", "tclang.commands", "polyhedral",
-                          "islpy", "lark", "tclang.affine", "tclang.sizes")
+                          "islpy", "lark", "tclang.lang.affine", "tclang.lang.sizes")
 ALLOWED_FOR_BACKENDS = ("polyhedral.loop_ir",)
 
 
@@ -115,3 +115,18 @@ def test_the_package_imports_neither_isl_nor_the_driver():
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                             text=True, timeout=120)
     assert result.stdout.strip() == "[]", result.stdout + result.stderr
+
+
+def test_the_language_imports_only_itself_and_the_shared_values():
+    """tclang/lang/ (source -> syntax -> checked program, and the rewrites of a checked
+    definition) is the bottom of the package: it imports nothing of the driver, the
+    runtime, the CLI, polyhedral/ or backends/, only itself, tclang.errors and
+    tclang.dtypes (docs/architecture.md)."""
+    allowed = ("tclang.lang", "tclang.errors", "tclang.dtypes")
+    bad = []
+    for path in sorted((ROOT / "tclang" / "lang").rglob("*.py")):
+        for line, name in imported_names(path):
+            if name.split(".")[0] in ("tclang", "polyhedral", "backends") and not any(
+                    name == a or name.startswith(a + ".") for a in allowed):
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
+    assert bad == []

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from polyhedral import loop_ir as L
-from tclang import program as P
+from tclang.lang import program as P
 from tclang.dtypes import DType
 
 CTYPES = {DType.BOOL: "bool", DType.UINT8: "unsigned char", DType.UINT16: "unsigned short",

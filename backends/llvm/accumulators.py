@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from polyhedral import loop_ir as L
-from tclang.program import reads_of
+from tclang.lang.program import reads_of
 
 MAX_ACCUMULATORS = 256  # scalars carried through one loop at most
 

@@ -22,7 +22,7 @@ from backends.llvm.values import ValueEmitter
 from polyhedral import loop_ir as L
 from tclang.dtypes import DType
 from tclang.errors import TCCompileError
-from tclang.program import reads_of
+from tclang.lang.program import reads_of
 
 PARALLEL_WORK = 1 << 15  # statement instances below which a loop stays on one thread
 

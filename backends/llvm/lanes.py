@@ -19,7 +19,7 @@ from dataclasses import replace
 
 from backends.llvm.accumulators import affine_form, index_step
 from polyhedral import loop_ir as L
-from tclang import program as P
+from tclang.lang import program as P
 from tclang.dtypes import DType
 
 #: the element types whose statements become vector operations

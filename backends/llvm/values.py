@@ -14,7 +14,7 @@ import llvmlite.ir as ir
 
 from backends.llvm import types as T
 from polyhedral import loop_ir as L
-from tclang import program as P
+from tclang.lang import program as P
 from tclang.dtypes import DType
 
 _FCMP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}

@@ -16,7 +16,7 @@ from backends.llvm.accumulators import affine_form
 from backends.llvm import types as T
 from backends.llvm.values import ValueEmitter
 from polyhedral import loop_ir as L
-from tclang import program as P
+from tclang.lang import program as P
 
 
 def vector_pointer(builder: ir.IRBuilder, pointer: ir.Value, lanes: int) -> ir.Value:

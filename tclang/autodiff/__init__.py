@@ -51,7 +51,7 @@ class Gradient:
         self.definition = kernel.definition
         self.plan: GradientSource = build(self.definition, wrt)
         module = kernel.module
-        from tclang.frontend import check_source
+        from tclang.lang.frontend import check_source
 
         def kernel_of(text: str, name: str):
             if text == self.definition.source and name == self.definition.name:

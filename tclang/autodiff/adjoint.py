@@ -35,15 +35,15 @@ import random
 import re
 from dataclasses import dataclass, field, replace
 
-from tclang import program as P
-from tclang import sizes as Z
-from tclang.affine import Affine, Div
+from tclang.lang import program as P
+from tclang.lang import sizes as Z
+from tclang.lang.affine import Affine, Div
 from tclang.autodiff import derivatives as D
 from tclang.autodiff.source_text import Raw, source
 from tclang.dtypes import DType
 from tclang.errors import TCGradError, TCSemanticError
-from tclang.passes.rewrite import rewrite_bottom_up
-from tclang.program_text import type_name
+from tclang.lang.passes.rewrite import rewrite_bottom_up
+from tclang.lang.program_text import type_name
 
 
 @dataclass(frozen=True)
@@ -715,7 +715,7 @@ class _Backward:
         return text
 
     def text(self) -> str:
-        from tclang.frontend import check_source
+        from tclang.lang.frontend import check_source
         wheres = [set(e.always_where) for e in self.b.emitted]
         for _ in range(len(wheres) + 4):
             src = self._render(wheres)

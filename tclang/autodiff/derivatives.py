@@ -21,7 +21,7 @@ import itertools
 import math
 from typing import Callable
 
-from tclang import program as P
+from tclang.lang import program as P
 from tclang.autodiff.source_text import source
 from tclang.dtypes import DType, promote
 

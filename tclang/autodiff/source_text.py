@@ -2,7 +2,7 @@
 and casts as the precedence and promotion rules allow: the backward definition is shown to
 people (`tclang explain --grad`) and must read like what they would write.
 
-Unlike tclang/program_text.py (which shows every cast the checker made explicit, for the
+Unlike tclang/lang/program_text.py (which shows every cast the checker made explicit, for the
 compiler's stages), a cast of a literal is folded into the literal (`2.0`, not
 `float(2)`), and an index may be printed as an expression of other indices
 (`index_text`): what a scatter becomes when it is written as a gather.
@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from tclang import program as P
+from tclang.lang import program as P
 from tclang.dtypes import DType
-from tclang.program_text import type_name
+from tclang.lang.program_text import type_name
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "and": "&&", "or": "||",
           "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}

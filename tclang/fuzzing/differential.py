@@ -27,10 +27,10 @@ from typing import Callable
 import numpy as np
 
 import tclang
-from tclang import program as P
+from tclang.lang import program as P
 from tclang.dtypes import DType
 from tclang.errors import (TCArgumentError, TCError, TCIndexError, TCScheduleError, TCWarning)
-from tclang.frontend import check_source
+from tclang.lang.frontend import check_source
 from tclang.fuzzing.generator import GeneratedProgram, Model, finish
 from tclang.inputs import random_inputs
 
@@ -260,7 +260,7 @@ def tolerance(defn: P.Definition, sizes: dict[str, int]) -> float:
     the program reads back a half value it rounded (a half temporary or output read again,
     a cast to half inside an expression) can a flip propagate through later reductions:
     then half's eps times the terms counts. A half reduction accumulated in half storage
-    (an error of half's eps per term, as before tclang/half_accumulators.py) is caught by the rest."""
+    (an error of half's eps per term, as before tclang/lang/half_accumulators.py) is caught by the rest."""
     kinds = {t.dtype.compute for t in defn.inputs + defn.outputs + defn.temporaries}
     terms = 0
     for s in defn.statements:

@@ -21,8 +21,8 @@ from dataclasses import dataclass, replace
 
 from tclang.dtypes import DType, is_widening, promote
 from tclang.errors import TCError, TCWarning
-from tclang.frontend import check_source
-from tclang.functions import BUILTINS
+from tclang.lang.frontend import check_source
+from tclang.lang.functions import BUILTINS
 
 SIZES = ("N", "M", "K", "L", "P", "Q")
 SIZE_VALUES = (1, 1, 2, 3, 3, 5, 7, 2, 4, 5, 6, 7, 8, 9, 11, 13, 16)  # primes and 1 often

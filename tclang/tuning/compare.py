@@ -23,7 +23,7 @@ import numpy as np
 
 from tclang.errors import TCError, TCScheduleError
 from tclang.options import FUSIONS, Options
-from tclang.program import Read, reads_of
+from tclang.lang.program import Read, reads_of
 from tclang.tuning import roofline
 from tclang.tuning import trials as T
 from tclang.tuning.space import candidate_of, describe
@@ -272,7 +272,7 @@ def einsum_spec(definition) -> str | None:
 
 
 def _is_product(e) -> bool:
-    from tclang.program import Binary
+    from tclang.lang.program import Binary
     if isinstance(e, Read):
         return True
     return isinstance(e, Binary) and e.op == "mul" and _is_product(e.lhs) and \
@@ -280,7 +280,7 @@ def _is_product(e) -> bool:
 
 
 def _plain(read: Read):
-    from tclang.program import IndexValue
+    from tclang.lang.program import IndexValue
     if read.guard is not None or not all(isinstance(x, IndexValue) for x in read.subscripts):
         return None
     return tuple(x.name for x in read.subscripts)

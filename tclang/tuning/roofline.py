@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from tclang.program import (Binary, Call, Cast, Compare, Definition, Select, Unary,
+from tclang.lang.program import (Binary, Call, Cast, Compare, Definition, Select, Unary,
                             evaluate_shape)
 
 ARITHMETIC = ("add", "sub", "mul", "div")

@@ -19,7 +19,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from tclang.options import FUSIONS, Options
-from tclang.program import Definition
+from tclang.lang.program import Definition
 
 Candidate = tuple  # ((knob, value), ...), sorted by knob; None = automatic
 
@@ -165,7 +165,7 @@ class SearchSpace:
 def _has_contraction(definition: Definition) -> bool:
     """A sum of products of tensor reads over a reduction index (matmul, conv, attention):
     what a register tile is for. softmax's sum of exp(X - max) is not one."""
-    from tclang.program import Binary, reads_of
+    from tclang.lang.program import Binary, reads_of
 
     def products(e) -> bool:
         if not isinstance(e, Binary):

@@ -18,7 +18,7 @@ from backends.cuda.emulation.build import available
 from polyhedral import loop_ir as L
 from polyhedral.pipeline import schedule_definition
 from tclang.compiler import compile_target, get_backend
-from tclang.frontend import check_source
+from tclang.lang.frontend import check_source
 from tclang.layouts import Layout
 
 SOURCE = "def scale(float(N, M) A) -> (B) {\n  B(i, j) = A(i, j) * 2\n}"

@@ -16,7 +16,7 @@ import pytest
 from backends.cuda.emulation.build import available
 from polyhedral import loop_ir as L
 from polyhedral.pipeline import schedule_definition
-from tclang.frontend import check_source
+from tclang.lang.frontend import check_source
 from tclang.options import Options
 from tclang.target import Target
 

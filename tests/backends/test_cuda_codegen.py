@@ -19,10 +19,10 @@ import pytest
 from backends.cuda.codegen import PRELUDE, generate
 from polyhedral.pipeline import _row_major, schedule_definition, with_choices
 from tclang.errors import TCWarning
-from tclang.frontend import check_source
+from tclang.lang.frontend import check_source
 from tclang.layouts import Layout
 from tclang.options import Options
-from tclang.program import evaluate_shape
+from tclang.lang.program import evaluate_shape
 from tclang.target import Target
 from tests.corpus import CASES
 

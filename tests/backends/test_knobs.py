@@ -7,7 +7,7 @@ import numpy as np
 import tclang as tc
 from polyhedral import loop_ir as L
 from polyhedral.pipeline import schedule_definition
-from tclang.frontend import check_source
+from tclang.lang.frontend import check_source
 from tclang.target import Target
 
 SCALE = "def f(float(N, M) X) -> (Y) { Y(i, j) = X(i, j) * 2.0 + 1.0 }"

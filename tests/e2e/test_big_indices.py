@@ -1,7 +1,7 @@
 """Index and size values past 2^31 are never wrapped (issue 11, item 4).
 
 The language types `i` and `N` used as values as int32, but extents may exceed 2^31: every
-integer expression built on them is computed exactly (tclang/wide_indices.py) and takes its
+integer expression built on them is computed exactly (tclang/lang/wide_indices.py) and takes its
 declared type only where stored or explicitly cast. The inputs are stride-0 broadcasts of
 one element (no memory), the outputs are a few elements, and the loops that reach the big
 values run a handful of iterations (`where i in N-4:N`), so every backend runs in moments.
@@ -14,8 +14,8 @@ import pytest
 
 import tclang as tc
 from tclang.options import Options
-from tclang.wide_indices import widen_value
-from tclang import program as P
+from tclang.lang.wide_indices import widen_value
+from tclang.lang import program as P
 from tclang.dtypes import DType
 
 BIG = 2**31 + 5  # an extent whose last indices do not fit in int32

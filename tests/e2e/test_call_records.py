@@ -34,7 +34,7 @@ assert mm.mm(a, b, out=out) is out and np.array_equal(out, a @ b)
 big = np.ones((67, 61), np.float32), np.ones((61, 71), np.float32)  # parallel loops
 ok = np.allclose(c, a @ b) and np.allclose(mm.mm(*big), 61.0)
 heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("lark", "islpy", "llvmlite",
-               "polyhedral") or m in ("tclang.program", "tclang.compiler", "tclang.parser",
+               "polyhedral") or m in ("tclang.lang.program", "tclang.compiler", "tclang.lang.parser",
                                       "tclang.arguments"))
 print(json.dumps(dict(ok=ok, heavy=heavy)))
 """

@@ -1,4 +1,4 @@
-"""Sums of guarded terms run over the points where the guard holds (tclang/guarded_sums.py),
+"""Sums of guarded terms run over the points where the guard holds (tclang/lang/guarded_sums.py),
 and a weight gradient's sum keeps its long stride-1 reduction innermost, vectorized
 (polyhedral/bands.py short_members_penalized, backends/llvm accumulators)."""
 

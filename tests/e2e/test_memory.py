@@ -232,7 +232,7 @@ def test_compilations_of_one_thread_share_one_isl_context():
     thread, with the options a stage sets for itself put back (polyhedral/isl_context.py)."""
     from polyhedral.isl_context import compilation_context
     from polyhedral.scop import build_scop
-    from tclang.frontend import check_source
+    from tclang.lang.frontend import check_source
     first = build_scop(check_source("def a(float(N) X) -> (Y) { Y(i) = X(i) }")["a"], {"N": 4})
     second = build_scop(check_source("def b(float(N) X) -> (Y) { Y(i) = X(i) }")["b"], {"N": 4})
     assert first.ctx is second.ctx

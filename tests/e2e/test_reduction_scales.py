@@ -1,5 +1,5 @@
 """A sum's invariant factors are applied once per result, after the sum
-(tclang/reduction_scales.py): which statements are rewritten, and that every backend and
+(tclang/lang/reduction_scales.py): which statements are rewritten, and that every backend and
 schedule still gives NumPy's results, over odd, prime and size-1 shapes."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 
 import tclang as tc
 from benchmarks import kernels
-from tclang import program as P
-from tclang.frontend import check_source
-from tclang.reduction_scales import factor_out_scales
+from tclang.lang import program as P
+from tclang.lang.frontend import check_source
+from tclang.lang.reduction_scales import factor_out_scales
 
 ATTENTION = kernels.ATTENTION  # as the benchmark writes it: one def, scaled sums
 

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given, settings
 
 import tclang
-from tclang.frontend import check_source
+from tclang.lang.frontend import check_source
 from tclang.fuzzing.differential import cuda_emulation_available, run_differential
 from tclang.fuzzing.driver import Worker
 from tclang.fuzzing.generator import GeneratedProgram, generate

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 
 import tclang
-from tclang.frontend import check_source
+from tclang.lang.frontend import check_source
 from tclang.fuzzing.differential import default_configs
 from tclang.fuzzing.driver import run_fuzz
 from tclang.fuzzing.generator import generate

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import tclang as tc
-from tclang.parser import MAX_DEPTH, MAX_HEIGHT, recursion_room
+from tclang.lang.parser import MAX_DEPTH, MAX_HEIGHT, recursion_room
 
 
 def _chain(terms: int) -> str:

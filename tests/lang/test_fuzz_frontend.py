@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tclang.errors import TCSemanticError, TCSyntaxError, TCWarning
-from tclang.frontend import check_source
+from tclang.lang.frontend import check_source
 
 CORPUS = [
     "def matmul(float(M,K) A, float(K,N) B) -> (C) {\n  C(m, n) +=! A(m, k) * B(k, n)\n}",

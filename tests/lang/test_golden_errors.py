@@ -6,7 +6,7 @@ Each program's bad spot is on a line of its own, so a wrong line or column is vi
 import pytest
 
 from tclang.errors import TCSemanticError, TCSyntaxError
-from tclang.frontend import check_source
+from tclang.lang.frontend import check_source
 
 HEAD = "def f(float(N, M) A, float(N) V, int32(N) I) -> (B) {\n"
 

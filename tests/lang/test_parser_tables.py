@@ -1,4 +1,4 @@
-"""The kept LALR tables (tclang/grammar_tables.py) are current and parse exactly as the
+"""The kept LALR tables (tclang/lang/grammar_tables.py) are current and parse exactly as the
 tables Lark builds from grammar.lark."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import lark
 import pytest
 
-from tclang import grammar_tables, parser
+from tclang.lang import grammar_tables, parser
 from tclang.errors import TCSyntaxError
 from tests.corpus import CASES
 
@@ -21,13 +21,13 @@ BROKEN = ["def f(float(N) A) -> (B) { B(i) = A(i) + }",
 
 def test_the_tables_were_made_from_this_grammar():
     assert grammar_tables.GRAMMAR_SHA256 == parser._digest(parser.GRAMMAR.read_text()), \
-        "grammar.lark changed: run `python -m tclang.parser` to write grammar_tables.py again"
+        "grammar.lark changed: run `python -m tclang.lang.parser` to write grammar_tables.py again"
 
 
 def test_the_kept_tables_are_used():
     if grammar_tables.LARK_VERSION != lark.__version__:
         pytest.skip(f"tables made by Lark {grammar_tables.LARK_VERSION}, this is "
-                    f"{lark.__version__}: Lark builds them (run `python -m tclang.parser`)")
+                    f"{lark.__version__}: Lark builds them (run `python -m tclang.lang.parser`)")
     assert parser._kept_tables(parser.GRAMMAR.read_text()) is grammar_tables.TABLES
 
 

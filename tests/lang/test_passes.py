@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 
 import tclang as tc
-from tclang import program as P
-from tclang.frontend import check_source
-from tclang.passes import optimize, passes_text, share_within_statements
-from tclang.passes.common import share_across_statements
-from tclang.passes.dead_code import eliminate_dead_code
-from tclang.passes.folding import fold_constants, simplify_algebra
-from tclang.passes.hoisting import hoist_size_expressions
-from tclang.program_text import expression_text, statement_text
+from tclang.lang import program as P
+from tclang.lang.frontend import check_source
+from tclang.lang.passes import optimize, passes_text, share_within_statements
+from tclang.lang.passes.common import share_across_statements
+from tclang.lang.passes.dead_code import eliminate_dead_code
+from tclang.lang.passes.folding import fold_constants, simplify_algebra
+from tclang.lang.passes.hoisting import hoist_size_expressions
+from tclang.lang.program_text import expression_text, statement_text
 
 
 def definition(body: str, signature: str = "float(N) X, float(N) Y, int32(N) K") -> P.Definition:

@@ -4,9 +4,9 @@ import itertools
 
 import pytest
 
-from tclang import sizes as Z
+from tclang.lang import sizes as Z
 from tclang.errors import TCSemanticError
-from tclang.frontend import check_source
+from tclang.lang.frontend import check_source
 
 
 def shape_of(source, tensor):

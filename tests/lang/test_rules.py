@@ -6,7 +6,7 @@ import pytest
 
 from tclang.dtypes import DType
 from tclang.errors import TCSemanticError, TCSyntaxError, TCWarning
-from tclang.frontend import check_source
+from tclang.lang.frontend import check_source
 
 # (rule, a program that follows it, a program that breaks it, the error class)
 RULES = [

@@ -12,7 +12,7 @@ from polyhedral.bounds import bounds_conditions
 from polyhedral.bounds_runtime import _bad, _bad_by_isl, check_generic_bounds
 from polyhedral.scop import build_scop
 from tclang import TCArgumentError
-from tclang.frontend import check_source
+from tclang.lang.frontend import check_source
 from tclang.fuzzing.generator import generate
 from tests.corpus import CASES
 

@@ -7,7 +7,7 @@ import pytest
 import tclang as tc
 from polyhedral import dependences
 from polyhedral.scop import build_scop
-from tclang.frontend import check_source
+from tclang.lang.frontend import check_source
 
 MLP2 = ("def mlp2(float(B,I) X, float(H,I) W1, float(H) b1, float(O,H) W2, float(O) b2)"
         " -> (Y) {\n Hd(n, h) +=! X(n, i) * W1(h, i)\n Hd(n, h) = fmax(Hd(n, h) + b1(h), 0)"

@@ -7,7 +7,7 @@ import pytest
 import tclang as tc
 from polyhedral import loop_ir as L
 from polyhedral.pipeline import schedule_definition
-from tclang.frontend import check_source
+from tclang.lang.frontend import check_source
 from tclang.target import Target
 
 from .loops import executed_instances
@@ -28,7 +28,7 @@ def scratches(kernel: L.Kernel) -> list[L.Scratch]:
 
 def reads_of(kernel: L.Kernel, run: L.Run, tensor: str):
     statement = kernel.statement(run.statement)
-    from tclang.program import reads_of as program_reads
+    from tclang.lang.program import reads_of as program_reads
     return [r for r in program_reads(statement.value) if r.tensor == tensor]
 
 

@@ -9,7 +9,7 @@ from polyhedral import loop_ir as L
 from polyhedral import register_tiles
 from polyhedral.pipeline import schedule_definition
 from tclang.errors import TCScheduleError
-from tclang.frontend import check_source
+from tclang.lang.frontend import check_source
 from tclang.layouts import layout_key, row_major
 from tclang.target import Target
 

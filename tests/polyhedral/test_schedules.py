@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 
 import tclang as tc
-from tclang import program as P
+from tclang.lang import program as P
 from polyhedral import loop_ir as L
 from polyhedral import scheduler
 from polyhedral.pipeline import schedule_definition
-from tclang.frontend import check_source
+from tclang.lang.frontend import check_source
 from tclang.target import Target
 
 from .loops import enclosing_loops, executed_instances, nest_of, top_level, uses

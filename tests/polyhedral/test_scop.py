@@ -7,7 +7,7 @@ from polyhedral.bounds import check_bounds
 from polyhedral.dependences import compute_dependences
 from polyhedral.scop import build_scop
 from tclang.errors import TCArgumentError
-from tclang.frontend import check_source
+from tclang.lang.frontend import check_source
 
 
 def scop_of(source, sizes=None):

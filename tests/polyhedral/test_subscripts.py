@@ -13,10 +13,10 @@ from polyhedral import loop_ir as L
 from polyhedral.loop_serial import kernel_from_json, kernel_to_json
 from polyhedral.pipeline import schedule_definition
 from polyhedral.subscripts import affine_index
-from tclang import affine as A
-from tclang import program as P
-from tclang import sizes as Z
-from tclang.frontend import check_source
+from tclang.lang import affine as A
+from tclang.lang import program as P
+from tclang.lang import sizes as Z
+from tclang.lang.frontend import check_source
 from tclang.target import Target
 
 CPU = Target("cpu", "threads", cores=4, vector_bytes=32)

@@ -4,7 +4,7 @@ Lark's exceptions never leave this module: they become `TCSyntaxError` with the 
 column, the source line with a caret, and what the parser expected, in the user's words.
 
 Building the LALR tables takes Lark about 200 ms, on every process start: they are built
-once, by `python -m tclang.parser` (run it after changing grammar.lark; a test says when),
+once, by `python -m tclang.lang.parser` (run it after changing grammar.lark; a test says when),
 and kept in `grammar_tables.py`, plain Python data that loads in a few milliseconds. They
 are used only for the grammar and the Lark version they were made from; otherwise Lark
 builds them as before.
@@ -23,7 +23,7 @@ from pathlib import Path
 import lark
 from lark import Token, Transformer, v_args
 
-from tclang import syntax as S
+from tclang.lang import syntax as S
 from tclang.errors import Span, TCSyntaxError
 
 
@@ -197,7 +197,7 @@ def _lark_parser() -> lark.Lark:
 def _kept_tables(grammar: str) -> dict | None:
     """grammar_tables.TABLES when they were made from this grammar by this Lark."""
     try:
-        from tclang import grammar_tables
+        from tclang.lang import grammar_tables
     except ImportError:
         return None
     if grammar_tables.GRAMMAR_SHA256 != _digest(grammar) or \
@@ -216,9 +216,9 @@ def tables_source() -> str:
     from lark.lexer import TerminalDef
     grammar = GRAMMAR.read_text()
     data, memo = lark.Lark(grammar, **_LARK_OPTIONS).memo_serialize([TerminalDef, Rule])
-    return ('"""Lark\'s LALR tables for grammar.lark, made by `python -m tclang.parser`: do not '
+    return ('"""Lark\'s LALR tables for grammar.lark, made by `python -m tclang.lang.parser`: do not '
             'edit.\n\nUsed only while the grammar\'s digest and the Lark version match '
-            '(tclang/parser.py)."""\n\n'
+            '(tclang/lang/parser.py)."""\n\n'
             f"GRAMMAR_SHA256 = {_digest(grammar)!r}\n"
             f"LARK_VERSION = {lark.__version__!r}\n"
             f"TABLES = {dict(data=data, memo=memo)!r}\n")
@@ -414,6 +414,6 @@ def _hint(found: str, expected: set[str]) -> str | None:
     return None
 
 
-if __name__ == "__main__":  # python -m tclang.parser: write grammar_tables.py
+if __name__ == "__main__":  # python -m tclang.lang.parser: write grammar_tables.py
     TABLES.write_text(tables_source())
     print(f"wrote {TABLES}")

@@ -5,7 +5,7 @@ Casts the checker made explicit are shown."""
 
 from __future__ import annotations
 
-from tclang import program as P
+from tclang.lang import program as P
 from tclang.dtypes import DType
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "and": "&&", "or": "||",

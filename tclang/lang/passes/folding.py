@@ -32,10 +32,10 @@ from typing import Mapping
 
 import numpy as np
 
-from tclang import program as P
+from tclang.lang import program as P
 from tclang.dtypes import DType
-from tclang.passes.rewrite import map_statements, postorder, rewrite_bottom_up
-from tclang.program_text import expression_text
+from tclang.lang.passes.rewrite import map_statements, postorder, rewrite_bottom_up
+from tclang.lang.program_text import expression_text
 
 _INT32 = np.iinfo(np.int32)
 

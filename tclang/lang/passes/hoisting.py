@@ -5,7 +5,7 @@ calls a function (`1.0 / float(D)`, `sqrt(float(N))`) is the same at every point
 statement. It becomes a rank-0 temporary, assigned by a new first statement and read where
 the expression was. Only float32 and float64 values move: storing them is exact, where an
 int32 product of sizes would wrap in storage that the widened arithmetic (see
-tclang/wide_indices.py) never does. A specialized kernel needs none of this: its sizes are
+tclang/lang/wide_indices.py) never does. A specialized kernel needs none of this: its sizes are
 constants and constant folding computes such expressions at compile time.
 """
 
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tclang import program as P
+from tclang.lang import program as P
 from tclang.dtypes import DType
-from tclang.passes.rewrite import map_statements, postorder
-from tclang.program_text import expression_text
+from tclang.lang.passes.rewrite import map_statements, postorder
+from tclang.lang.program_text import expression_text
 
 _MOVABLE = (DType.FLOAT32, DType.FLOAT64)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tclang import program as P
+from tclang.lang import program as P
 
 
 def eliminate_dead_code(defn: P.Definition):

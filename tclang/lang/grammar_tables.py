@@ -1,6 +1,6 @@
-"""Lark's LALR tables for grammar.lark, made by `python -m tclang.parser`: do not edit.
+"""Lark's LALR tables for grammar.lark, made by `python -m tclang.lang.parser`: do not edit.
 
-Used only while the grammar's digest and the Lark version match (tclang/parser.py)."""
+Used only while the grammar's digest and the Lark version match (tclang/lang/parser.py)."""
 
 GRAMMAR_SHA256 = 'd66ec2d895791b97c67c8855f91bc6ea2e1540c2005be3110801e3e748c325fc'
 LARK_VERSION = '1.3.1'

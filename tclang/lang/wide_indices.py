@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tclang import program as P
+from tclang.lang import program as P
 from tclang.dtypes import DType
 
 WIDE = DType.INT64

@@ -10,11 +10,11 @@ from __future__ import annotations
 import gc
 from dataclasses import replace
 
-from tclang.checker import check_module
+from tclang.lang.checker import check_module
 from tclang.errors import TCCompileError, TCError, _LocatedError
-from tclang.parser import parse, recursion_room
-from tclang.program import Program
-from tclang.ranges import infer_shapes
+from tclang.lang.parser import parse, recursion_room
+from tclang.lang.program import Program
+from tclang.lang.ranges import infer_shapes
 
 
 def check_source(source: str) -> Program:

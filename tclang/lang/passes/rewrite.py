@@ -1,5 +1,5 @@
 """What every pass on the checked program needs: rewriting typed expressions bottom-up and
-renumbering a statement's reads after a rewrite (printing: tclang/program_text.py).
+renumbering a statement's reads after a rewrite (printing: tclang/lang/program_text.py).
 
 Subscripts are never rewritten: a read's subscripts and their quasi-affine forms (`affine`)
 say the same thing, and every later stage relies on that.
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable
 
-from tclang import program as P
+from tclang.lang import program as P
 
 
 

@@ -29,8 +29,8 @@ from typing import Mapping
 
 import numpy as np
 
-from tclang import program as P
-from tclang.affine import Affine
+from tclang.lang import program as P
+from tclang.lang.affine import Affine
 from tclang.dtypes import DType
 
 FLOATS = (DType.FLOAT32, DType.FLOAT64)

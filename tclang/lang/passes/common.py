@@ -10,7 +10,7 @@ the later statement's indices run over the same ranges as the earlier one's.
 Within a statement: an expression that occurs more than once where evaluation never skips
 it is computed once, as a `Let` the backends evaluate first, with `Local`s in its place
 (largest first). This pass runs last, on what the polyhedral stage receives (see
-tclang/passes/__init__.py), so the program rewrites before it never meet a `Let`.
+tclang/lang/passes/__init__.py), so the program rewrites before it never meet a `Let`.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import replace
 
-from tclang import program as P
-from tclang.affine import Affine
+from tclang.lang import program as P
+from tclang.lang.affine import Affine
 from tclang.dtypes import DType
-from tclang.passes.rewrite import postorder, renumber_reads
-from tclang.program_text import expression_text
+from tclang.lang.passes.rewrite import postorder, renumber_reads
+from tclang.lang.program_text import expression_text
 
 _OPERATIONS = (P.Unary, P.Binary, P.Compare, P.Call, P.Cast)
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from tclang import program as P
-from tclang import sizes as Z
-from tclang.affine import Affine, Interval
+from tclang.lang import program as P
+from tclang.lang import sizes as Z
+from tclang.lang.affine import Affine, Interval
 from tclang.errors import Span, TCSemanticError
 
 

@@ -2,7 +2,7 @@
 
 Names are resolved in this order: a `where` local, a tensor, a size, else an index of the
 statement. Promotion follows LANGUAGE.md section 3 and is made explicit with `Cast` nodes.
-Subscripts and `?:` conditions also get their quasi-affine meaning (`tclang.affine`).
+Subscripts and `?:` conditions also get their quasi-affine meaning (`tclang.lang.affine`).
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tclang import program as P
-from tclang import sizes as Z
-from tclang import syntax as S
-from tclang.affine import (Affine, Compare, Condition, Logic, Truth, affine_binary, condition_and,
+from tclang.lang import program as P
+from tclang.lang import sizes as Z
+from tclang.lang import syntax as S
+from tclang.lang.affine import (Affine, Compare, Condition, Logic, Truth, affine_binary, condition_and,
                            condition_not)
 from tclang.dtypes import DType, parse_type_name, promote
 from tclang.errors import Span, TCSemanticError
-from tclang.functions import BUILTINS
+from tclang.lang.functions import BUILTINS
 
 _ARITH = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "mod"}
 _COMPARE = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}

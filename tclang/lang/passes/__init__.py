@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from tclang import program as P
-from tclang.passes.common import share_across_statements, share_within_statements
-from tclang.passes.dead_code import eliminate_dead_code
-from tclang.passes.folding import fold_constants, simplify_algebra
-from tclang.passes.hoisting import hoist_size_expressions
-from tclang.program_text import definition_text
+from tclang.lang import program as P
+from tclang.lang.passes.common import share_across_statements, share_within_statements
+from tclang.lang.passes.dead_code import eliminate_dead_code
+from tclang.lang.passes.folding import fold_constants, simplify_algebra
+from tclang.lang.passes.hoisting import hoist_size_expressions
+from tclang.lang.program_text import definition_text
 
 __all__ = ["optimize", "finish", "passes_text", "PASS_NAMES"]
 

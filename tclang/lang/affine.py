@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from tclang import sizes as Z
-from tclang.sizes import SizeExpr
+from tclang.lang import sizes as Z
+from tclang.lang.sizes import SizeExpr
 
 Interval = tuple[SizeExpr, SizeExpr]  # inclusive bounds
 

@@ -16,8 +16,8 @@ from tclang.dtypes import DType
 from tclang.errors import Span
 
 if TYPE_CHECKING:  # annotations only: the loop IR embeds these types, backends import them
-    from tclang.affine import Affine, Condition
-    from tclang.sizes import SizeExpr
+    from tclang.lang.affine import Affine, Condition
+    from tclang.lang.sizes import SizeExpr
 
 
 # ---- typed expressions --------------------------------------------------------------------
@@ -263,7 +263,7 @@ class Statement:
     text: str = field(compare=False, default="")
     index_spans: tuple[tuple[str, Span], ...] = field(compare=False, default=())
     # the statement runs only where this affine condition holds (a guarded sum: see
-    # tclang/guarded_sums.py); None: at every point of `domain`
+    # tclang/lang/guarded_sums.py); None: at every point of `domain`
     condition: Condition | None = None
 
     @property

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import warnings
 
-from tclang import program as P
-from tclang import sizes as Z
-from tclang import syntax as S
-from tclang.affine import Affine
+from tclang.lang import program as P
+from tclang.lang import sizes as Z
+from tclang.lang import syntax as S
+from tclang.lang.affine import Affine
 from tclang.dtypes import DType, is_widening, parse_type_name
 from tclang.errors import Span, TCSemanticError, TCWarning
-from tclang.expressions import ExpressionTyper, StatementScope, TensorInfo, cast, error
-from tclang.functions import BUILTINS
+from tclang.lang.expressions import ExpressionTyper, StatementScope, TensorInfo, cast, error
+from tclang.lang.functions import BUILTINS
 
 _OPS = {"=": ("=", False), "+=": ("+", False), "+=!": ("+", True), "*=": ("*", False),
         "*=!": ("*", True), "min=": ("min", False), "min=!": ("min", True),

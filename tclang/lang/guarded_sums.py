@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tclang import program as P
-from tclang import sizes as Z
-from tclang.affine import Affine, Compare, Condition, Logic, affine_binary, condition_and
+from tclang.lang import program as P
+from tclang.lang import sizes as Z
+from tclang.lang.affine import Affine, Compare, Condition, Logic, affine_binary, condition_and
 
 _COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 _ARITH = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%"}

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tclang import program as P
-from tclang.affine import Affine
+from tclang.lang import program as P
+from tclang.lang.affine import Affine
 from tclang.dtypes import DType
 
 WIDENED_OPS = ("+", "*")
