@@ -70,7 +70,7 @@ def _artifact(blobs: dict[str, bytes], buffer_names: list[str], statements: list
     "runtime" (the thread pool and the native call entry, threads.py), and the texts
     "llvm" and "llvm-opt" (absent from a call record)."""
     static = blobs.get("static") == b"1"
-    loaded = LoadedCode(blobs["object"], ("tclang_main",))
+    loaded = LoadedCode(blobs["object"], ("tclang_main", "tclang_packed"))
     function = _prototype(len(buffer_names))(loaded.address("tclang_main"))
     function.loaded = loaded  # the code stays mapped while `run` can call it, even mid-call
     runtime = threads.resident(blobs.get("runtime"))
@@ -80,7 +80,7 @@ def _artifact(blobs: dict[str, bytes], buffer_names: list[str], statements: list
     last = [None]  # the last call's sizes and strides, with the arrays passing them
 
     def entry(templates=None):
-        return builtin_call(runtime["tclang_call"], loaded.address("tclang_main"),
+        return builtin_call(runtime["tclang_call"], loaded.address("tclang_packed"),
                             parallel_for, unused, len(buffer_names), templates, loaded)
     call = entry() if static else None
 

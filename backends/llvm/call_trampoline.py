@@ -9,7 +9,8 @@ Python threads run while the kernel runs (as ctypes does), and returns 0, or the
 error record as bytes when an access fell out of bounds.
 
 It serves specialized kernels (sizes and strides are constants in their code, so a call
-passes only data pointers) of up to MAX_BUFFERS buffers. Either the runtime checked every
+passes only data pointers), through their `tclang_packed` entry (the pointers as one
+array: one entry for every arity). Either the runtime checked every
 array before (the hot path's key), or the entry has a *signature*: the type, dtype, shape
 and strides that the first arrays (the inputs) must have, compared here in a few
 nanoseconds; arrays that differ get MISMATCH back and nothing runs, so the runtime's
@@ -24,7 +25,6 @@ cache's copy of that module carries it and loading it needs no LLVM.
 
 from __future__ import annotations
 
-MAX_BUFFERS = 24
 SELF_DATA_OFFSET = 16  # where a ctypes array object keeps its data pointer (CPython, 64-bit)
 # the state array's fields, in order
 STATE = ("kernel", "parallel_for", "unused", "save_thread", "restore_thread", "from_long",
@@ -37,7 +37,8 @@ MISMATCH = 1
 
 def trampoline_ir(err_fields: int) -> str:
     """The function `tclang_call(self, args, nargs)` as LLVM IR text (typed-pointer
-    syntax, like the module it is appended to)."""
+    syntax, like the module it is appended to). It calls the kernel's `tclang_packed`
+    entry (kernel_module.py), which takes the data pointers as one array."""
     lines = [
         "define i8* @tclang_call(i8* %self, i8** %args, i64 %nargs) {",
         "entry:",
@@ -45,52 +46,46 @@ def trampoline_ir(err_fields: int) -> str:
         "  %sp.cast = bitcast i8* %sp.addr to i64**",
         "  %s = load i64*, i64** %sp.cast",
     ]
-    names = ["kernel", "pf", "unused", "save", "restore", "fromlong", "frombytes", "off", "sig",
-             "nbuf"]
-    for k, name in enumerate(names):
+    for k, name in enumerate(STATE):
         lines += [f"  %{name}.p = getelementptr i64, i64* %s, i64 {k}",
                   f"  %{name}.i = load i64, i64* %{name}.p"]
     lines += [
         "  %unused = inttoptr i64 %unused.i to i8*",
-        "  %pf = inttoptr i64 %pf.i to i8*",
+        "  %pf = inttoptr i64 %parallel_for.i to i8*",
         f"  %err = alloca [{err_fields} x i64], align 8",
         f"  store [{err_fields} x i64] zeroinitializer, [{err_fields} x i64]* %err",
-        "  %errp = bitcast [{0} x i64]* %err to i8*".format(err_fields),
-        "  %save = inttoptr i64 %save.i to i8* ()*",
-        "  %restore = inttoptr i64 %restore.i to void (i8*)*",
-        "  %fromlong = inttoptr i64 %fromlong.i to i8* (i64)*",
-        "  %frombytes = inttoptr i64 %frombytes.i to i8* (i8*, i64)*",
-        "  %fits = icmp eq i64 %nargs, %nbuf.i",  # the kernel's own count, exactly
+        f"  %errp = bitcast [{err_fields} x i64]* %err to i8*",
+        "  %save = inttoptr i64 %save_thread.i to i8* ()*",
+        "  %restore = inttoptr i64 %restore_thread.i to void (i8*)*",
+        "  %fromlong = inttoptr i64 %from_long.i to i8* (i64)*",
+        "  %frombytes = inttoptr i64 %from_bytes.i to i8* (i8*, i64)*",
+        "  %kernel = inttoptr i64 %kernel.i to i32 (i8**, i8*, i8*, i8*, i8*)*",
+        "  %ptrs = alloca i8*, i64 %nargs",
+        "  %fits = icmp eq i64 %nargs, %n_buffers.i",  # the kernel's own count, exactly
         "  br i1 %fits, label %check, label %mismatch",
     ]
     lines += _signature_check()
     lines += [
         "dispatch:",
-        "  switch i64 %nargs, label %refuse [",
-    ]
-    lines += [f"    i64 {n}, label %call{n}" for n in range(1, MAX_BUFFERS + 1)]
-    lines += ["  ]"]
-    for n in range(1, MAX_BUFFERS + 1):
-        lines.append(f"call{n}:")
-        pointers = []
-        for k in range(n):
-            lines += [f"  %a{n}.{k}.p = getelementptr i8*, i8** %args, i64 {k}",
-                      f"  %a{n}.{k} = load i8*, i8** %a{n}.{k}.p",
-                      f"  %d{n}.{k}.p = getelementptr i8, i8* %a{n}.{k}, i64 %off.i",
-                      f"  %d{n}.{k}.c = bitcast i8* %d{n}.{k}.p to i8**",
-                      f"  %d{n}.{k} = load i8*, i8** %d{n}.{k}.c"]
-            pointers.append(f"i8* %d{n}.{k}")
-        signature = ", ".join(["i8*"] * (n + 4))
-        lines += [f"  %k{n} = inttoptr i64 %kernel.i to i32 ({signature})*",
-                  f"  %ts{n} = call i8* %save()",
-                  f"  %r{n} = call i32 %k{n}({', '.join(pointers)}, i8* %unused, "
-                  f"i8* %unused, i8* %errp, i8* %pf)",
-                  f"  call void %restore(i8* %ts{n})",
-                  "  br label %done"]
-    incoming = ", ".join(f"[ %r{n}, %call{n} ]" for n in range(1, MAX_BUFFERS + 1))
-    lines += [
-        "done:",
-        f"  %r = phi i32 {incoming}",
+        "  br label %ptr.loop",
+        "ptr.loop:",
+        "  %q = phi i64 [ 0, %dispatch ], [ %q.next, %ptr.body ]",
+        "  %q.more = icmp ult i64 %q, %nargs",
+        "  br i1 %q.more, label %ptr.body, label %run",
+        "ptr.body:",
+        "  %o.p = getelementptr i8*, i8** %args, i64 %q",
+        "  %o = load i8*, i8** %o.p",
+        "  %dp.a = getelementptr i8, i8* %o, i64 %data_offset.i",
+        "  %dp.c = bitcast i8* %dp.a to i8**",
+        "  %dp = load i8*, i8** %dp.c",
+        "  %slot = getelementptr i8*, i8** %ptrs, i64 %q",
+        "  store i8* %dp, i8** %slot",
+        "  %q.next = add i64 %q, 1",
+        "  br label %ptr.loop",
+        "run:",
+        "  %ts = call i8* %save()",
+        "  %r = call i32 %kernel(i8** %ptrs, i8* %unused, i8* %unused, i8* %errp, i8* %pf)",
+        "  call void %restore(i8* %ts)",
         "  %ok = icmp eq i32 %r, 0",
         "  br i1 %ok, label %zero, label %failed",
         "zero:",
@@ -99,9 +94,6 @@ def trampoline_ir(err_fields: int) -> str:
         "failed:",
         f"  %b = call i8* %frombytes(i8* %errp, i64 {8 * err_fields})",
         "  ret i8* %b",
-        "refuse:",
-        "  %m = call i8* %fromlong(i64 -1)",
-        "  ret i8* %m",
         "mismatch:",
         f"  %mm = call i8* %fromlong(i64 {MISMATCH})",
         "  ret i8* %mm",
@@ -126,10 +118,10 @@ def _signature_check() -> list[str]:
 
     return [
         "check:",
-        "  %has.sig = icmp ne i64 %sig.i, 0",
+        "  %has.sig = icmp ne i64 %signature.i, 0",
         "  br i1 %has.sig, label %sig.start, label %dispatch",
         "sig.start:",
-        "  %sig = inttoptr i64 %sig.i to i64*",
+        "  %sig = inttoptr i64 %signature.i to i64*",
         "  %n.checked = load i64, i64* %sig",
         "  %enough = icmp ule i64 %n.checked, %nargs",
         "  br i1 %enough, label %arr.loop, label %mismatch",

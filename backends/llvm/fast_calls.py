@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 
-from backends.llvm.call_trampoline import MAX_BUFFERS, SELF_DATA_OFFSET, STATE
+from backends.llvm.call_trampoline import SELF_DATA_OFFSET, STATE
 from backends.llvm.pointers import DATA_OFFSET, FIELDS_VERIFIED
 
 METH_FASTCALL = 0x0080
@@ -63,13 +63,14 @@ def signature(templates) -> list[int] | None:
 
 def builtin_call(trampoline: int, kernel: int, parallel_for: int, unused: int,
                  n_buffers: int, templates=None, keep=None):
-    """The kernel at `kernel` as a builtin taking its n_buffers arrays, or None where this
+    """The kernel whose `tclang_packed` entry is at `kernel` as a builtin taking its
+    n_buffers arrays, or None where this
     way of calling is not available. `templates`: arrays the first arrays of each call
     must look like (their signature(); None: no checks); the dtype objects it names are
     kept alive with the builtin, so no other dtype can take their address. `keep`: what
     must live as long as the builtin (the kernel's code)."""
     global _new_function
-    if not AVAILABLE or not trampoline or not 1 <= n_buffers <= MAX_BUFFERS:
+    if not AVAILABLE or not trampoline or n_buffers < 1:
         return None
     if _new_function is None:
         new = ctypes.pythonapi.PyCFunction_NewEx

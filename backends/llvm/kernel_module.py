@@ -65,13 +65,27 @@ class KernelModule:
         common = [T.I64.as_pointer(), T.I64.as_pointer(), T.I64.as_pointer()]
         fnty = ir.FunctionType(T.I32, self.buffer_types + common + [T.I8.as_pointer()])
         main = ir.Function(self.module, fnty, "tclang_main")
+        main.attributes.add("noinline")  # never copied into tclang_packed
         fb = FunctionBuilder(self, main, {}, main.args[-1],
                              tuple(b.name for b in self.kernel.buffers))
         # a register tile's points: straight-line copies, or loops of vector lanes
         vectors = not self.check_bounds and self.kernel.choices.vectorize
         fb.node(lanes.expand_unrolled(self.kernel, vectors))
         fb.finish()
+        self._packed_entry(main, common)
         return self.module
+
+    def _packed_entry(self, main: ir.Function, common: list) -> None:
+        """`i32 @tclang_packed(i8** buffers, sizes, strides, err, parallel_for)`: the
+        entry with the buffers' pointers in an array, so that one native call entry
+        (backends/llvm/call_trampoline.py) calls every kernel, whatever its arity."""
+        pointers = T.I8.as_pointer().as_pointer()
+        fnty = ir.FunctionType(T.I32, [pointers] + common + [T.I8.as_pointer()])
+        packed = ir.Function(self.module, fnty, "tclang_packed")
+        b = ir.IRBuilder(packed.append_basic_block("entry"))
+        args = [b.bitcast(b.load(b.gep(packed.args[0], [ir.Constant(T.I64, k)])), ty)
+                for k, ty in enumerate(self.buffer_types)]
+        b.ret(b.call(main, args + list(packed.args[1:])))
 
     def no_vectorize(self) -> ir.MDValue:
         """Loop hints that keep the loop vectorizer off this loop (the SLP vectorizer

@@ -129,7 +129,7 @@ def test_threads_with_different_shapes_get_their_own_results():
     assert errors == []
 
 
-def test_a_kernel_with_more_arrays_than_the_entry_takes_still_runs():
+def test_a_kernel_of_many_arrays_takes_the_fastest_path_too():
     many = 30
     inputs = ", ".join(f"float(N) A{k}" for k in range(many))
     total = " + ".join(f"A{k}(i)" for k in range(many))
@@ -137,7 +137,7 @@ def test_a_kernel_with_more_arrays_than_the_entry_takes_still_runs():
     xs = [np.full(4, k, np.float32) for k in range(many)]
     for _ in range(2):
         np.testing.assert_array_equal(big(*xs), np.full(4, sum(range(many)), np.float32))
-    assert big._hot.fastest is None
+    assert big._hot.fastest is not None
 
 
 def test_the_native_entry_refuses_a_wrong_count_of_arrays():
