@@ -9,6 +9,7 @@ declared output shape) must hold for the bound sizes.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -99,7 +100,7 @@ def _element_strides(a: np.ndarray) -> tuple[int, ...]:
 def as_array(value, name: str, position: int, scalar_dtype=None, device: bool = False):
     """An argument as a NumPy array (or, for the GPU backend, a DeviceArray), without
     copying when it already is one."""
-    if isinstance(value, np.ma.MaskedArray):
+    if _is_masked(value):
         raise _masked(f"argument {position} ({name})")
     if isinstance(value, np.ndarray):
         array = value.view(np.ndarray) if type(value) is not np.ndarray else value
@@ -147,6 +148,14 @@ def _masked(what: str) -> TCArgumentError:
     return TCArgumentError(f"{what} is a masked array; tclang kernels would ignore its mask",
                            hint="pass a.filled(value) (or a.data if the mask does not "
                                 "matter)")
+
+
+def _is_masked(value) -> bool:
+    """Whether `value` is a NumPy masked array. Asked without touching `np.ma`, whose first
+    use imports numpy.ma (~8 ms of a cold call): if nothing imported it, no argument can
+    be one."""
+    masked = sys.modules.get("numpy.ma")
+    return masked is not None and isinstance(value, masked.MaskedArray)
 
 
 def float_fits(value: float, array: np.ndarray) -> bool:
@@ -272,7 +281,7 @@ def check_out(defn: P.Definition, out, binding: Binding) -> tuple[np.ndarray, ..
         if not isinstance(array, np.ndarray):
             raise TCArgumentError(f"out[{k}] ({tensor.name}) must be a NumPy array or a CPU "
                                   f"torch tensor, not {type(array).__name__}")
-        if isinstance(array, np.ma.MaskedArray):
+        if _is_masked(array):
             raise _masked(f"out[{k}] ({tensor.name})")
         if array.shape != shape:
             raise TCArgumentError(f"out[{k}] ({tensor.name}) must have shape {shape}, but it "

@@ -76,9 +76,12 @@ class ForkedServer:
         self.requests = itertools.count()
         os.register_at_fork(after_in_child=self._forget)
 
-    def call(self, request: Any, limit: float | None = None) -> Any:
+    def call(self, request: Any, limit: float | None = None,
+             meanwhile: Callable[[], Any] | None = None) -> Any:
         """The handler's result; ServerError when there is none (RequestFailed when the
-        handler raised). `limit` is in seconds of wall-clock time, None for no limit."""
+        handler raised). `limit` is in seconds of wall-clock time, None for no limit.
+        `meanwhile()` runs here while the helper works on the request (an exception from
+        it abandons the request)."""
         with self.lock:
             if self.pid is not None and self._exited():
                 self._drop()
@@ -87,6 +90,8 @@ class ForkedServer:
             request_id = next(self.requests)
             try:
                 self.conn.send((request_id, request))
+                if meanwhile is not None:
+                    meanwhile()
                 status, payload = self._reply(request_id, limit)
             except BaseException as err:  # past the limit, died, or Ctrl-C: work abandoned
                 self._stop()

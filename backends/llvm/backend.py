@@ -54,7 +54,9 @@ class LLVMBackend:
                           unrolled_width=max(2, target.vector_bytes // 4))
         text = str(km.build())
         jit.check_code_size(text, kernel.name)
-        optimised, object_code = jit.optimize(text, vectorize=kernel.choices.vectorize)
+        # the runtime's object code (made once per process) while LLVM optimizes the kernel
+        optimised, object_code = jit.optimize(text, vectorize=kernel.choices.vectorize,
+                                              meanwhile=threads.runtime_object)
         blobs = {"object": object_code, "llvm": text.encode(), "llvm-opt": optimised.encode(),
                  "static": b"1" if km.static else b"0", "runtime": threads.runtime_object()}
         return _artifact(blobs, [b.name for b in kernel.buffers],
