@@ -155,18 +155,9 @@ class CompiledKernel:
 
     # ---- running ----
     def __call__(self, *args, out=None):
-        if out is None:
-            fastest = self._hot.fastest
-            if fastest is not None:
-                result = fastest(args)
-                if result is not None:
-                    return result
-        else:
-            fastest = self._hot.fastest_out
-            if fastest is not None:
-                result = fastest(args, out)
-                if result is not None:
-                    return result
+        result = self._hot.fastest_result(args, out)
+        if result is not None:
+            return result
         if self._device:
             return _device_call(self, self._device_hot, args, out, lambda binding: self)
         hot = self._hot.look_up(args, out)
@@ -329,6 +320,14 @@ class HotCalls:
         #: differ from that call's: nothing ran)
         self.fastest = None
         self.fastest_out = None
+
+    def fastest_result(self, args, out):
+        """The result of this call by the fastest path, or None (it did not apply)."""
+        if out is None:
+            fastest = self.fastest
+            return None if fastest is None else fastest(args)
+        fastest = self.fastest_out
+        return None if fastest is None else fastest(args, out)
 
     @staticmethod
     def of(definition: Definition) -> "HotCalls":
@@ -568,18 +567,9 @@ class Kernel:
         return self._definition
 
     def __call__(self, *args, out=None):
-        if out is None:
-            fastest = self._hot.fastest
-            if fastest is not None:
-                result = fastest(args)
-                if result is not None:
-                    return result
-        else:
-            fastest = self._hot.fastest_out
-            if fastest is not None:
-                result = fastest(args, out)
-                if result is not None:
-                    return result
+        result = self._hot.fastest_result(args, out)
+        if result is not None:
+            return result
         if self.module.on_device:
             return _device_call(self, self._device_hot, args, out, self._for)
         hot = self._hot.look_up(args, out)
