@@ -34,18 +34,19 @@ def define(source: str, backend: str = "cpu", options: Options | str | None = No
     shape, the options `tc.autotune` stored in the tuning database for this machine, and
     the automatic schedule where there are none (docs/tuning.md).
     """
-    from tclang.options import Options
     from tclang.registry import BACKENDS
 
     if backend not in BACKENDS:
         raise TCError(f"unknown backend {backend!r}; choose one of "
                       f"{', '.join(repr(b) for b in BACKENDS)}")
     tuned = options == "tuned"
-    if options is not None and not tuned and not isinstance(options, Options):
-        what = repr(options) if isinstance(options, str) else type(options).__name__
-        raise TCError(f'options must be a tclang.Options or "tuned", not {what}')
-    return _module(source, backend, Options() if tuned or options is None else options,
-                   tuned)
+    if options is not None and not tuned:
+        from tclang.options import Options
+        if not isinstance(options, Options):
+            what = repr(options) if isinstance(options, str) else type(options).__name__
+            raise TCError(f'options must be a tclang.Options or "tuned", not {what}')
+    # None: the automatic schedule (the Options object is made when first needed)
+    return _module(source, backend, None if tuned else options, tuned)
 
 
 def _module(source: str, backend: str, options, tuned: bool):

@@ -91,7 +91,7 @@ def _processor() -> str:
 def machine() -> tuple:
     """What a compile's Target is made of, read without LLVM (per call: the thread count
     and the bounds-check switch may change while the process runs)."""
-    from tclang.target import available_cores, bounds_checking, cache_sizes
+    from tclang.machine import available_cores, bounds_checking, cache_sizes
     return (os.uname().machine, _processor(), available_cores(),
             tuple(sorted(cache_sizes().items())), bounds_checking())
 
@@ -198,6 +198,6 @@ class _Named:
 
 def _exists(digest: str) -> bool:
     try:
-        return (diskcache.cache_dir() / f"{digest}.tck").exists()
+        return os.path.exists(os.path.join(diskcache.cache_dir(), f"{digest}.tck"))
     except (OSError, diskcache.UntrustedCache):
         return True  # no usable cache: nothing to write

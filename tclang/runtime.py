@@ -589,7 +589,7 @@ class Kernel:
             if prepared is not None and self.module.records:
                 module = self.module
                 call_records.remember_call(module.source, self.name, module.backend_object,
-                                           module.backend, module.options.key(), hot.key,
+                                           module.backend, module.options_key(), hot.key,
                                            compiled, prepared)
         return like_the_caller(result, args, out)
 
@@ -598,7 +598,7 @@ class Kernel:
         module = self.module
         try:
             found = call_records.load_call(module.source, self.name, module.backend_object,
-                                           module.backend, module.options.key(), hot.key)
+                                           module.backend, module.options_key(), hot.key)
         except (TCError, ValueError, KeyError, OSError):
             found = None  # an authenticated record this process cannot use: the full path
         if found is not None:
@@ -699,13 +699,16 @@ class Module:
     (`signatures`): then it is checked again only when its definitions are first needed
     (`program`), which a call answered by a call record never does."""
 
-    def __init__(self, program: Program | None, backend: str, options: Options,
+    def __init__(self, program: Program | None, backend: str, options: Options | None,
                  tuned: bool = False, source: str | None = None,
                  signatures: list[dict] | None = None):
+        """options: None for the automatic schedule (Options() when first asked for:
+        a call answered by a call record never loads tclang.options)."""
         self._program = program
         self.source = program.source if program is not None else source
         self.backend = backend
-        self.options = options
+        self._options = options
+        self._automatic = options is None
         self.tuned = tuned  # options per shape from the tuning database
         # GPU arrays are taken as they are (the backend is loaded here, not at import)
         self.backend_object = get_backend(backend)
@@ -720,6 +723,17 @@ class Module:
                           for d in program.definitions]
         self._kernels = {s["name"]: Kernel(self, s["name"], tuple(s["inputs"]),
                                            tuple(s["outputs"])) for s in signatures}
+
+    @property
+    def options(self) -> Options:
+        if self._options is None:
+            from tclang.options import Options
+            self._options = Options()
+        return self._options
+
+    def options_key(self) -> tuple | str:
+        """The options as a call record's key: "automatic" for the automatic schedule."""
+        return "automatic" if self._automatic else self._options.key()
 
     @property
     def program(self) -> Program:

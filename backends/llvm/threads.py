@@ -24,7 +24,7 @@ import os
 import threading
 
 from backends.llvm.loading import LoadedCode
-from tclang.target import available_cores
+from tclang.machine import available_cores
 
 _lock = threading.Lock()
 _runtime: dict[str, int] | None = None  # symbol -> address, once loaded

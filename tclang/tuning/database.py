@@ -49,7 +49,7 @@ def default_path() -> Path:
     if configured:
         return Path(configured)
     from tclang.diskcache import cache_dir
-    return cache_dir() / "tuning.sqlite"
+    return Path(cache_dir()) / "tuning.sqlite"
 
 
 def kernel_key(canonical_source: str, entry: str, shapes: tuple, backend: str) -> str:

@@ -242,7 +242,8 @@ def test_a_second_process_reuses_the_compiled_kernel(tmp_path):
     assert runs[1].stdout.startswith("disk") and "schedule" not in runs[1].stdout
 
 
-def test_two_threads_compile_once(monkeypatch):
+def test_two_threads_compile_once(monkeypatch, tmp_path):
+    monkeypatch.setenv("TCLANG_CACHE_DIR", str(tmp_path))  # nothing on disk answers first
     calls = []
     real = compiler._compile
 

@@ -98,7 +98,7 @@ def default_cache_dir() -> Path:
     planted it, a fresh private directory is made for this process instead."""
     from tclang.diskcache import cache_dir, require_private
     try:
-        path = cache_dir() / "cuda-emulation"
+        path = Path(cache_dir()) / "cuda-emulation"
         path.mkdir(exist_ok=True, mode=0o700)
         require_private(path, "emulation build directory", "")
         if os.access(path, os.W_OK):

@@ -1,0 +1,70 @@
+"""What this machine and process offer a compile, read from the OS: the cores this process
+may use, the data caches' sizes, the bounds-check switch. Apart from `target.py` (which
+builds the frozen Target from them) because a disk-cache hit reads them too, before any
+Target exists (tclang/call_records.py)."""
+
+from __future__ import annotations
+
+import os
+
+
+def available_cores() -> int:
+    """CPU cores this process may use (`TCLANG_NUM_THREADS` overrides the affinity mask)."""
+    env = os.environ.get("TCLANG_NUM_THREADS")
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            pass
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+_CACHE_SIZES: dict[str, int] | None = None
+
+
+def cache_sizes(root: str = "/sys/devices/system/cpu/cpu0/cache") -> dict[str, int]:
+    """This machine's data caches, {"l1_bytes": ..., "l2_bytes": ...}, read from the OS
+    (Linux sysfs) once per process; the keys it cannot read are left out (the Target's
+    defaults stay: 32 KiB and 512 KiB)."""
+    global _CACHE_SIZES
+    if _CACHE_SIZES is not None and root == "/sys/devices/system/cpu/cpu0/cache":
+        return dict(_CACHE_SIZES)
+    found: dict[str, int] = {}
+    try:
+        entries = sorted(os.listdir(root))
+    except OSError:
+        entries = []
+    for entry in entries:
+        if not entry.startswith("index"):
+            continue
+        try:
+            with open(os.path.join(root, entry, "level")) as f:
+                level = int(f.read())
+            with open(os.path.join(root, entry, "type")) as f:
+                kind = f.read().strip()
+            with open(os.path.join(root, entry, "size")) as f:
+                size = _bytes(f.read().strip())
+        except (OSError, ValueError):
+            continue
+        if kind in ("Data", "Unified") and level in (1, 2) and size > 0:
+            found.setdefault(f"l{level}_bytes", size)
+    if root == "/sys/devices/system/cpu/cpu0/cache":
+        _CACHE_SIZES = dict(found)
+    return found
+
+
+def _bytes(text: str) -> int:
+    """"32K" -> 32768, "1M" -> 1048576, "512" -> 512."""
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
+    return int(text[:-1] if scale > 1 else text) * scale
+
+
+def bounds_checking(options=None) -> bool:
+    """Whether every array access is checked: `Options(check_bounds=True)` or
+    TCLANG_CHECK_BOUNDS=1."""
+    if options is not None and options.check_bounds is not None:
+        return bool(options.check_bounds)
+    return os.environ.get("TCLANG_CHECK_BOUNDS", "") not in ("", "0")
