@@ -29,10 +29,12 @@ import json
 import os
 import sys
 from functools import lru_cache
+from types import SimpleNamespace
 
 import numpy as np
 
 from tclang import diskcache
+from tclang.cachekey import installed_files, key_digest as _digest
 
 FORMAT = 1  # bump when a record's layout changes
 
@@ -50,7 +52,6 @@ def code_identity() -> str:
     files (not their contents: reading 1 MB costs milliseconds), and the versions or
     installed files of what compiles and runs its code."""
     import tclang
-    from tclang.cachekey import installed_files
     digest = hashlib.sha256()
     root = os.path.dirname(os.path.dirname(os.path.abspath(tclang.__file__)))
     for package in ("tclang", "polyhedral", "backends"):
@@ -105,10 +106,6 @@ def _call_key(source: str, entry: str, backend: str, options_key: tuple, hot_key
             code_identity())
 
 
-def _digest(key: tuple) -> str:
-    return hashlib.sha256(repr(key).encode()).hexdigest()[:40]
-
-
 # ---- source records -------------------------------------------------------------------
 
 def signatures(source: str) -> list[dict] | None:
@@ -152,7 +149,9 @@ def load_call(source: str, entry: str, backend, backend_name: str, options_key: 
         new = tuple((np.zeros if zero else np.empty, tuple(shape), np.dtype(dtype))
                     for zero, shape, dtype in call["new"])
         prepared = (new, [int(s) for s in call["sizes"]], int(call["outputs"]))
-        info = _Names(call["buffers"], [tuple(s) for s in call["statements"]])
+        # what a backend's restore reads of the kernel summary: buffer names, statements
+        info = SimpleNamespace(buffers=tuple(SimpleNamespace(name=n) for n in call["buffers"]),
+                               statements=tuple(tuple(s) for s in call["statements"]))
     except (ValueError, KeyError, TypeError):
         return None
     return backend.restore(blobs, info), prepared
@@ -164,7 +163,7 @@ def remember_call(source: str, entry: str, backend, backend_name: str, options_k
     CompiledKernel, `prepared`: what running it again needs)."""
     wanted = getattr(backend, "call_blobs", ())
     blobs = compiled._c.artifact.blobs
-    if not wanted or not all(name in blobs for name in wanted if name != "runtime"):
+    if not wanted or not all(name in blobs for name in wanted):
         return
     key = _call_key(source, entry, backend_name, options_key, hot_key)
     digest = _digest(key)
@@ -179,21 +178,6 @@ def remember_call(source: str, entry: str, backend, backend_name: str, options_k
     stored = {"call": json.dumps(call).encode()}
     stored.update((name, blobs[name]) for name in wanted if name in blobs)
     diskcache.store(digest, key, stored, warn=False)
-
-
-class _Names:
-    """What a backend's restore reads of the kernel summary: buffer names, statements."""
-
-    def __init__(self, buffers: list[str], statements: list[tuple]):
-        self.buffers = tuple(_Named(n) for n in buffers)
-        self.statements = tuple(statements)
-
-
-class _Named:
-    __slots__ = ("name",)
-
-    def __init__(self, name: str):
-        self.name = name
 
 
 def _exists(digest: str) -> bool:

@@ -84,8 +84,9 @@ def export_kernel(kernel, directory, sizes: dict[str, int] | None, target: str =
         header.write_text(header_text(defn, sizes, f"CUDA, {arch}", cuda=True))
         return write_cuda(wrapper, kernel_source, folder, arch, header)
     from backends.llvm import export as llvm_export
-    (folder / f"{name}.o").write_bytes(compiled._c.artifact.blobs["object"])
-    (folder / "tclang_runtime.o").write_bytes(llvm_export.runtime_object())
+    blobs = compiled._c.artifact.blobs  # the kernel and the thread pool, as the JIT links them
+    (folder / f"{name}.o").write_bytes(blobs["object"])
+    (folder / "tclang_runtime.o").write_bytes(blobs["runtime"])
     header.write_text(header_text(defn, sizes, compiled._target.arch))
     source = folder / f"{name}.c"
     source.write_text(wrapper.cpu_source())

@@ -225,20 +225,14 @@ class CompiledKernel:
     def run_prepared(self, arrays: tuple, prepared: tuple, outs: tuple | None = None):
         """`outs`: the caller's out= arrays, already known to be C-contiguous, writeable and
         apart from every other argument (HotCalls checks): written in place."""
-        new, sizes, n_outputs = prepared
         try:
-            if outs is None:
-                made = [make(shape, dtype) for make, shape, dtype in new]
-            else:
-                made = list(outs) + [make(shape, dtype) for make, shape, dtype
-                                     in new[n_outputs:]]
-        except (MemoryError, ValueError) as err:  # say which array, as the checked path does
+            return run_prepared(self._c.artifact.run, arrays, prepared, outs)
+        except _AllocationFailed as failed:  # say which array, as the checked path does
+            new = prepared[0]
             buffers = self._outputs + self._scratch
-            failing = next(k for k, (make, shape, dtype) in enumerate(new)
-                           if not _allocates(make, shape, dtype))
-            raise self._too_big(buffers[failing], new[failing][1], err) from None
-        self._c.artifact.run(list(arrays) + made, sizes)
-        return made[0] if n_outputs == 1 else tuple(made[:n_outputs])
+            k = next(k for k, (make, shape, dtype) in enumerate(new)
+                     if not _allocates(make, shape, dtype))
+            raise self._too_big(buffers[k], new[k][1], failed.error) from None
 
     def _allocator(self, binding: Binding):
         """NumPy arrays, or device arrays like the inputs when they live on the GPU."""
@@ -439,14 +433,8 @@ def _fastest_out(call, prepared: tuple):
 
     def fastest_out(args, out):
         outs = out if type(out) is tuple else (out,)
-        if len(outs) != n_outputs:
+        if len(outs) != n_outputs or not _writable_apart(outs, args):
             return None
-        for k, o in enumerate(outs):
-            if type(o) is not np.ndarray or not o.flags.writeable:
-                return None
-            for other in args + outs[k + 1:]:
-                if np.may_share_memory(o, other):
-                    return None
         try:
             made = [make(shape, dtype) for make, shape, dtype in scratch]
         except (MemoryError, ValueError):
@@ -464,16 +452,22 @@ def _hot_outs(out, dtypes, arrays) -> tuple | None:
     outs = out if type(out) is tuple else (out,)
     if len(outs) != len(dtypes):
         return None
-    for k, (o, dtype) in enumerate(zip(outs, dtypes)):
-        if type(o) is not np.ndarray or o.dtype != dtype:
+    for o, dtype in zip(outs, dtypes):
+        if type(o) is not np.ndarray or o.dtype != dtype or not o.flags.c_contiguous:
             return None
-        flags = o.flags
-        if not (flags.c_contiguous and flags.writeable):
-            return None
-        for other in arrays + outs[k + 1:]:
+    return outs if _writable_apart(outs, arrays) else None
+
+
+def _writable_apart(outs: tuple, others: tuple) -> bool:
+    """Whether the out= arrays are exact, writeable ndarrays that share no memory with
+    each other or with `others` (NumPy's cheap bounds test: a maybe counts as sharing)."""
+    for k, o in enumerate(outs):
+        if type(o) is not np.ndarray or not o.flags.writeable:
+            return False
+        for other in others + outs[k + 1:]:
             if np.may_share_memory(o, other):
-                return None
-    return outs
+                return False
+    return True
 
 
 def _allocates(make, shape, dtype) -> bool:
@@ -670,26 +664,36 @@ class Kernel:
 
 
 class _AllocationFailed(Exception):
-    """A recorded call could not allocate its arrays: the checked path takes the call."""
+    """A prepared call could not allocate its arrays (`error`: NumPy's)."""
+
+    def __init__(self, error: Exception):
+        super().__init__(str(error))
+        self.error = error
+
+
+def run_prepared(run, arrays: tuple, prepared: tuple, outs: tuple | None = None):
+    """Run a hot entry: allocate what `prepared` (CompiledKernel.prepare) says beyond the
+    out= arrays `outs`, call `run` (an Artifact's), return the outputs."""
+    new, sizes, n_outputs = prepared
+    given = list(outs or ())
+    try:
+        made = given + [make(shape, dtype) for make, shape, dtype in new[len(given):]]
+    except (MemoryError, ValueError) as err:
+        raise _AllocationFailed(err) from None
+    run(list(arrays) + made, sizes)
+    return made[0] if n_outputs == 1 else tuple(made[:n_outputs])
 
 
 class _Recorded:
     """A hot entry's runner made from a call record: the artifact alone (no definition,
-    no compiled summary); a CompiledKernel's run_prepared, minus the located message of
-    an allocation that fails (that call goes the checked way, which says where)."""
+    no compiled summary). An allocation that fails raises _AllocationFailed: that call
+    goes the checked way, which says where."""
 
     def __init__(self, artifact):
         self._run = artifact.run
 
     def run_prepared(self, arrays: tuple, prepared: tuple, outs: tuple | None = None):
-        new, sizes, n_outputs = prepared
-        try:
-            made = list(outs or ()) + [make(shape, dtype) for make, shape, dtype
-                                       in new[len(outs or ()):]]
-        except (MemoryError, ValueError):
-            raise _AllocationFailed() from None
-        self._run(list(arrays) + made, sizes)
-        return made[0] if n_outputs == 1 else tuple(made[:n_outputs])
+        return run_prepared(self._run, arrays, prepared, outs)
 
 
 class Module:

@@ -17,7 +17,6 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from backends.llvm.threads import runtime_object  # noqa: F401 (tclang.export uses it)
 from tclang.errors import TCError
 
 

@@ -32,11 +32,19 @@ def test_both_loaders_run_the_corpus_alike(case, loader, monkeypatch, tmp_path):
     monkeypatch.setenv("TCLANG_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("TCLANG_LOADER", loader)
     compiler.forget_compiled()  # each loader links its own copy
+    used = []
+    real = loading.LoadedCode.__init__
+
+    def spy(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        used.append(self.loader)
+    monkeypatch.setattr(loading.LoadedCode, "__init__", spy)
     kernel = define(case, "cpu")[case.entry]
     for shape in case.shapes:
         inputs = make_inputs(case, shape)
         outputs, expected = check_call(case, kernel, inputs)
         assert_close(outputs, expected, case)
+    assert used and set(used) == {loader}
 
 
 def _object_of(src: str, *args):

@@ -12,11 +12,16 @@ import pytest
 
 import tclang as tc
 from backends.llvm import fast_calls
+from tclang import runtime
 
 pytestmark = pytest.mark.skipif(not fast_calls.AVAILABLE,
                                 reason="no native entry on this interpreter")
 
 ADD = "def add(float(N) A, float(N) B) -> (C) { C(i) = A(i) + B(i) }"
+
+
+def _fails(*args, **kwargs):
+    raise AssertionError("the fastest path went through the hot key or the checks")
 
 
 def kernel(source=ADD, **kwargs):
@@ -25,12 +30,17 @@ def kernel(source=ADD, **kwargs):
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["Kernel", "CompiledKernel"])
-def test_repeat_calls_take_the_fastest_path(compiled):
+def test_repeat_calls_take_the_fastest_path(compiled, monkeypatch):
     a, b = np.arange(7, dtype=np.float32), np.ones(7, np.float32)
     add = kernel()
     call = add.compile(a, b) if compiled else add
     np.testing.assert_array_equal(call(a, b), a + b)
     assert call._hot.fastest is not None
+    with monkeypatch.context() as patched:  # a repeat takes neither the key nor the checks
+        patched.setattr(runtime, "hot_key", _fails)
+        patched.setattr(runtime, "bind_arguments", _fails)
+        x, y = np.arange(7, dtype=np.float32), np.full(7, 3.0, np.float32)
+        np.testing.assert_array_equal(call(x, y), x + y)
     for n in (7, 5, 7):  # a new shape, then the first one again
         x, y = np.arange(n, dtype=np.float32), np.full(n, 2.0, np.float32)
         if compiled and n != 7:
