@@ -69,4 +69,8 @@ class Backend(Protocol):
 
     def build(self, kernel: L.Kernel, target: Target) -> Artifact: ...
 
+    # optional: `prepare()`, called when a compile is about to start (the disk cache had
+    # nothing): start what takes long and can run beside the polyhedral work (the CPU
+    # backend's optimizer process loading LLVM)
+
     def restore(self, blobs: dict[str, bytes], info: RestoreInfo) -> Artifact: ...

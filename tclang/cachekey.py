@@ -88,13 +88,11 @@ def versions() -> tuple:
     import numpy
 
     import tclang
-    try:
-        from llvmlite import binding
-        llvm = ".".join(map(str, binding.llvm_version_info))
-    except Exception:  # llvmlite without its shared library: the key still differs
-        llvm = "unknown"
+    # LLVM itself by its shared library's files (llvmlite.binding), not by importing it:
+    # the compiler's process leaves LLVM to the optimizer process (backends/llvm/jit.py)
     return (("tclang", tclang.__version__), ("islpy", installed_files("islpy")),
-            ("llvmlite", llvmlite.__version__), ("llvm", llvm), ("numpy", numpy.__version__),
+            ("llvmlite", llvmlite.__version__), ("llvm", installed_files("llvmlite.binding")),
+            ("numpy", numpy.__version__),
             ("python", platform.python_version()), ("format", CACHE_FORMAT),
             ("code", code_digest()))
 

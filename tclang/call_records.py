@@ -73,27 +73,11 @@ def _files(folder: str):
                 yield entry.path, entry.stat()
 
 
-@lru_cache(maxsize=1)
-def _processor() -> str:
-    """The CPU as /proc/cpuinfo describes its first processor (what LLVM's host name and
-    features come from), without the lines that change while it runs."""
-    try:
-        with open("/proc/cpuinfo", "rb") as f:
-            first = f.read(16384).split(b"\n\n", 1)[0].decode(errors="replace")
-    except OSError:
-        import platform
-        return platform.processor() or "unknown"
-    kept = ("vendor_id", "cpu family", "model", "model name", "stepping", "flags",
-            "Features", "CPU implementer", "CPU part", "CPU variant")
-    return "\n".join(line for line in first.splitlines()
-                     if line.split(":", 1)[0].strip() in kept)
-
-
 def machine() -> tuple:
     """What a compile's Target is made of, read without LLVM (per call: the thread count
     and the bounds-check switch may change while the process runs)."""
-    from tclang.machine import available_cores, bounds_checking, cache_sizes
-    return (os.uname().machine, _processor(), available_cores(),
+    from tclang.machine import available_cores, bounds_checking, cache_sizes, processor
+    return (os.uname().machine, processor(), available_cores(),
             tuple(sorted(cache_sizes().items())), bounds_checking())
 
 

@@ -141,6 +141,9 @@ def compile_definition(defn: Definition, sizes: dict[str, int] | None, options: 
                                 kernel_blob=blobs.get("loop-ir"))
             _remember(key, compiled)
             return compiled
+    prepare = getattr(backend, "prepare", None)
+    if prepare is not None:  # e.g. LLVM loads in its own process while isl schedules
+        prepare()
     compiled = _compile(defn, sizes, options, backend, target, layouts)
     blobs = {**compiled.artifact.blobs, "info": compiled.info.to_json()}
     loop_ir = _serialized(compiled.kernel)

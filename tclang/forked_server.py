@@ -67,8 +67,12 @@ class ForkedServer:
     registers an at-fork hook for the life of the process."""
 
     def __init__(self, handler: Callable[[Any], Any], name: str,
-                 max_requests: int | None = None):
+                 max_requests: int | None = None, prepare: Callable[[], Any] | None = None):
+        """`prepare()` runs in each new helper before its first request (loading what the
+        requests will need while the caller still works on other things); an exception
+        from it is dropped: the request that needs what failed reports it."""
         self.handler, self.name, self.max_requests = handler, name, max_requests
+        self.prepare = prepare
         self.lock = threading.Lock()  # one request at a time; compilations may be threaded
         self.pid = self.conn = None
         self.served = 0
@@ -76,22 +80,20 @@ class ForkedServer:
         self.requests = itertools.count()
         os.register_at_fork(after_in_child=self._forget)
 
-    def call(self, request: Any, limit: float | None = None,
-             meanwhile: Callable[[], Any] | None = None) -> Any:
-        """The handler's result; ServerError when there is none (RequestFailed when the
-        handler raised). `limit` is in seconds of wall-clock time, None for no limit.
-        `meanwhile()` runs here while the helper works on the request (an exception from
-        it abandons the request)."""
+    def start(self) -> None:
+        """Fork the helper now, if none runs, so that it prepares while the caller works;
+        ServerUnavailable where it cannot be forked."""
         with self.lock:
-            if self.pid is not None and self._exited():
-                self._drop()
-            if self.pid is None:
-                self._start()
+            self._running()
+
+    def call(self, request: Any, limit: float | None = None) -> Any:
+        """The handler's result; ServerError when there is none (RequestFailed when the
+        handler raised). `limit` is in seconds of wall-clock time, None for no limit."""
+        with self.lock:
+            self._running()
             request_id = next(self.requests)
             try:
                 self.conn.send((request_id, request))
-                if meanwhile is not None:
-                    meanwhile()
                 status, payload = self._reply(request_id, limit)
             except BaseException as err:  # past the limit, died, or Ctrl-C: work abandoned
                 self._stop()
@@ -104,6 +106,12 @@ class ForkedServer:
             if status == "error":
                 raise RequestFailed(*payload)
             return payload
+
+    def _running(self) -> None:
+        if self.pid is not None and self._exited():
+            self._drop()
+        if self.pid is None:
+            self._start()
 
     def _reply(self, request_id: int, limit: float | None) -> tuple[str, Any]:
         """The reply to `request_id`; replies to earlier requests are dropped."""
@@ -129,7 +137,7 @@ class ForkedServer:
         if pid == 0:
             code = 0
             try:
-                _serve(self.handler, child, conn, parent)
+                _serve(self.handler, child, conn, parent, self.prepare)
             except BaseException:
                 code = 1
             finally:
@@ -165,11 +173,16 @@ class ForkedServer:
         self.pid = self.conn = None
 
 
-def _serve(handler, conn, parent_end, parent: int) -> None:
+def _serve(handler, conn, parent_end, parent: int, prepare) -> None:
     """The helper's loop: (request id, request) in, (request id, "ok", result) or (request
     id, "error", (exception class name, text)) out, until the parent goes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent_end.close()
+    if prepare is not None:
+        try:
+            prepare()
+        except Exception:
+            pass  # the request that needs it fails, and says why
     while True:
         try:
             while not conn.poll(1.0):

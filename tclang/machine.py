@@ -5,6 +5,7 @@ Target exists (tclang/call_records.py)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 
 
@@ -60,6 +61,59 @@ def _bytes(text: str) -> int:
     """"32K" -> 32768, "1M" -> 1048576, "512" -> 512."""
     scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
     return int(text[:-1] if scale > 1 else text) * scale
+
+
+_PROCESSOR: str | None = None
+
+
+def processor() -> str:
+    """The CPU as /proc/cpuinfo describes its first processor (what LLVM's host CPU name
+    and features come from: vendor, family, model, stepping, flags), without the lines
+    that change while it runs; `platform.processor()` where there is no /proc/cpuinfo."""
+    global _PROCESSOR
+    if _PROCESSOR is None:
+        _PROCESSOR = _read_processor()
+    return _PROCESSOR
+
+
+def _read_processor() -> str:
+    try:
+        with open("/proc/cpuinfo", "rb") as f:
+            first = f.read(16384).split(b"\n\n", 1)[0].decode(errors="replace")
+    except OSError:
+        import platform
+        return platform.processor() or "unknown"
+    kept = ("vendor_id", "cpu family", "model", "model name", "stepping", "flags",
+            "Features", "CPU implementer", "CPU part", "CPU variant")
+    return "\n".join(line for line in first.splitlines()
+                     if line.split(":", 1)[0].strip() in kept)
+
+
+def cpu_from_os() -> tuple[str, frozenset[str]] | None:
+    """(a description of the CPU, its feature flags) as the OS reports them, or None where
+    it reports no flags (then ask LLVM). The CPU backend's Target is made from this: a
+    compile's cache key then needs no LLVM, whose import (~25 ms) a cold compile leaves
+    to the optimizer process. Flags are what LLVM's host detection reads too (CPUID, less
+    what the kernel disabled), so equal descriptions mean equal LLVM host features."""
+    text = processor()
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    flags = fields.get("flags") or fields.get("Features")
+    if not flags:
+        return None
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    name = fields.get("model name") or fields.get("CPU part") or "unknown CPU"
+    return f"{os.uname().machine}, {name} (cpuinfo {digest})", frozenset(flags.split())
+
+
+def vector_bytes(flags) -> int:
+    """The widest SIMD registers a CPU with these feature flags has (OS or LLVM names)."""
+    flags = {f.lstrip("+") for f in flags}
+    if "avx512f" in flags:
+        return 64
+    if "avx" in flags:
+        return 32
+    return 16
 
 
 def bounds_checking(options=None) -> bool:

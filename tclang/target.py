@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from tclang.machine import available_cores, bounds_checking, cache_sizes  # noqa: F401
+from tclang.machine import (available_cores, bounds_checking, cache_sizes,  # noqa: F401
+                            cpu_from_os, vector_bytes)
 
 
 @dataclass(frozen=True)

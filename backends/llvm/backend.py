@@ -40,25 +40,35 @@ class LLVMBackend:
     call_blobs = ("object", "static", "runtime")
 
     def target(self) -> Target:
+        """From what the OS says of the CPU (machine.cpu_from_os): no LLVM in this process
+        for it. Where the OS says nothing, LLVM's host description (jit.host)."""
+        from tclang.target import Target, available_cores, cache_sizes, cpu_from_os, vector_bytes
+        described = cpu_from_os()
+        if described is None:
+            from backends.llvm import jit
+            triple, cpu, features = jit.host()
+            described = f"{triple} {cpu} {features}", features.split(",")
+        arch, flags = described
+        return Target(name="cpu", mapping="threads", arch=arch, cores=available_cores(),
+                      vector_bytes=vector_bytes(flags), **cache_sizes())
+
+    def prepare(self) -> None:
+        """A compile is coming: the optimizer process starts now and loads LLVM while the
+        polyhedral layer works (jit.start)."""
         from backends.llvm import jit
-        from tclang.target import Target, available_cores, cache_sizes
-        triple, cpu, features = jit.host()
-        vector_bytes = 64 if "+avx512f" in features else 32 if "+avx" in features else 16
-        return Target(name="cpu", mapping="threads", arch=f"{triple} {cpu} {features}",
-                      cores=available_cores(), vector_bytes=vector_bytes, **cache_sizes())
+        jit.start()
 
     def build(self, kernel: L.Kernel, target: Target) -> Artifact:
         from backends.llvm import jit
         from backends.llvm.kernel_module import KernelModule  # llvmlite.ir: not for a cache hit
-        km = KernelModule(kernel, jit.host()[0], jit.data_layout(),
+        triple, _, _ = jit.host()
+        km = KernelModule(kernel, triple, jit.data_layout(),
                           unrolled_width=max(2, target.vector_bytes // 4))
         text = str(km.build())
         jit.check_code_size(text, kernel.name)
-        # the runtime's object code (made once per process) while LLVM optimizes the kernel
-        optimised, object_code = jit.optimize(text, vectorize=kernel.choices.vectorize,
-                                              meanwhile=threads.runtime_object)
+        optimised, object_code = jit.optimize(text, vectorize=kernel.choices.vectorize)
         blobs = {"object": object_code, "llvm": text.encode(), "llvm-opt": optimised.encode(),
-                 "static": b"1" if km.static else b"0", "runtime": threads.runtime_object()}
+                 "static": b"1" if km.static else b"0", "runtime": jit.runtime_object()}
         return _artifact(blobs, [b.name for b in kernel.buffers],
                          [(s.id, s.text, s.line) for s in kernel.statements])
 

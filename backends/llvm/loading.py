@@ -4,7 +4,7 @@ disk cache) and the native thread pool's.
 The ELF loader (elf_loader.py) links our x86-64 objects without LLVM, which a disk-cache
 hit in a fresh process cannot afford to import (~27 ms); an object it refuses (another
 architecture, a relocation or symbol it does not know, pages that cannot be made
-executable) goes to an MCJIT engine of its own (jit.py), as every object did before.
+executable) goes to an MCJIT engine of its own (codegen.py), as every object did before.
 Either way the code stays mapped exactly as long as the returned `LoadedCode`: whatever
 calls its addresses keeps it.
 """
@@ -39,8 +39,8 @@ class LoadedCode:
             except elf_loader.Unsupported:
                 linked = None
         if linked is None:  # llvmlite is imported only now
-            from backends.llvm import jit
-            linked = jit.MCJITCode(object_code, process_symbols)
+            from backends.llvm import codegen
+            linked = codegen.MCJITCode(object_code, process_symbols)
             self.loader = "mcjit"
         self._linked = linked
         self.addresses = {name: linked.address(name) for name in symbols}

@@ -19,7 +19,6 @@ os.register_at_fork hook) and its first parallel loop starts a pool of its own.
 from __future__ import annotations
 
 import ctypes
-import functools
 import os
 import threading
 
@@ -36,20 +35,12 @@ _LIBC_FUNCTIONS = ("pthread_mutex_init", "pthread_mutex_lock", "pthread_mutex_un
                    "pthread_create", "pthread_detach", "sigfillset", "pthread_sigmask")
 
 
-@functools.lru_cache(maxsize=1)
 def runtime_object() -> bytes:
-    """The runtime module's object code for this host: the pool, and the native entry of
-    kernel calls (call_trampoline.py). LLVM makes it; every kernel's artifact carries a
-    copy, so a disk-cache hit loads it without LLVM."""
-    import signal
-
-    from backends.access_errors import ERR_FIELDS
+    """The runtime module's object code for this host (codegen.runtime_object, made in the
+    optimizer process); every kernel's artifact carries a copy, so a disk-cache hit loads
+    it without LLVM."""
     from backends.llvm import jit
-    from backends.llvm.call_trampoline import trampoline_ir
-    from backends.llvm.parallel_runtime import runtime_ir
-    triple, _, _ = jit.host()
-    text = runtime_ir(triple, jit.data_layout(), signal.SIG_BLOCK, signal.SIG_SETMASK)
-    return jit.emit_resident(text + trampoline_ir(ERR_FIELDS))
+    return jit.runtime_object()
 
 
 def _load(object_code: bytes | None) -> dict[str, int]:

@@ -167,6 +167,30 @@ def test_optimizes_in_process_when_no_process_can_be_forked(monkeypatch, fresh_o
     assert jit._optimizer.pid is None
 
 
+def test_a_helper_prepares_before_its_first_request():
+    """`prepare` runs in each new helper before it serves (jit.start's LLVM loading); one
+    that fails is dropped, and the requests are still answered."""
+    from tclang.forked_server import ForkedServer
+    prepared = {}
+
+    def prepare():
+        prepared["pid"] = os.getpid()
+
+    server = ForkedServer(lambda request: (prepared.get("pid"), os.getpid()), "probe",
+                          prepare=prepare)
+    failing = ForkedServer(lambda request: request * 2, "probe", prepare=lambda: 1 / 0)
+    try:
+        server.start()
+        helper = server.pid
+        assert helper is not None and prepared == {}  # not in this process
+        assert server.call(None) == (helper, helper)
+        assert failing.call(21) == 42
+    finally:
+        server._stop()
+        if failing.pid is not None:
+            failing._stop()
+
+
 def test_an_evicted_variant_runs_again_correctly(monkeypatch):
     monkeypatch.setenv("TCLANG_MAX_VARIANTS", "2")
     mod = tc.define("def plus(float(N) A) -> (B) { B(i) = A(i) + 1 }")
