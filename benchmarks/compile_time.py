@@ -9,7 +9,7 @@ after `pip install`; a private cache directory):
   which heavy modules that path loaded (islpy must not be among them) and whether the
   source was parsed (not when a call record answered: tclang/call_records.py)
 - define + first call of a matmul nothing cached (cold) target <= 0.3 s, and the same
-  where islpy and llvmlite are imported already         target <= 0.3 s
+  where islpy and llvmlite.ir are imported already      target <= 0.3 s
 - in one process, a hot call of a tiny kernel minus `np.add` on the same arrays, both
   allocating their result, and both writing into out= (interleaved, medians)
                                                         target <= 2 us
@@ -61,7 +61,7 @@ import tclang as tc
 import os
 imported = time.perf_counter()
 if os.environ.get("PROBE_PREIMPORT"):
-    import islpy, llvmlite.binding, llvmlite.ir
+    import islpy, llvmlite.ir
     imported = time.perf_counter()
 import sys
 mm = tc.define({MATMUL!r})
@@ -129,7 +129,7 @@ def latency(repeat: int) -> None:
          "ms", 20),
         ("define + first call, cold", statistics.median(c["first_call"] for c in colds),
          "ms", 300),
-        ("define + first call, cold, islpy and llvmlite imported",
+        ("define + first call, cold, islpy and llvmlite.ir imported",
          statistics.median(c["first_call"] for c in warm_colds), "ms", 300),
         ("hot call of a tiny kernel over np.add", ours - numpy, "us", 2),
         ("the same with out= over np.add with out=", hot["tclang out="] - hot["numpy out="],
