@@ -7,6 +7,7 @@
     check_bounds(scop)                              # exact, for the concrete sizes
     deps = compute_dependences(scop)                # flow, false, reduction self-deps
     result = compute_schedule(scop, deps, fusion)   # isl scheduler, guarded, with fallbacks
+    tree = fuse_rows(...)                           # CPU: row reductions + consumers, one pass
     tree = transform_bands(...) / map_to_gpu(...)   # loop order, tiling, intra-tile order
     check_legality(tree, deps, scop)                # every dependence still goes forward
     kernel = lower_to_loops(scop, tree, deps)       # isl AST -> loop IR
@@ -32,6 +33,7 @@ from polyhedral.legality import check_legality
 from polyhedral.loop_format import format_kernel
 from polyhedral.lowering import lower_to_loops
 from polyhedral.packing import graft_copies
+from polyhedral.row_fusion import fuse_rows
 from polyhedral.scheduler import compute_schedule, schedule_text
 from polyhedral.scop import build_scop
 from polyhedral.gpu import map_to_gpu
@@ -113,6 +115,8 @@ def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
                 check_legality(tree, deps, scop, cause)
             tree, plans = map_to_gpu(tree, scop, options, target)
         else:
+            if rows_automatic(options):  # reductions and their consumers, one pass a row
+                tree = fuse_rows(tree, scop, deps, target)
             tree = transform_bands(tree, scop, options, target, reports, packs)
             if check:
                 check_legality(tree, deps, scop, cause)
@@ -127,6 +131,13 @@ def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
     stages.show("loops", lambda: format_kernel(kernel))
     return ScheduledKernel(kernel, final_schedule, result.strategy, result.fallback,
                            bounds, tuple(reports), stages.timings)
+
+
+def rows_automatic(options: Options) -> bool:
+    """Row fusion (polyhedral/row_fusion.py) is part of the automatic fusion and of "max";
+    "preserve_parallel" and "min" named by hand are isl's strategies alone, and a manual
+    loop order names the loops of the nests isl made."""
+    return options.fusion in (None, "max") and options.loop_order is None
 
 
 def scop_text(scop) -> str:

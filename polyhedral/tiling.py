@@ -18,6 +18,7 @@ import islpy as isl
 from polyhedral import bands as B
 from polyhedral import packing as P
 from polyhedral import register_tiles as R
+from polyhedral.row_fusion import ROW_MARK
 from polyhedral.scop import Scop
 from tclang.errors import TCScheduleError
 from tclang.options import Options
@@ -52,6 +53,9 @@ def _visit(node, scop, options, target, reports, packs, in_band):
     if node.get_type() == isl.schedule_node_type.band and not in_band:
         return _transform_band(node, scop, options, target, reports, packs)
     is_band = node.get_type() == isl.schedule_node_type.band
+    if node.get_type() == isl.schedule_node_type.mark and \
+            node.mark_get_id().get_name() == ROW_MARK:  # one row's passes: each a nest
+        in_band = is_band = False
     for k in range(node.n_children()):
         node = _visit(node.child(k), scop, options, target, reports, packs,
                       in_band or is_band).parent()
