@@ -11,6 +11,7 @@
     tree = transform_bands(...) / map_to_gpu(...)   # loop order, tiling, intra-tile order
     check_legality(tree, deps, scop)                # every dependence still goes forward
     kernel = lower_to_loops(scop, tree, deps)       # isl AST -> loop IR
+    kernel = contract_temporaries(kernel)           # CPU: temporaries of one iteration
     kernel = with_choices(kernel, options, target, layouts)  # what the backend emits
 
 Errors from isl never reach the user as isl errors: they become a `TCCompileError` that
@@ -28,6 +29,7 @@ import islpy as isl
 from polyhedral import loop_ir as L
 from polyhedral.bounds import bounds_conditions, check_bounds
 from polyhedral.bounds_runtime import BoundsCondition
+from polyhedral.contraction import contract_temporaries
 from polyhedral.dependences import compute_dependences
 from polyhedral.legality import check_legality
 from polyhedral.loop_format import format_kernel
@@ -127,6 +129,8 @@ def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
         kernel = lower_to_loops(scop, tree, deps, defn.name, unroll=options.unroll or 0,
                                 launches=plans, parallel=options.parallel is not False,
                                 vectorize=options.vectorize is not False, packs=packs)
+        if not target.is_grid:  # temporaries used inside one iteration: per-thread slices
+            kernel = contract_temporaries(kernel)
         kernel = with_choices(kernel, options, target, layouts)
     stages.show("loops", lambda: format_kernel(kernel))
     return ScheduledKernel(kernel, final_schedule, result.strategy, result.fallback,
