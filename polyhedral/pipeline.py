@@ -1,6 +1,7 @@
 """The polyhedral middle end in one function: checked definition -> scheduled loop IR.
 
     definition, report = optimize(definition, sizes)  # passes: tclang/passes (not Options(passes=False))
+    definition = store_reduction_terms(definition)  # CPU: softmax's exp once (then contracted)
     definition = widen_half_reductions(definition)  # half sums and products in float32
     definition = factor_out_scales(definition, sizes)  # X +=! e * c -> X +=! e; X = X * c
     scop = build_scop(widen_indices(definition), sizes)  # int64 index values; domains, accesses
@@ -29,7 +30,7 @@ import islpy as isl
 from polyhedral import loop_ir as L
 from polyhedral.bounds import bounds_conditions, check_bounds
 from polyhedral.bounds_runtime import BoundsCondition
-from polyhedral.contraction import contract_temporaries
+from polyhedral.contraction import SLICE_BYTES, contract_temporaries
 from polyhedral.dependences import compute_dependences
 from polyhedral.legality import check_legality
 from polyhedral.loop_format import format_kernel
@@ -42,6 +43,7 @@ from polyhedral.gpu import map_to_gpu
 from polyhedral.tiling import BandReport, apply_loop_order, transform_bands
 from tclang.lang import program as P
 from tclang.lang.passes import finish, optimize, passes_text
+from tclang.lang.passes.stored_terms import STORED_TERMS, store_reduction_terms
 from tclang.stages import Stages
 from tclang.options import Options
 from tclang.target import Target
@@ -60,6 +62,7 @@ class ScheduledKernel:
     bounds: tuple[BoundsCondition, ...]  # shape-generic kernels: sizes that break a read
     bands: tuple[BandReport, ...] = ()
     timings: dict[str, float] = field(default_factory=dict, compare=False)
+    stored_terms: tuple[str, ...] = ()  # temporaries of tclang/lang/passes/stored_terms.py
 
 
 def verify_enabled() -> bool:
@@ -76,12 +79,32 @@ def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
     code may hold as constants, None where read at run time, and a bound on the offsets
     of a layout with run-time strides), when specialized.
     `collect` receives each stage's text (tclang explain); TCLANG_DUMP prints them."""
+    store = (options.passes is not False and not target.is_grid and rows_automatic(options)
+             and sizes is not None)
+    scheduled = _schedule(defn, sizes, options, target, layouts, collect, store)
+    stored = scheduled.stored_terms
+    if stored and not all(p.contracted for p in scheduled.kernel.temporaries
+                          if p.buffer.name in stored):  # a full array: recompute instead
+        scheduled = _schedule(defn, sizes, options, target, layouts, collect, False)
+    return scheduled
+
+
+def _schedule(defn: P.Definition, sizes: Mapping[str, int] | None, options: Options,
+              target: Target, layouts: tuple | None, collect: dict[str, str] | None,
+              store: bool) -> ScheduledKernel:
+    """schedule_definition's stages; `store`: store row reductions' costly terms for their
+    consumers (tclang/lang/passes/stored_terms.py)."""
     stages = Stages(defn.name, failures=(isl.Error, ValueError, KeyError), collect=collect)
     run_passes = options.passes is not False
     report = []
+    stored: tuple[str, ...] = ()
     with stages("passes"):
         if run_passes:  # dead code, folding, exact identities, shared values, hoisting
             defn, report = optimize(defn, sizes)
+        if store:
+            defn, notes, stored = store_reduction_terms(defn, sizes, SLICE_BYTES)
+            if notes:
+                report.append((STORED_TERMS, notes))
     with stages("scop"):
         defn = widen_half_reductions(defn)  # half sums accumulate in float32
         if run_passes:  # a sum of `affine ? e : 0` runs over the points where it holds
@@ -134,7 +157,7 @@ def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
         kernel = with_choices(kernel, options, target, layouts)
     stages.show("loops", lambda: format_kernel(kernel))
     return ScheduledKernel(kernel, final_schedule, result.strategy, result.fallback,
-                           bounds, tuple(reports), stages.timings)
+                           bounds, tuple(reports), stages.timings, stored)
 
 
 def rows_automatic(options: Options) -> bool:
