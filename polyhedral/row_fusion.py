@@ -39,21 +39,25 @@ ROW_MARK = "rows"  # above the sequence of one row's passes (polyhedral/tiling.p
 
 def fuse_rows(schedule: isl.Schedule, scop: Scop, deps: Dependences,
               target: Target) -> isl.Schedule:
-    """The schedule with the longest legal, profitable run of the root sequence's children
-    (at least two) fused along their outer member; unchanged where there is none."""
-    root = schedule.get_root().child(0)
-    if root.get_type() != isl.schedule_node_type.sequence:
-        return schedule
-    children = [root.child(k) for k in range(root.n_children())]
-    group = _best_run(children, scop, deps, target)
-    if group is None:
-        return schedule
-    return _fuse(root, *group).get_schedule()
+    """The schedule with each maximal legal, profitable run (at least two) of the root
+    sequence's consecutive children fused along their outer member; unchanged where there
+    is none."""
+    start = 0
+    while True:
+        root = schedule.get_root().child(0)
+        if root.get_type() != isl.schedule_node_type.sequence:
+            return schedule
+        children = [root.child(k) for k in range(root.n_children())]
+        run = _next_run(children, start, scop, deps, target)
+        if run is None:
+            return schedule
+        schedule = _fuse(root, *run).get_schedule()
+        start = run[0] + 1  # the run is one child now, at its first position
 
 
-def _best_run(children, scop: Scop, deps: Dependences, target: Target):
-    """(first, last) child positions of the first maximal run that fuses, or None."""
-    k = 0
+def _next_run(children, start: int, scop: Scop, deps: Dependences, target: Target):
+    """(first, last) positions of the first maximal run from `start` on that fuses."""
+    k = start
     while k < len(children):
         last = k
         while last + 1 < len(children) and _fusible(children[k:last + 2], scop, deps, target):
