@@ -80,13 +80,22 @@ def _outer_member(child) -> isl.UnionPwAff | None:
     return upa.intersect_domain(band.get_domain())
 
 
-def _fusible(children, scop: Scop, deps: Dependences, target: Target) -> bool:
+def _row_schedule(children) -> isl.UnionPwAff | None:
+    """The children's outer members as one schedule of all their instances, or None where
+    a child does not start with a coincident band member."""
     members = [_outer_member(c) for c in children]
     if any(m is None for m in members):
-        return False
+        return None
     row = members[0]
     for m in members[1:]:
         row = row.union_add(m)
+    return row
+
+
+def _fusible(children, scop: Scop, deps: Dependences, target: Target) -> bool:
+    row = _row_schedule(children)
+    if row is None:
+        return False
     domain = row.domain()
     # the last child must consume something the others produce: otherwise nothing is
     # reused within a row, and fusing would only take the children's own loop orders
@@ -165,12 +174,9 @@ def _fuse(root: isl.ScheduleNode, first: int, last: int) -> isl.ScheduleNode:
             elif k == last:
                 filters = filters.add(group)
         root = root.insert_sequence(filters).child(first).child(0)
-    row = None
+    row = _row_schedule([root.child(k) for k in range(root.n_children())])
     for k in range(root.n_children()):
         band = root.child(k).child(0)
-        upa = band.band_get_partial_schedule().get_union_pw_aff(0) \
-            .intersect_domain(band.get_domain())
-        row = upa if row is None else row.union_add(upa)
         if band.band_n_member() > 1:
             band = band.band_split(1)
         root = band.delete().parent().parent()
