@@ -1,4 +1,4 @@
-"""Contraction of temporaries: one slice per iteration of the loop that uses it (CPU).
+"""Contraction of temporaries: one slice per iteration of the loops that use it (CPU).
 
 After row fusion (polyhedral/row_fusion.py) softmax's `m(n)` and `s(n)`, layernorm's
 `mean(n)` and `var(n)` are written and read only inside one iteration of the row loop, at
@@ -10,13 +10,18 @@ to it (`Promotion`: element s becomes buffer[s - offset], the offset the row's s
 The LLVM backend puts scratch buffers on the stack of the function that runs the loop, so
 each thread has its own, and a one-element one becomes a register (SROA).
 
-A temporary is contracted along the top-level loop L (run once per call) when:
+A temporary is contracted when:
 - it is not zero-filled (every element is written before it is read, see
   `lowering.zero_filled`), so a slice never needs its earlier contents;
-- every access to it is inside L, affine, outside register tiles' unrolled loops;
+- every access to it is inside one top-level loop (run once per call), affine, outside
+  register tiles' unrolled loops;
 - some of its dimensions are subscripted, by every access, by the same expression
-  `L + constant`: each iteration then touches its own elements there, and no value flows
-  from one iteration to another through it; these dimensions are cut to 1;
+  `loop + constant`, for the loops 0..j of those around every access (the top-level one
+  first), each loop by one dimension: then every iteration of loops 0..j touches elements
+  of its own, no value flows from one iteration to another through the temporary, and
+  those dimensions are cut to 1, the slice declared in loop j's body (a pointwise chain's
+  `t(n, d)` in one nest becomes a scalar, softmax's `s_term(n, d)`, whose `d` loops
+  differ, one row);
 - its remaining dimensions are constants, and a slice takes at most SLICE_BYTES.
 The others are kept as kernel buffers, each with the reason (`TemporaryPlan.note`), which
 `.loops` and `tclang explain` print.
@@ -109,21 +114,19 @@ def _plan(buffer: L.Buffer, kernel: L.Kernel, uses: list):
         return kept("no statement uses it")
     if any(u is None for u in uses):
         return kept("a copy or a GPU launch uses it")
-    tops = {id(loops[0]) if loops else None for _, loops, _ in uses}
-    if len(tops) != 1 or None in tops:
+    if any(not loops for _, loops, _ in uses):
+        return kept("a statement outside every loop uses it")
+    if not _common_loops([loops for _, loops, _ in uses]):
         return kept("it is used in more than one loop nest")
     if any(loop.unrolled for _, loops, _ in uses for loop in loops):
         return kept("a register tile uses it")
     if any(None in subscripts for _, _, subscripts in uses):
         return kept("a gathered subscript reads it")
-    top = uses[0][1][0]
-    offsets = []
-    for k in range(len(buffer.shape)):
-        forms = {subscripts[k] for _, _, subscripts in uses}
-        form = forms.pop() if len(forms) == 1 else None
-        offsets.append(form if form is not None and _moves_with(form, top.var) else None)
-    if all(o is None for o in offsets):
-        return kept(f"no dimension of it follows the loop {top.var} alone")
+    common = _common_loops([loops for _, loops, _ in uses])
+    offsets, depths = _contracted_dims(buffer, uses, common)
+    if not depths:
+        return kept(f"no dimension of it follows the loop {common[0].var} alone")
+    loop = common[max(depths)]
     count = 1
     for extent, offset in zip(buffer.shape, offsets):
         if offset is None:
@@ -132,17 +135,54 @@ def _plan(buffer: L.Buffer, kernel: L.Kernel, uses: list):
             count *= max(extent.value, 1)
     if count * buffer.dtype.numpy.itemsize > SLICE_BYTES:
         return kept(f"a slice of it would take more than {SLICE_BYTES // 1024} KiB")
-    return L.TemporaryPlan(buffer, True, loop=top.var), tuple(offsets), top
+    shape = "".join("[1]" if o is not None else f"[{d.value}]"
+                    for d, o in zip(buffer.shape, offsets))
+    return L.TemporaryPlan(buffer, True, loop=loop.var, note=f"{buffer.name}{shape}"), \
+        tuple(offsets), loop
 
 
-def _moves_with(e: L.IExpr, var: str) -> bool:
-    """Whether `e` is `var` plus a constant: distinct in every iteration of the loop."""
+def _common_loops(chains: list[tuple[L.For, ...]]) -> tuple[L.For, ...]:
+    """The loops around every access (the same loop nodes), outermost first."""
+    common = chains[0]
+    for chain in chains[1:]:
+        n = 0
+        while n < min(len(common), len(chain)) and common[n] is chain[n]:
+            n += 1
+        common = common[:n]
+    return common
+
+
+def _contracted_dims(buffer: L.Buffer, uses: list, common: tuple[L.For, ...]):
+    """(each dimension's offset where it is cut to 1, else None; the depths in `common` of
+    the loops they follow). A dimension is cut where every access subscripts it by the same
+    `loop + constant`, each loop of `common` at most once; only loops 0..j of `common`
+    that all have such a dimension count (then every iteration of loops 0..j touches
+    elements of its own, and the slice can live in loop j's body)."""
+    depth_of = {loop.var: d for d, loop in enumerate(common)}
+    follows: dict[int, int] = {}  # dimension -> depth
+    for k in range(len(buffer.shape)):
+        forms = {subscripts[k] for _, _, subscripts in uses}
+        var = _loop_var(forms.pop()) if len(forms) == 1 else None
+        if var in depth_of and depth_of[var] not in follows.values():
+            follows[k] = depth_of[var]
+    j = 0
+    while j in follows.values():
+        j += 1
+    kept = {k: d for k, d in follows.items() if d < j}
+    offsets = tuple(next(iter({subscripts[k] for _, _, subscripts in uses}))
+                    if k in kept else None for k in range(len(buffer.shape)))
+    return offsets, set(kept.values())
+
+
+def _loop_var(e: L.IExpr) -> str | None:
+    """The variable `e` is plus a constant (distinct in every iteration of its loop), or
+    None."""
     match e:
         case L.Var(name=n):
-            return n == var
+            return n
         case L.Op(op="add" | "sub", args=(L.Var(name=n), L.Int())):
-            return n == var
-    return False
+            return n
+    return None
 
 
 def _rewrite(node: L.Node, kernel: L.Kernel, slices: dict, scratch: dict) -> L.Node:

@@ -152,8 +152,8 @@ def format_kernel(kernel: L.Kernel) -> str:
             lines.append(f"// {b.kind} {b.dtype.value} {b.name}{_dims(b)}")
     for p in kernel.temporaries:
         b = p.buffer
-        what = f"contracted, one slice per iteration of {p.loop} (per thread)" if p.contracted else \
-            f"kept: {p.note}"
+        what = f"contracted to {p.note}, one per iteration of {p.loop} (per thread)" \
+            if p.contracted else f"kept: {p.note}"
         lines.append(f"// temporary {b.dtype.value} {b.name}{_dims(b)}: {what}")
     lines.append(format_node(kernel.body, kernel))
     return "\n".join(lines)

@@ -313,8 +313,9 @@ Node = For | If | Block | Run | Copy | Combine | Barrier | Launch | Scratch
 class TemporaryPlan:
     """Where a temporary of the definition lives (polyhedral/contraction.py): `contracted`,
     in a `Scratch` buffer of the same name inside the loop `loop`, one slice per
-    iteration (its accesses promoted to it), and no longer among the kernel's buffers; or
-    kept as a kernel buffer, the runtime's to allocate, for the reason in `note`."""
+    iteration (its accesses promoted to it; `note` is the slice, as `m[1]`), and no
+    longer among the kernel's buffers; or kept as a kernel buffer, the runtime's to
+    allocate, for the reason in `note`."""
 
     buffer: Buffer  # as the definition declares it
     contracted: bool

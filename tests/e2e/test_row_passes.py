@@ -115,3 +115,20 @@ def test_repeated_calls_reuse_no_stale_row_state():
         x = (rng.standard_normal((33, 64)) * scale * np.arange(1, 34)[:, None]).astype(np.float32)
         np.testing.assert_allclose(kernel(x, g, b), layernorm(x.astype(np.float64), g, b),
                                    rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("source, entry", [(K.SOFTMAX, "softmax"), (K.LAYERNORM, "layernorm"),
+                                           (K.BIAS_GELU, "bias_gelu")])
+def test_contracted_temporaries_are_registers_and_the_math_is_vectors(source, entry):
+    """In the optimized LLVM IR no float array is left on the stack for a one-element slice
+    (SROA made it a register; softmax keeps its one row of stored exponentials), and
+    exp, tanh and the row arithmetic run on vectors, with no call to a scalar libm."""
+    import re
+    x = np.random.default_rng(1).standard_normal((64, 1024)).astype(np.float32)
+    v = np.ones(1024, np.float32)
+    args = {"softmax": (x,), "layernorm": (x, v, v), "bias_gelu": (x, v)}[entry]
+    ir = tc.define(source)[entry].compile(*args).stages["llvm-opt"]
+    stack = re.findall(r"alloca \[(\d+) x float\]", ir)
+    assert stack == (["1024"] if entry == "softmax" else []), stack
+    assert max(int(n) for n in re.findall(r"<(\d+) x float>", ir)) >= 4
+    assert not re.search(r"call [^@]*@(expf|tanhf|exp|tanh)\(", ir)

@@ -153,7 +153,8 @@ def test_a_temporary_two_nests_use_is_kept_and_says_why():
 def test_loops_header_says_what_was_contracted_and_what_kept():
     from polyhedral.loop_format import format_kernel
     text = format_kernel(schedule(K.LAYERNORM, dict(N=61, D=47)).kernel)
-    assert "// temporary float32 mean[61]: contracted, one slice per iteration of c0" in text
+    assert "// temporary float32 mean[61]: contracted to mean[1], one per iteration of c0" \
+        in text
     text = format_kernel(schedule(TWO_NESTS, dict(N=37, D=29)).kernel)
     assert "// temporary float32 t[37]: kept: it is used in more than one loop nest" in text
 
@@ -185,3 +186,30 @@ def test_contraction_leaves_a_zero_filled_temporary():
 def test_contraction_is_idempotent_and_pure():
     kernel = schedule(K.SOFTMAX, dict(N=61, D=47)).kernel
     assert contract_temporaries(kernel).buffers == kernel.buffers
+
+
+def test_a_pointwise_temporary_becomes_a_scalar_of_its_innermost_loop():
+    source = """def f(float(N,D) X, float(D) b) -> (Y) {
+      t(n, d) = X(n, d) + b(d)
+      Y(n, d) = t(n, d) * t(n, d)
+    }"""
+    kernel = schedule(source, dict(N=37, D=29)).kernel
+    (plan,) = kernel.temporaries
+    assert plan.contracted and plan.note == "t[1][1]"
+    (scratch,) = scratch_nodes(kernel.body)
+    (chain, _), = list(enclosing_loops(kernel.body, kernel.statements[0].id))
+    assert chain[-1].body is scratch and plan.loop == chain[-1].var
+    assert scratch.buffers[0].shape == (L.Int(1), L.Int(1))
+
+
+def test_a_temporary_accumulated_across_iterations_is_kept():
+    """t(d) sums over n in the loop around it: every iteration of that loop touches the
+    same elements, so no slice per iteration can hold it."""
+    source = """def f(float(N,D) X) -> (Y) {
+      t(d) +=! X(n, d)
+      Y(n, d) = X(n, d) - t(d)
+    }"""
+    kernel = schedule(source, dict(N=37, D=29)).kernel
+    plans = {p.buffer.name: p for p in kernel.temporaries}
+    assert not plans["t"].contracted
+    assert kernel.buffer("t").kind == "temporary"
