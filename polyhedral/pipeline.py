@@ -57,7 +57,7 @@ from tclang.lang.wide_indices import widen_indices
 class ScheduledKernel:
     kernel: L.Kernel
     schedule: str  # the final isl schedule tree, as text
-    strategy: str  # the fusion strategy that produced it
+    strategy: str  # the fusion strategy that produced it (" + rows": rows fused after it)
     fallback: str | None  # why the requested strategy was not used
     bounds: tuple[BoundsCondition, ...]  # shape-generic kernels: sizes that break a read
     bands: tuple[BandReport, ...] = ()
@@ -131,6 +131,7 @@ def _schedule(defn: P.Definition, sizes: Mapping[str, int] | None, options: Opti
     with stages("transform"):
         reports: list[BandReport] = []
         tree, plans, packs = result.schedule, None, {}
+        strategy = result.strategy
         if options.loop_order is not None:
             tree = apply_loop_order(tree, scop, options.loop_order)
         check = options.loop_order is not None or verify_enabled()
@@ -141,7 +142,9 @@ def _schedule(defn: P.Definition, sizes: Mapping[str, int] | None, options: Opti
             tree, plans = map_to_gpu(tree, scop, options, target)
         else:
             if rows_automatic(options):  # reductions and their consumers, one pass a row
-                tree = fuse_rows(tree, scop, deps, target)
+                fused = fuse_rows(tree, scop, deps, target)
+                strategy += " + rows" if fused is not tree else ""
+                tree = fused
             tree = transform_bands(tree, scop, options, target, reports, packs)
             if check:
                 check_legality(tree, deps, scop, cause)
@@ -156,7 +159,7 @@ def _schedule(defn: P.Definition, sizes: Mapping[str, int] | None, options: Opti
             kernel = contract_temporaries(kernel)
         kernel = with_choices(kernel, options, target, layouts)
     stages.show("loops", lambda: format_kernel(kernel))
-    return ScheduledKernel(kernel, final_schedule, result.strategy, result.fallback,
+    return ScheduledKernel(kernel, final_schedule, strategy, result.fallback,
                            bounds, tuple(reports), stages.timings, stored)
 
 

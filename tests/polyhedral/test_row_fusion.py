@@ -213,3 +213,29 @@ def test_a_temporary_accumulated_across_iterations_is_kept():
     plans = {p.buffer.name: p for p in kernel.temporaries}
     assert not plans["t"].contracted
     assert kernel.buffer("t").kind == "temporary"
+
+
+def test_the_passes_of_a_row_are_transformed_as_nests():
+    """Below the row loop, a pass over a two-dimensional slab is a nest of its own for the
+    CPU passes (tiling where it pays, the stride-1 loop innermost): the band reports list
+    the row band and each pass's band."""
+    source = """def f(float(B, I, J) X) -> (Y) {
+      s(b) +=! X(b, i, j)
+      Y(b, i, j) = X(b, i, j) / s(b)
+    }"""
+    scheduled = schedule(source, dict(B=8, I=64, J=256))
+    kernel = scheduled.kernel
+    (row,) = top_level(kernel)
+    assert isinstance(row, L.For) and row.parallel
+    assert len(scheduled.bands) == 3  # the row band, then each pass's band
+    (consumer,) = statements_writing(kernel, "Y")
+    for chain, run in enclosing_loops(kernel.body, consumer):
+        j = dict(zip(kernel.statement(consumer).indices, run.indices))["j"]
+        assert chain[-1].var in L.variables(j)
+
+
+def test_the_strategy_says_rows_were_fused():
+    assert schedule(K.SOFTMAX, dict(N=61, D=47)).strategy == "preserve_parallel + rows"
+    assert schedule(K.BIAS_GELU, dict(N=61, D=47)).strategy == "preserve_parallel"
+    assert schedule(K.SOFTMAX, dict(N=61, D=47),
+                    tc.Options(fusion="min")).strategy == "min"
