@@ -186,6 +186,8 @@ class _Emitter:
             case L.Scratch(buffers=bufs, body=body):
                 for b in bufs:
                     self.put(indent, f"t_{b.name} = {self.alloc(b)}")
+                    # a contracted temporary's accesses are checked against its slice
+                    self.shapes.setdefault(b.name, b.shape)
                 self.node(body, indent, in_thread)
             case _:
                 raise TypeError(f"unknown loop IR node {n!r}")
@@ -227,7 +229,7 @@ class _Emitter:
         checks = [self.check_bounds] * len(s.lhs) if promoted.get(-1) is None else None
         target = self.element(s.target, [f"i_{i}" for i in s.lhs], promoted.get(-1),
                               _where(s), checks)
-        dtype = self.kernel.buffer(s.target).dtype
+        dtype = self.kernel.declared(s.target).dtype
         if s.kind in ("init", "assign"):
             self.put(indent, f"{target} = {self.value(s.value, s, promoted)}")
             return
@@ -288,7 +290,7 @@ class _Emitter:
                 texts = [f"int({v(x)})" for x in subs]
                 checks = [self.check_bounds or a is None for a in aff]
                 elem = self.element(t, texts, promoted.get(ref), _where(s), checks)
-                return self.load(elem, self.kernel.buffer(t).dtype)
+                return self.load(elem, self.kernel.declared(t).dtype)
             case P.Unary(op="neg", operand=x):
                 return f"(-{v(x)})"
             case P.Unary(op="not", operand=x):

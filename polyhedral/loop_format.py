@@ -135,6 +135,10 @@ def _declaring(head: str, buffers, qualifier: str, body, kernel, indent: int):
     yield f"{pad}}}"
 
 
+def _dims(b: L.Buffer) -> str:
+    return "".join(f"[{format_index(d)}]" for d in b.shape)
+
+
 def format_kernel(kernel: L.Kernel) -> str:
     """The whole kernel: its arrays, then its loop nest."""
     lines = [f"// kernel {kernel.name}"]
@@ -142,8 +146,14 @@ def format_kernel(kernel: L.Kernel) -> str:
         lines.append("// sizes: " + ", ".join(f"{n}={v}" for n, v in kernel.size_values))
     elif kernel.sizes:
         lines.append("// sizes (at run time): " + ", ".join(kernel.sizes))
+    plans = {p.buffer.name: p for p in kernel.temporaries}
     for b in kernel.buffers:
-        dims = "".join(f"[{format_index(d)}]" for d in b.shape)
-        lines.append(f"// {b.kind} {b.dtype.value} {b.name}{dims}")
+        if b.name not in plans:
+            lines.append(f"// {b.kind} {b.dtype.value} {b.name}{_dims(b)}")
+    for p in kernel.temporaries:
+        b = p.buffer
+        what = f"contracted to {p.note}, one per iteration of {p.loop} (per thread)" \
+            if p.contracted else f"kept: {p.note}"
+        lines.append(f"// temporary {b.dtype.value} {b.name}{_dims(b)}: {what}")
     lines.append(format_node(kernel.body, kernel))
     return "\n".join(lines)

@@ -310,6 +310,20 @@ Node = For | If | Block | Run | Copy | Combine | Barrier | Launch | Scratch
 
 
 @dataclass(frozen=True)
+class TemporaryPlan:
+    """Where a temporary of the definition lives (polyhedral/contraction.py): `contracted`,
+    in a `Scratch` buffer of the same name inside the loop `loop`, one slice per
+    iteration (its accesses promoted to it; `note` is the slice, as `m[1]`), and no
+    longer among the kernel's buffers; or kept as a kernel buffer, the runtime's to
+    allocate, for the reason in `note`."""
+
+    buffer: Buffer  # as the definition declares it
+    contracted: bool
+    loop: str = ""  # the loop variable whose iterations each have their own slice
+    note: str = ""
+
+
+@dataclass(frozen=True)
 class CodeChoices:
     """What the schedule leaves to code generation, decided by the driver from the user's
     options and the target, so that a backend reads the kernel and nothing else.
@@ -337,6 +351,7 @@ class Kernel:
     sizes are the size names; in a specialized kernel `size_values` gives each one's value
     and the loops use the numbers directly. `zero_fill` lists outputs not written at every
     point, which the runtime must allocate zero-filled. `choices` say how to emit it.
+    `buffers` are what the runtime allocates: a contracted temporary is not among them.
     """
 
     name: str
@@ -347,12 +362,21 @@ class Kernel:
     body: Node
     zero_fill: tuple[str, ...] = ()
     choices: CodeChoices = CodeChoices()
+    temporaries: tuple[TemporaryPlan, ...] = ()  # what became of each temporary (CPU)
 
     def buffer(self, name: str) -> Buffer:
         for b in self.buffers:
             if b.name == name:
                 return b
         raise KeyError(name)
+
+    def declared(self, name: str) -> Buffer:
+        """A kernel buffer, or a contracted temporary as the definition declares it (its
+        dtype and shape; its storage is a `Scratch` buffer of the same name)."""
+        for plan in self.temporaries:
+            if plan.contracted and plan.buffer.name == name:
+                return plan.buffer
+        return self.buffer(name)
 
     def statement(self, sid: str) -> StatementDef:
         for s in self.statements:

@@ -30,8 +30,9 @@ def _classes() -> dict[str, type]:
     return found
 
 
-#: bumped when the loop IR's form changes (2: subscripts as index expressions)
-FORMAT = 2
+#: bumped when the loop IR's form changes (2: subscripts as index expressions; 3: the
+#: temporaries' plans, contracted ones in `Scratch` buffers)
+FORMAT = 3
 
 _BY_TAG = _classes()
 _TAG = {cls: tag for tag, cls in _BY_TAG.items()}

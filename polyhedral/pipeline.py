@@ -1,15 +1,18 @@
 """The polyhedral middle end in one function: checked definition -> scheduled loop IR.
 
     definition, report = optimize(definition, sizes)  # passes: tclang/passes (not Options(passes=False))
+    definition = store_reduction_terms(definition)  # CPU: softmax's exp once (then contracted)
     definition = widen_half_reductions(definition)  # half sums and products in float32
     definition = factor_out_scales(definition, sizes)  # X +=! e * c -> X +=! e; X = X * c
     scop = build_scop(widen_indices(definition), sizes)  # int64 index values; domains, accesses
     check_bounds(scop)                              # exact, for the concrete sizes
     deps = compute_dependences(scop)                # flow, false, reduction self-deps
     result = compute_schedule(scop, deps, fusion)   # isl scheduler, guarded, with fallbacks
+    tree = fuse_rows(...)                           # CPU: row reductions + consumers, one pass
     tree = transform_bands(...) / map_to_gpu(...)   # loop order, tiling, intra-tile order
     check_legality(tree, deps, scop)                # every dependence still goes forward
     kernel = lower_to_loops(scop, tree, deps)       # isl AST -> loop IR
+    kernel = contract_temporaries(kernel)           # CPU: temporaries of one iteration
     kernel = with_choices(kernel, options, target, layouts)  # what the backend emits
 
 Errors from isl never reach the user as isl errors: they become a `TCCompileError` that
@@ -27,17 +30,20 @@ import islpy as isl
 from polyhedral import loop_ir as L
 from polyhedral.bounds import bounds_conditions, check_bounds
 from polyhedral.bounds_runtime import BoundsCondition
+from polyhedral.contraction import SLICE_BYTES, contract_temporaries
 from polyhedral.dependences import compute_dependences
 from polyhedral.legality import check_legality
 from polyhedral.loop_format import format_kernel
 from polyhedral.lowering import lower_to_loops
 from polyhedral.packing import graft_copies
+from polyhedral.row_fusion import fuse_rows
 from polyhedral.scheduler import compute_schedule, schedule_text
 from polyhedral.scop import build_scop
 from polyhedral.gpu import map_to_gpu
 from polyhedral.tiling import BandReport, apply_loop_order, transform_bands
 from tclang.lang import program as P
 from tclang.lang.passes import finish, optimize, passes_text
+from tclang.lang.passes.stored_terms import STORED_TERMS, store_reduction_terms
 from tclang.stages import Stages
 from tclang.options import Options
 from tclang.target import Target
@@ -51,11 +57,12 @@ from tclang.lang.wide_indices import widen_indices
 class ScheduledKernel:
     kernel: L.Kernel
     schedule: str  # the final isl schedule tree, as text
-    strategy: str  # the fusion strategy that produced it
+    strategy: str  # the fusion strategy that produced it (" + rows": rows fused after it)
     fallback: str | None  # why the requested strategy was not used
     bounds: tuple[BoundsCondition, ...]  # shape-generic kernels: sizes that break a read
     bands: tuple[BandReport, ...] = ()
     timings: dict[str, float] = field(default_factory=dict, compare=False)
+    stored_terms: tuple[str, ...] = ()  # temporaries of tclang/lang/passes/stored_terms.py
 
 
 def verify_enabled() -> bool:
@@ -72,12 +79,32 @@ def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
     code may hold as constants, None where read at run time, and a bound on the offsets
     of a layout with run-time strides), when specialized.
     `collect` receives each stage's text (tclang explain); TCLANG_DUMP prints them."""
+    store = (options.passes is not False and not target.is_grid and rows_automatic(options)
+             and sizes is not None)
+    scheduled = _schedule(defn, sizes, options, target, layouts, collect, store)
+    stored = scheduled.stored_terms
+    if stored and not all(p.contracted for p in scheduled.kernel.temporaries
+                          if p.buffer.name in stored):  # a full array: recompute instead
+        scheduled = _schedule(defn, sizes, options, target, layouts, collect, False)
+    return scheduled
+
+
+def _schedule(defn: P.Definition, sizes: Mapping[str, int] | None, options: Options,
+              target: Target, layouts: tuple | None, collect: dict[str, str] | None,
+              store: bool) -> ScheduledKernel:
+    """schedule_definition's stages; `store`: store row reductions' costly terms for their
+    consumers (tclang/lang/passes/stored_terms.py)."""
     stages = Stages(defn.name, failures=(isl.Error, ValueError, KeyError), collect=collect)
     run_passes = options.passes is not False
     report = []
+    stored: tuple[str, ...] = ()
     with stages("passes"):
         if run_passes:  # dead code, folding, exact identities, shared values, hoisting
             defn, report = optimize(defn, sizes)
+        if store:
+            defn, notes, stored = store_reduction_terms(defn, sizes, SLICE_BYTES)
+            if notes:
+                report.append((STORED_TERMS, notes))
     with stages("scop"):
         defn = widen_half_reductions(defn)  # half sums accumulate in float32
         if run_passes:  # a sum of `affine ? e : 0` runs over the points where it holds
@@ -104,6 +131,7 @@ def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
     with stages("transform"):
         reports: list[BandReport] = []
         tree, plans, packs = result.schedule, None, {}
+        strategy = result.strategy
         if options.loop_order is not None:
             tree = apply_loop_order(tree, scop, options.loop_order)
         check = options.loop_order is not None or verify_enabled()
@@ -113,6 +141,10 @@ def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
                 check_legality(tree, deps, scop, cause)
             tree, plans = map_to_gpu(tree, scop, options, target)
         else:
+            if rows_automatic(options):  # reductions and their consumers, one pass a row
+                fused = fuse_rows(tree, scop, deps, target)
+                strategy += " + rows" if fused is not tree else ""
+                tree = fused
             tree = transform_bands(tree, scop, options, target, reports, packs)
             if check:
                 check_legality(tree, deps, scop, cause)
@@ -123,10 +155,19 @@ def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
         kernel = lower_to_loops(scop, tree, deps, defn.name, unroll=options.unroll or 0,
                                 launches=plans, parallel=options.parallel is not False,
                                 vectorize=options.vectorize is not False, packs=packs)
+        if not target.is_grid:  # temporaries used inside one iteration: per-thread slices
+            kernel = contract_temporaries(kernel)
         kernel = with_choices(kernel, options, target, layouts)
     stages.show("loops", lambda: format_kernel(kernel))
-    return ScheduledKernel(kernel, final_schedule, result.strategy, result.fallback,
-                           bounds, tuple(reports), stages.timings)
+    return ScheduledKernel(kernel, final_schedule, strategy, result.fallback,
+                           bounds, tuple(reports), stages.timings, stored)
+
+
+def rows_automatic(options: Options) -> bool:
+    """Row fusion (polyhedral/row_fusion.py) is part of the automatic fusion and of "max";
+    "preserve_parallel" and "min" named by hand are isl's strategies alone, and a manual
+    loop order names the loops of the nests isl made."""
+    return options.fusion in (None, "max") and options.loop_order is None
 
 
 def scop_text(scop) -> str:

@@ -18,6 +18,7 @@ import islpy as isl
 from polyhedral import bands as B
 from polyhedral import packing as P
 from polyhedral import register_tiles as R
+from polyhedral.row_fusion import ROW_MARK
 from polyhedral.scop import Scop
 from tclang.errors import TCScheduleError
 from tclang.options import Options
@@ -50,11 +51,26 @@ def transform_bands(schedule: isl.Schedule, scop: Scop, options: Options, target
 
 def _visit(node, scop, options, target, reports, packs, in_band):
     if node.get_type() == isl.schedule_node_type.band and not in_band:
-        return _transform_band(node, scop, options, target, reports, packs)
+        node = _transform_band(node, scop, options, target, reports, packs)
+        return _below_rows(node, scop, options, target, reports, packs)
     is_band = node.get_type() == isl.schedule_node_type.band
     for k in range(node.n_children()):
         node = _visit(node.child(k), scop, options, target, reports, packs,
                       in_band or is_band).parent()
+    return node
+
+
+def _below_rows(node, scop, options, target, reports, packs):
+    """A fused row band's passes (polyhedral/row_fusion.py: the bands below its mark) are
+    transformed as outermost bands; `node` is the row band, after its own transform."""
+    depth = 0
+    while node.n_children() == 1 and node.get_type() == isl.schedule_node_type.band:
+        node, depth = node.child(0), depth + 1
+    if node.get_type() == isl.schedule_node_type.mark and \
+            node.mark_get_id().get_name() == ROW_MARK:
+        node = _visit(node.child(0), scop, options, target, reports, packs, False).parent()
+    for _ in range(depth):
+        node = node.parent()
     return node
 
 

@@ -209,6 +209,8 @@ def _collect(node: L.Node, runs: list, inner_vars: set) -> bool:
         case L.For(var=v, body=body, parallel=False):
             inner_vars.add(v)
             return _collect(body, runs, inner_vars)
+        case L.Scratch(body=body):  # per-iteration temporaries (polyhedral/contraction.py)
+            return _collect(body, runs, inner_vars)
         case L.Run():
             runs.append(node)
             return True

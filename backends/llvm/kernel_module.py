@@ -762,15 +762,18 @@ class FunctionBuilder:
         indices = self._indices(r, s)
         emitter = self._emitter(r, s, indices)
         dtype = self.dtype_of(s.target)
-        if self.check_bounds:
+        # a contracted temporary's slice (polyhedral/contraction.py): its subscripts are
+        # the slice's by construction
+        promotion = next((p for p in r.promoted if p.ref == -1), None)
+        if self.check_bounds and promotion is None:
             lhs = [indices[i] for i in s.lhs]
             self.check_element(s.target, lhs, range(len(lhs)), s)
         target = None
         if self._vector is not None:
             exprs = dict(zip(s.indices, r.indices))
-            target = V.address(self, s.target, [exprs[i] for i in s.lhs], None)
+            target = V.address(self, s.target, [exprs[i] for i in s.lhs], promotion)
         if target is None:
-            target = self.element(s.target, [indices[i] for i in s.lhs], None)
+            target = self.element(s.target, [indices[i] for i in s.lhs], promotion)
         value = emitter.emit(s.value)
         if self._vector is not None:  # a row of lanes (lanes.py: float, stride 1)
             if s.kind == "reduce":

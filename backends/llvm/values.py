@@ -78,9 +78,11 @@ class ValueEmitter:
                 subscripts.append(self.subscript(form))
             else:
                 subscripts.append(T.convert(self.b, self.emit(sub), sub.dtype, DType.INT64))
+        promotion = self.promoted.get(r.ref)
         checked = [d for d, a in enumerate(r.affine) if a is None or self.fn.check_bounds]
-        self.fn.check_element(r.tensor, subscripts, checked, self.statement)
-        pointer = self.fn.element(r.tensor, subscripts, self.promoted.get(r.ref))
+        if promotion is None or promotion.buffer != r.tensor:  # else a contracted slice's
+            self.fn.check_element(r.tensor, subscripts, checked, self.statement)
+        pointer = self.fn.element(r.tensor, subscripts, promotion)
         return T.load(self.b, pointer, self.fn.dtype_of(r.tensor))
 
     def subscript(self, e: L.IExpr) -> ir.Value:
