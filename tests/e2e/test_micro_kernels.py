@@ -146,6 +146,23 @@ def test_the_register_tile_is_vector_operations_in_the_llvm_ir():
     close(scalar(a, bt), a.astype(np.float64) @ b, 48)
 
 
+FULL_ROWS = re.compile(r"< \d+; c\d+\+\+\) \{  // unrolled\n\s+for \(int c\d+ = 0; c\d+ < \d+; "
+                       r"c\d+\+\+\) \{  // unrolled, vectorize")
+
+
+@pytest.mark.parametrize("m,k,n", [(500, 29, 40), (500, 64, 64), (300, 17, 70)])
+def test_rows_not_a_multiple_of_the_tile_keep_the_register_tile(m, k, n):
+    """M = 500 with 8-row tiles in 128-row blocks: the full tiles' rows are unrolled (a
+    row loop of constant extent, then the lanes), only the last rows keep a loop. The
+    prefixes of full tiles came out as a union (`c4 <= 13 or c0 <= 2`) that isl isolated
+    only in part, and every step of every block ran its rows as a loop (4.85 ms against
+    1.98 for 500x499x501)."""
+    (a, b), expected = matmul_case(m, k, n)
+    compiled = tc.define(MATMUL).mm.compile(a, b)
+    assert FULL_ROWS.search(compiled.loops), compiled.loops
+    close(compiled(a, b), expected, k)
+
+
 def test_double_and_fortran_ordered_inputs():
     (a, b), expected = matmul_case(23, 19, 41, np.float64)
     close(tc.define(DOUBLE_MM).mm(np.asfortranarray(a), b), expected, 19)
