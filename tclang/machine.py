@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from functools import lru_cache
 
 
 def available_cores() -> int:
@@ -89,6 +90,7 @@ def _read_processor() -> str:
                      if line.split(":", 1)[0].strip() in kept)
 
 
+@lru_cache(maxsize=1)
 def cpu_from_os() -> tuple[str, frozenset[str]] | None:
     """(a description of the CPU, its feature flags) as the OS reports them, or None where
     it reports no flags (then ask LLVM). The CPU backend's Target is made from this: a
