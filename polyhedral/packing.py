@@ -19,7 +19,8 @@ a row), and the reads of that operand below it are redirected to the buffer. The
 the sliver against mc/mr register-tile steps that read it.
 
 Only read-only, affine operands are packed, only when each copied element is read by at
-least `MIN_REUSE` rows, and only boxes that fit half of L1.
+least `MIN_REUSE` rows, and only boxes that fit the cache the micro-kernel reads the sliver
+from (`register_tiles.sliver_bytes`: half of L1, or of L2 with 32 vector registers).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 import islpy as isl
 
 from polyhedral.promotion import footprint_box
-from polyhedral.register_tiles import RegisterTile
+from polyhedral.register_tiles import RegisterTile, sliver_bytes
 from polyhedral.scop import Scop
 from tclang.target import Target
 
@@ -90,7 +91,7 @@ def pack(node: isl.ScheduleNode, tile: RegisterTile, rows: int, scop: Scop, targ
     inner = outer.child(0)
     domain = inner.get_domain()
     prefix = inner.get_prefix_schedule_union_map().intersect_domain(domain)
-    budget = target.l1_bytes // 2
+    budget = sliver_bytes(target)
     name = str(len(plans))
     operands, footprint = [], None
     for tensor in tensors:

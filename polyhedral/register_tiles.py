@@ -15,14 +15,16 @@ the loops `unrolled`). The reduction loops then hold the updates of mr x nr resu
 elements that do not move along them, which the LLVM backend keeps in registers (see
 backends/llvm/accumulators.py), each row of nr lanes one vector (backends/llvm/lanes.py).
 
-mr and nr come from a model of the machine, not constants tuned on one box: nr is two
-vectors of the element type, and mr fills the vector registers left after the two
-vectors of one operand with two accumulators and a broadcast per row (x86: 16 registers
-with AVX2, 32 with AVX-512).
+mr and nr come from a model of the machine, not constants tuned on one box (shape_for):
+with 16 vector registers (AVX2) nr is two vectors and mr fills the registers left with two
+accumulators and a broadcast per row; with 32 (AVX-512) the tile is the one that loads the
+fewest operands per FMA (4 x 6 vectors for float32), as BLIS's and AOCL's AVX-512 kernels
+(4 x 6 vectors ran at 107 GFLOP/s a core on znver4 against 85 for 8 x 2).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import islpy as isl
@@ -34,8 +36,9 @@ from tclang.target import Target
 UNROLL_MARK = "tclang_unroll"
 """Marks the register tile's point loops: those with constant bounds are unrolled."""
 
-MAX_UNROLLED = 256
-"""Updates in one unrolled register tile at most (mr x nr): more only grows the code."""
+MAX_UNROLLED = 384
+"""Updates in one unrolled register tile at most (mr x nr): more only grows the code (the
+AVX-512 float32 tile, 4 x 96, is 24 vector FMAs a step)."""
 
 
 NC_VECTORS = 64
@@ -67,15 +70,52 @@ def vector_registers(target: Target) -> int:
     return 32 if target.vector_bytes >= 64 else 16
 
 
-def shape_for(target: Target, element_bytes: int) -> tuple[int, int]:
-    """(mr, nr): nr two vectors wide; each of the mr rows takes two accumulators and its
-    broadcast operand (LLVM hoists all mr broadcasts of one step ahead of the FMAs, so
-    BLIS's 6 x 16 with one broadcast register at a time spills here), after the two
-    vectors of the other operand: 4 x 16 for float32 with AVX2, 10 x 32 with AVX-512."""
+def shape_for(target: Target, element_bytes: int, lane_extent: int | None = None,
+              row_extent: int | None = None) -> tuple[int, int]:
+    """(mr, nr) of a "lanes" register tile for the target's registers, for a band whose
+    lanes and rows run `lane_extent` and `row_extent` iterations (None: unknown, many).
+
+    16 registers (AVX2): nr two vectors wide; each of the mr rows takes two accumulators
+    and its broadcast operand (LLVM hoists all mr broadcasts of one step ahead of the FMAs,
+    so BLIS's 6 x 16 with one broadcast register at a time spills there), after the two
+    vectors of the other operand: 4 x 16 for float32.
+
+    32 registers (AVX-512): each step loads nv vectors and broadcasts mr values for
+    mr x nv FMAs, so the tile with the fewest loads per FMA wins (`_loads_per_fma`), its
+    mr x nv accumulators and nv vectors leaving two registers for broadcasts; within 5% of
+    the fewest, the one with fewer rows (a broadcast is an instruction of its own; a vector
+    load folds into the FMA): 4 x 6 vectors (4 x 96 for float32) on long loops. Measured on
+    znver4, one core, 1024^3: 4 x 96 107 GFLOP/s, 6 x 64 107, 5 x 80 105, 8 x 32 (the
+    16-register rule) 98; a 3x3 convolution over 64 rows ran twice as slow with 10-row
+    tiles (their last 4 rows a loop) as with 8."""
     lanes = max(1, target.vector_bytes // element_bytes)
-    per_row = 2
-    mr = max(1, (vector_registers(target) - per_row) // (per_row + 1))
-    return mr, per_row * lanes
+    registers = vector_registers(target)
+    if registers < 32:
+        per_row = 2
+        mr = max(1, (registers - per_row) // (per_row + 1))
+        return mr, per_row * lanes
+    most = registers - 2
+    vectors = None if lane_extent is None else max(1, -(-lane_extent // lanes))
+    widest = most if lane_extent is None else max(1, lane_extent // lanes)  # nr <= extent
+    shapes = [(mr, nv) for nv in range(1, widest + 1) for mr in range(1, most)
+              if mr * nv + nv <= most and (row_extent is None or mr <= row_extent)]
+    cost = {shape: _loads_per_fma(*shape, vectors, row_extent) for shape in shapes}
+    fewest = min(cost.values())
+    mr, nv = min((s for s in shapes if cost[s] <= fewest * 1.05),
+                 key=lambda s: (s[0], cost[s]))
+    return mr, nv * lanes
+
+
+def _loads_per_fma(mr: int, nv: int, vectors: int | None, rows: int | None) -> float:
+    """Operands loaded per vector FMA by mr x nv-vector tiles over `rows` x `vectors`
+    (None: many): each tile loads its rows and its vectors once a step, so the whole grid
+    loads (vectors / nv tiles) x rows + (rows / mr tiles) x vectors, edge tiles as narrow
+    as what is left. The rows of a partial tile run as a loop (only full tiles are
+    unrolled): each of its FMAs counts one load more."""
+    lane_tiles = 1 / nv if vectors is None else -(-vectors // nv) / vectors
+    if rows is None:
+        return lane_tiles + 1 / mr
+    return lane_tiles + -(-rows // mr) / rows + (rows % mr) / rows
 
 
 def plan(node: isl.ScheduleNode, scop: Scop, target: Target,
@@ -132,7 +172,7 @@ def plan(node: isl.ScheduleNode, scop: Scop, target: Target,
     if not strided or (pack and all(_packable_lanes_first(r, lanes_name, written)
                                     for r in strided)):
         kind = "lanes"  # vectors along the result's rows: matmul, conv, bmm
-        model = shape_for(target, element_bytes)
+        model = None  # shape_for, once the rows' member is known
     else:
         # the lanes would gather (x @ w.T reads W(o, i) across o): vectors along a
         # reduction loop every operand is contiguous in instead, one per accumulator
@@ -144,7 +184,6 @@ def plan(node: isl.ScheduleNode, scop: Scop, target: Target,
             return None
         reductions = tuple(k for k in reductions if k != inner[-1]) + (inner[-1],)
         model = dot_shape_for(target)
-    mr, nr = shape or model
     best = None
     for m in band:
         name = index_of[m.position]
@@ -163,6 +202,8 @@ def plan(node: isl.ScheduleNode, scop: Scop, target: Target,
     if kind == "lanes" and any(_uses(r.affine, index_of[best.position]) for r in strided):
         return plan(node, scop, target, shape, pack=False)  # not one sliver per mr rows
     extents = {m.position: m.extent for m in band}
+    mr, nr = shape or model or shape_for(target, element_bytes, extents[j],
+                                         extents[best.position])
     if extents[j] is not None and extents[j] < nr:
         return None
     if extents[best.position] is not None:
@@ -237,25 +278,58 @@ def dot_shape_for(target: Target) -> tuple[int, int]:
 
 def cache_tiles(band: list[B.Member], tile: RegisterTile, target: Target) -> list[int | None]:
     """Cache-level tile sizes for a contraction band (None: leave the member whole), after
-    BLIS's analytical model: the kc x nr sliver of the operand read along the lanes stays
-    in half of L1 while the mr rows move, the mc x kc block of the other one in half of
-    L2; mc a multiple of mr. The reduction tile is spread over the reduction members
-    outermost first (a convolution's 3 x 3 window stays whole inside its channel tile)."""
+    BLIS's analytical model (Low et al.); mc a multiple of mr. The reduction tile is spread
+    over the reduction members outermost first (a convolution's 3 x 3 window stays whole
+    inside its channel tile).
+
+    With 16 vector registers the kc x nr sliver of the operand read along the lanes stays
+    in half of L1 while the mr rows move, the mc x kc block of the other one in half of L2.
+    A 32-register tile (4 x 6 vectors) loads one vector a 4 FMAs, which L2 feeds at full
+    speed: the sliver and the block then share half of L2, and their shape minimises the
+    traffic left, the lanes' operand read again for each block of mc rows and the result
+    read and written for each block of kc (M N K (1/mc + 2/kc) under kc (mc + nr) <= L2/2:
+    kc = 2 mc; `sliver_bytes`). kc is then split evenly over the reduction (1024 -> two
+    blocks of 512, not 425 + 425 + 174). Measured on znver4 at 1024^3 (two cores): kc 128
+    169, 256 202, 512 210 GFLOP/s; at 2048^3 mc x kc 256 x 512 205, 64 x 512 178."""
     eb = tile.element_bytes
+    sizes: list[int | None] = [None] * len(band)
+    inner = 1
+    for k in tile.reductions[1:]:
+        inner *= band[k].extent or 1
+    if tile.kind == "lanes" and vector_registers(target) >= 32:
+        room = sliver_bytes(target) // eb  # elements of the block and the sliver
+        nr = tile.nr
+        mc = max(tile.mr, int((math.sqrt(nr * nr + 2 * room) - nr) / 2) // tile.mr * tile.mr)
+        kc = max(8, room // (mc + nr))
+        outer = band[tile.reductions[0]].extent
+        steps = max(1, kc // inner)
+        if outer is not None and outer > steps:  # even blocks over the reduction
+            blocks = max(1, round(outer / steps))
+            steps = -(-outer // blocks)
+        elif outer is not None:  # a short reduction (4096 x 64 x 4096): taller blocks
+            steps = outer
+        mc = max(mc, (room // (steps * inner) - nr) // tile.mr * tile.mr)
+        sizes[tile.i] = mc
+        sizes[tile.j] = NC_VECTORS * tile.nr
+        sizes[tile.reductions[0]] = steps
+        return sizes
     # lanes: a kc x nr sliver of one operand; dot: kc elements of mr + nr rows
     sliver = tile.nr if tile.kind == "lanes" else tile.mr + tile.nr
     kc = max(8, target.l1_bytes // 2 // (sliver * eb))
     if tile.kind == "dot":
         kc = max(64, kc // 64 * 64)  # whole vectors, no remainder loop per tile
     mc = max(tile.mr, target.l2_bytes // 2 // (kc * eb) // tile.mr * tile.mr)
-    sizes: list[int | None] = [None] * len(band)
     sizes[tile.i] = mc
     sizes[tile.j] = NC_VECTORS * tile.nr
-    inner = 1
-    for k in tile.reductions[1:]:
-        inner *= band[k].extent or 1
     sizes[tile.reductions[0]] = max(1, kc // inner)
     return sizes
+
+
+def sliver_bytes(target: Target) -> int:
+    """The cache a packed sliver of the lanes' operand may fill: half of L1 where the
+    micro-kernel reads it from there (16 registers), half of L2 where a 32-register tile
+    reads it from L2 (see cache_tiles)."""
+    return target.l2_bytes // 2 if vector_registers(target) >= 32 else target.l1_bytes // 2
 
 
 def _unit_stride(subscripts, name: str) -> bool:

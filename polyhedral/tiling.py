@@ -195,6 +195,17 @@ def _lanes_first(options: Options, target: Target) -> bool:
     return target.vector_bytes >= 64
 
 
+def _balanced_rows(extent: int, size: int, mr: int, cores: int) -> int:
+    """A contraction's row tile (whole register tiles) for its parallel loop: at least two
+    blocks a core, their count a multiple of the cores and their sizes even, so that no
+    core waits on a last block the others do not share (five blocks of 212 rows on two
+    cores run as three rounds, six of 172 as three of two)."""
+    blocks = max(-(-extent // size), 2 * cores)
+    blocks = -(-blocks // cores) * cores
+    rows = -(-extent // blocks)
+    return max(mr, -(-rows // mr) * mr)
+
+
 def _worth_tiling(node, scop: Scop, band: list[B.Member]) -> bool:
     if len(band) < 2:
         return False
@@ -226,10 +237,11 @@ def _heuristic_sizes(node, scop: Scop, band: list[B.Member], target: Target,
             sizes.append(size)
     first = band[0]
     if first.coincident and first.extent is not None and target.cores > 1:
-        while sizes[0] > 8 and -(-first.extent // sizes[0]) < 2 * target.cores:
-            sizes[0] //= 2
-        if registers is not None and registers.i == 0:  # whole register tiles
-            sizes[0] = max(registers.mr, sizes[0] // registers.mr * registers.mr)
+        if registers is not None and registers.i == 0:
+            sizes[0] = _balanced_rows(first.extent, sizes[0], registers.mr, target.cores)
+        else:
+            while sizes[0] > 8 and -(-first.extent // sizes[0]) < 2 * target.cores:
+                sizes[0] //= 2
     # a member shorter than its tile stays whole; but the rows and lanes of a register
     # tile are tiled even then: untiled before the first tiled member, they would get
     # tiles of 1 (see _tile), leaving the register tile nothing to run over

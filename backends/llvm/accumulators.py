@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from polyhedral import loop_ir as L
 from tclang.lang.program import reads_of
 
-MAX_ACCUMULATORS = 256  # scalars carried through one loop at most
+MAX_ACCUMULATORS = 384  # scalars carried through one loop at most (an AVX-512 4 x 96 tile)
 
 
 @dataclass(frozen=True)

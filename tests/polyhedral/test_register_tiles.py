@@ -182,12 +182,40 @@ def test_register_tiles_run_every_instance_once(name):
 
 
 def test_the_model_sizes_the_tile_for_the_machine():
-    assert register_tiles.shape_for(AVX512, 4) == (10, 32)
+    # AVX2: two vectors of lanes, the rows filling the 16 registers
+    assert register_tiles.shape_for(AVX2, 4) == (4, 16)
     assert register_tiles.shape_for(AVX2, 8) == (4, 8)
+    # AVX-512: the fewest loads per FMA, fewer rows on a near tie: 4 x 6 vectors
+    assert register_tiles.shape_for(AVX512, 4) == (4, 96)
+    assert register_tiles.shape_for(AVX512, 8) == (4, 48)
+    # short loops: no tile wider than the lanes, rows that divide the rows' loop
+    assert register_tiles.shape_for(AVX512, 4, 1024, 1024) == (4, 96)
+    assert register_tiles.shape_for(AVX512, 4, 128, 128) == (6, 64)
+    assert register_tiles.shape_for(AVX512, 4, 56, 64) == (8, 32)  # not 10 rows: 64 = 6*10 + 4
+    assert register_tiles.shape_for(AVX512, 4, 16, 16) == (16, 16)
+    for lanes, rows in ((56, 64), (100, 7), (16, 3), (1000, 999)):
+        mr, nr = register_tiles.shape_for(AVX512, 4, lanes, rows)
+        assert nr <= max(16, lanes) and mr <= rows and mr * nr // 16 + nr // 16 <= 30
     source, sizes = CONTRACTIONS["matmul"]
     tiles = micro_kernels(scheduled(source, sizes, target=AVX512).kernel)
-    # capped at MAX_UNROLLED updates: 8 x 32
-    assert tiles and max(elements(loop.body) for loop, _ in tiles) == 8 * 32
+    assert tiles and max(elements(loop.body) for loop, _ in tiles) <= register_tiles.MAX_UNROLLED
+
+
+def test_the_cache_tiles_fill_half_of_l2_with_32_registers():
+    """A 4 x 96 tile reads its kc x nr sliver from L2: the sliver and the mc x kc block
+    share half of L2 with kc about 2 mc, kc split evenly over the reduction."""
+    from polyhedral.bands import Member
+    band = [Member(k, {}, 1024, k != 2) for k in range(3)]
+    tile = register_tiles.RegisterTile(0, 1, (2,), 4, 96, "S0", 4)
+    znver4 = Target("cpu", "threads", cores=2, vector_bytes=64, l2_bytes=1 << 20)
+    mc, nc, kc = register_tiles.cache_tiles(band, tile, znver4)
+    assert (kc, mc % 4) == (512, 0)  # two even blocks of K = 1024 (the model's kc: 425)
+    assert (mc * kc + kc * 96) * 4 <= (1 << 20) // 2 * 1.25
+    half = register_tiles.cache_tiles(band, tile, AVX512)  # 512 KiB of L2: shorter blocks
+    assert half[2] < kc and half[0] < mc
+    short = [Member(0, {}, 4096, True), Member(1, {}, 4096, True), Member(2, {}, 64, False)]
+    mc_short, _, kc_short = register_tiles.cache_tiles(short, tile, znver4)
+    assert kc_short == 64 and mc_short > mc  # a short reduction: taller blocks
 
 
 def test_manual_shape_and_off():
