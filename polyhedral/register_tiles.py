@@ -41,6 +41,11 @@ MAX_UNROLLED = 384
 AVX-512 float32 tile, 4 x 96, is 24 vector FMAs a step)."""
 
 
+SHORT_REDUCTION = 256
+"""Reduction steps below which a 32-register tile stays at most SHORT_ROWS x 2 vectors
+(see shape_for)."""
+SHORT_ROWS = 8
+
 NC_VECTORS = 64
 """Register tiles along the lanes in one cache tile (BLIS's nc / nr: its B panel lives in
 L3, of which the target knows nothing; 64 x 16 floats is 4 KB per row of it)."""
@@ -71,9 +76,11 @@ def vector_registers(target: Target) -> int:
 
 
 def shape_for(target: Target, element_bytes: int, lane_extent: int | None = None,
-              row_extent: int | None = None) -> tuple[int, int]:
+              row_extent: int | None = None,
+              reduction_extent: int | None = None) -> tuple[int, int]:
     """(mr, nr) of a "lanes" register tile for the target's registers, for a band whose
-    lanes and rows run `lane_extent` and `row_extent` iterations (None: unknown, many).
+    lanes, rows and reduction run `lane_extent`, `row_extent` and `reduction_extent`
+    iterations (None: unknown, many).
 
     16 registers (AVX2): nr two vectors wide; each of the mr rows takes two accumulators
     and its broadcast operand (LLVM hoists all mr broadcasts of one step ahead of the FMAs,
@@ -87,7 +94,10 @@ def shape_for(target: Target, element_bytes: int, lane_extent: int | None = None
     load folds into the FMA): 4 x 6 vectors (4 x 96 for float32) on long loops. Measured on
     znver4, one core, 1024^3: 4 x 96 107 GFLOP/s, 6 x 64 107, 5 x 80 105, 8 x 32 (the
     16-register rule) 98; a 3x3 convolution over 64 rows ran twice as slow with 10-row
-    tiles (their last 4 rows a loop) as with 8."""
+    tiles (their last 4 rows a loop) as with 8. Under SHORT_REDUCTION steps, where each
+    tile's result is stored after few FMAs, the tile stays at most SHORT_ROWS x 2 vectors:
+    at 4096 x 64 x 4096, 8 x 32 ran in 11.9 ms and 4 x 96 in 15.2; at 1024 x 128 x 1024
+    1.25 and 2.84 ms (10 x 32 and 6 x 64 fell in between); the two tie from K = 256 on."""
     lanes = max(1, target.vector_bytes // element_bytes)
     registers = vector_registers(target)
     if registers < 32:
@@ -97,9 +107,14 @@ def shape_for(target: Target, element_bytes: int, lane_extent: int | None = None
     most = registers - 2
     vectors = None if lane_extent is None else max(1, -(-lane_extent // lanes))
     widest = most if lane_extent is None else max(1, lane_extent // lanes)  # nr <= extent
-    shapes = [(mr, nv) for nv in range(1, widest + 1) for mr in range(1, most)
+    short = reduction_extent is not None and reduction_extent < SHORT_REDUCTION
+    shapes = [(mr, nv) for nv in range(1, (min(widest, 2) if short else widest) + 1)
+              for mr in range(1, SHORT_ROWS + 1 if short else most)
               if mr * nv + nv <= most and (row_extent is None or mr <= row_extent)]
     cost = {shape: _loads_per_fma(*shape, vectors, row_extent) for shape in shapes}
+    if short:
+        mr, nv = min(shapes, key=lambda s: (cost[s], -s[0]))
+        return mr, nv * lanes
     fewest = min(cost.values())
     mr, nv = min((s for s in shapes if cost[s] <= fewest * 1.05),
                  key=lambda s: (s[0], cost[s]))
@@ -202,8 +217,11 @@ def plan(node: isl.ScheduleNode, scop: Scop, target: Target,
     if kind == "lanes" and any(_uses(r.affine, index_of[best.position]) for r in strided):
         return plan(node, scop, target, shape, pack=False)  # not one sliver per mr rows
     extents = {m.position: m.extent for m in band}
+    steps = 1  # the reduction's length, where known
+    for k in reductions:
+        steps = None if steps is None or extents[k] is None else steps * extents[k]
     mr, nr = shape or model or shape_for(target, element_bytes, extents[j],
-                                         extents[best.position])
+                                         extents[best.position], steps)
     if extents[j] is not None and extents[j] < nr:
         return None
     if extents[best.position] is not None:

@@ -193,6 +193,10 @@ def test_the_model_sizes_the_tile_for_the_machine():
     assert register_tiles.shape_for(AVX512, 4, 128, 128) == (6, 64)
     assert register_tiles.shape_for(AVX512, 4, 56, 64) == (8, 32)  # not 10 rows: 64 = 6*10 + 4
     assert register_tiles.shape_for(AVX512, 4, 16, 16) == (16, 16)
+    # a short reduction stores each tile after few steps: at most 8 x 2 vectors
+    assert register_tiles.shape_for(AVX512, 4, 4096, 4096, 64) == (8, 32)
+    assert register_tiles.shape_for(AVX512, 4, 4096, 4096, 256) == (4, 96)
+    assert register_tiles.shape_for(AVX512, 4, 1024, 6, 64) == (6, 32)
     for lanes, rows in ((56, 64), (100, 7), (16, 3), (1000, 999)):
         mr, nr = register_tiles.shape_for(AVX512, 4, lanes, rows)
         assert nr <= max(16, lanes) and mr <= rows and mr * nr // 16 + nr // 16 <= 30
