@@ -217,9 +217,13 @@ def run(args) -> tuple[list[dict], dict]:
         repeats = _repeats(calls["tclang"])
         for _ in range(args.rounds):  # interleaved: noise hits every implementation alike
             for name, call in calls.items():
-                # each sample: `repeats` calls back to back (at least ~20 ms, so the first
-                # call's wake-up from the rest is a small part), then a rest for everyone:
-                # OpenBLAS's threads stop spinning, and every implementation starts alike
+                # each sample: `repeats` untimed calls (~20 ms: after the rest the cores
+                # take ~10-20 ms to come back to speed; PyTorch's softmax ran 5.6 ms a call
+                # there against 1.25 after it), then `repeats` timed ones, then a rest for
+                # everyone: OpenBLAS's threads stop spinning, and every implementation
+                # starts alike
+                for _ in range(repeats):
+                    call()
                 start = time.perf_counter()
                 for _ in range(repeats):
                     call()

@@ -36,8 +36,10 @@ class Options:
     block, grid: GPU threads per block and blocks per grid, (x, y, z) with x innermost.
     shared_memory, private_memory: promote reused tiles to shared memory / registers (GPU).
     reorder_reductions: reductions are associative, so by default their iterations may be
-        reordered, tiled, interchanged and (for floats) vectorized, which changes rounding.
-        False runs every reduction in program order: bitwise reproducible, slower.
+        reordered, tiled, interchanged and (for floats) vectorized, which changes rounding;
+        CPU code may also fuse a multiply-add and multiply by a loop-invariant divisor's
+        reciprocal. False runs every reduction in program order and rounds every
+        operation: bitwise reproducible, slower.
     register_tile: keep an mr x nr block of a contraction's result in vector registers
         through its reduction loops (CPU micro-kernel): None lets a model of the machine
         choose (mr, nr), a pair (mr, nr) sets them, False turns it off.

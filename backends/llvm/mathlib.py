@@ -254,15 +254,26 @@ def _scale2_f32(b, p, n):
 
 
 def _exp_f32(b, x):
+    """Every multiply-add one `llvm.fma` (one rounding; an FMA instruction where the
+    CPU has one): 12 vector FMAs fewer a vector than mul + add, the hot part of softmax."""
     k = functools.partial(_k, F32)
     xc = _clamp(b, x, -104.0, 89.0)  # beyond: exp underflows to 0 / overflows to inf
-    t = b.fadd(b.fmul(xc, k(_LOG2E)), k(_MAGIC))
+    t = _intr(b, "fma", xc, k(_LOG2E), k(_MAGIC))
     nf = b.fsub(t, k(_MAGIC))  # nearest integer to x / ln 2
     n = b.sub(b.bitcast(t, I32), _i32(_MAGIC_BITS))
-    r = b.fsub(b.fsub(xc, b.fmul(nf, k(_LN2_HI))), b.fmul(nf, k(_LN2_LO)))
-    q = _poly(b, r, _EXP_Q)
-    p = b.fadd(k(1.0), b.fadd(r, b.fmul(b.fmul(r, r), q)))
+    r = _intr(b, "fma", nf, k(-_LN2_LO), _intr(b, "fma", nf, k(-_LN2_HI), xc))
+    q = _poly_fma(b, r, _EXP_Q)
+    p = b.fadd(k(1.0), _intr(b, "fma", b.fmul(r, r), q, r))
     return _scale2_f32(b, p, n)
+
+
+def _poly_fma(b: ir.IRBuilder, x: ir.Value, coeffs: Sequence[float]) -> ir.Value:
+    """Horner with one fused multiply-add a step: coeffs[0] + coeffs[1] x + ..."""
+    ty = x.type
+    acc = _k(ty, coeffs[-1])
+    for c in reversed(coeffs[:-1]):
+        acc = _intr(b, "fma", acc, x, _k(ty, c))
+    return acc
 
 
 def _exp2_f32(b, x):

@@ -132,3 +132,21 @@ def test_contracted_temporaries_are_registers_and_the_math_is_vectors(source, en
     assert stack == (["1024"] if entry == "softmax" else []), stack
     assert max(int(n) for n in re.findall(r"<(\d+) x float>", ir)) >= 4
     assert not re.search(r"call [^@]*@(expf|tanhf|exp|tanh)\(", ir)
+
+
+def test_softmax_multiplies_by_the_reciprocal_of_the_row_sum_unless_bitwise():
+    """`arcp` on the division by s(n), which the Y loop does not change: the optimized code
+    computes 1/s once a row and multiplies (vdivps costs ~10 vmulps); with
+    reorder_reductions=False every element is divided (correctly rounded), and the results
+    of both stay within float32 rounding of NumPy's."""
+    import re
+    x = np.random.default_rng(2).standard_normal((37, 1024)).astype(np.float32)
+    fast = tc.define(K.SOFTMAX).softmax.compile(x)
+    exact = tc.define(K.SOFTMAX, options=tc.Options(reorder_reductions=False)).softmax.compile(x)
+    assert re.search(r"fdiv[^\n]*arcp", fast.stages["llvm"])
+    assert not re.search(r"fdiv[^\n]*arcp", exact.stages["llvm"])
+    assert not re.search(r"fdiv[^\n]*<\d+ x float>", fast.stages["llvm-opt"])  # no vector div
+    assert re.search(r"fdiv[^\n]*<\d+ x float>", exact.stages["llvm-opt"])
+    want = softmax(x.astype(np.float64))
+    for kernel in (fast, exact):
+        np.testing.assert_allclose(kernel(x), want, rtol=3e-6, atol=1e-9)
