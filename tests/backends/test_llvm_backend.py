@@ -112,3 +112,38 @@ def test_parallel_kernels_called_from_several_python_threads_at_once():
 
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         assert all(pool.map(calls, range(4)))
+
+
+@pytest.mark.parametrize("triple", ["x86_64-unknown-linux-gnu", "aarch64-unknown-linux-gnu"])
+def test_the_pool_runtime_spins_with_the_cpu_hint_before_it_sleeps(triple):
+    """Helpers watch the job generation for SPIN_ROUNDS rounds (a `pause` or `yield` each)
+    without the mutex, then sleep on the condition variable; the generation is read and
+    bumped atomically on both sides."""
+    import llvmlite.binding as llvm
+    from backends.llvm.parallel_runtime import runtime_ir
+    text = runtime_ir(triple, "", 0, 2)
+    llvm.parse_assembly(text).verify()
+    hint = "llvm.x86.sse2.pause" if triple.startswith("x86") else "llvm.aarch64.hint"
+    assert re.search(rf'call void @"?{re.escape(hint)}"?\(', text)
+    assert re.search(r"load atomic i64, i64\* @\"?tclang_pool_generation\"? monotonic", text)
+    assert re.search(r"store atomic i64 .*@\"?tclang_pool_generation\"? release", text)
+    assert "pthread_cond_wait" in text
+
+
+def test_back_to_back_parallel_loops_stay_correct_with_spinning_helpers():
+    """Many short parallel loops in a row, the helper spinning between them: every call
+    right, and the helper takes part."""
+    from backends.llvm import threads
+    mod = tc.define("def f(float(N, M) A) -> (B) { B(i, j) = A(i, j) * 2 + i }",
+                    options=tc.Options(parallel=True))
+    a = np.random.default_rng(0).standard_normal((64, 33)).astype(np.float32)
+    want = a * 2 + np.arange(64, dtype=np.float32)[:, None]
+    out = np.empty_like(a)
+    before = threads.statistics()
+    for _ in range(300):
+        mod.f(a, out=out)
+        np.testing.assert_array_equal(out, want)
+    after = threads.statistics()
+    assert after["loops"] - before["loops"] >= 300
+    if tc.machine.available_cores() > 1:
+        assert after["helper_chunks"] > before["helper_chunks"]
