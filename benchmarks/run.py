@@ -215,14 +215,16 @@ def run(args) -> tuple[list[dict], dict]:
         calls = {"tclang": lambda: compiled(*inputs, out=out_ours), **peers}
         times = {name: [] for name in calls}
         repeats = _repeats(calls["tclang"])
+        warmups = _repeats(calls["tclang"], least=0.05)
         for _ in range(args.rounds):  # interleaved: noise hits every implementation alike
             for name, call in calls.items():
-                # each sample: `repeats` untimed calls (~20 ms: after the rest the cores
-                # take ~10-20 ms to come back to speed; PyTorch's softmax ran 5.6 ms a call
-                # there against 1.25 after it), then `repeats` timed ones, then a rest for
-                # everyone: OpenBLAS's threads stop spinning, and every implementation
-                # starts alike
-                for _ in range(repeats):
+                # each sample: untimed calls for ~50 ms (after the rest this virtual
+                # machine takes tens of milliseconds to come back to speed: PyTorch's
+                # softmax ran 5.6 ms a call there against 1.25 after it, tclang's 64 x
+                # 128^3 bmm 3.6 ms a call over its first 25 ms and 1.8 over 60 ms), then
+                # `repeats` timed ones, then a rest for everyone: OpenBLAS's threads stop
+                # spinning, and every implementation starts alike
+                for _ in range(warmups):
                     call()
                 start = time.perf_counter()
                 for _ in range(repeats):

@@ -240,7 +240,11 @@ def _heuristic_sizes(node, scop: Scop, band: list[B.Member], target: Target,
         if registers is not None and registers.i == 0:
             sizes[0] = _balanced_rows(first.extent, sizes[0], registers.mr, target.cores)
         else:
-            while sizes[0] > 8 and -(-first.extent // sizes[0]) < 2 * target.cores:
+            # a contraction's batch (bmm's b, a convolution's n): four blocks a core, so
+            # the runtime's dynamic chunks can move work off a core another process slows
+            # (64 x 128^3 in 4 blocks of 16 ran 2-3x slower in such moments)
+            least, blocks = (1, 4) if registers is not None else (8, 2)
+            while sizes[0] > least and -(-first.extent // sizes[0]) < blocks * target.cores:
                 sizes[0] //= 2
     # a member shorter than its tile stays whole; but the rows and lanes of a register
     # tile are tiled even then: untiled before the first tiled member, they would get
