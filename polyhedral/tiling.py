@@ -104,12 +104,23 @@ def _transform_band(node, scop: Scop, options: Options, target: Target, reports,
             registers = R.plan(node.child(0), scop, target, shape,
                                pack=packs is not None and _lanes_first(options, target))
             if registers is not None:
+                points = B.members(node.child(0), scop)  # the positions `registers` names
+                reduction = points[registers.reductions[-1]].index_of.get(registers.statement)
                 node = R.apply(node.child(0), registers)
+                # `registers` names positions in the point band, which _order_point_loops
+                # may have permuted: the band's own member for each, by its indices
+                rows_at, lanes_at = (next((k for k, m in enumerate(band)
+                                           if m.index_of == points[p].index_of), p)
+                                     for p in (registers.i, registers.j))
                 if packs is not None and options.pack is not False:
-                    extent = band[registers.i].extent
-                    rows = min(sizes[registers.i], extent if extent is not None else UNTILED)
+                    extent = band[rows_at].extent
+                    rows = min(sizes[rows_at], extent if extent is not None else UNTILED)
                     node = P.pack(node, registers, rows, scop, target, packs,
                                    force=options.pack is True)
+                    lanes = band[lanes_at].extent
+                    columns = min(sizes[lanes_at], lanes if lanes is not None else UNTILED)
+                    if reduction is not None and columns >= 2 * registers.nr:
+                        node = P.pack_rows(node, registers, reduction, scop, target, packs)
                 node = node.parent()
         if reports is not None:
             reports.append(BandReport(len(band), tuple(sizes), tuple(order)))

@@ -206,3 +206,34 @@ def test_fma_contraction_in_the_ir_only_where_reductions_may_reorder():
     exact = tc.define(MATMUL, options=tc.Options(reorder_reductions=False)).mm.compile(a, b)
     assert "fmul contract" in fast and "fadd reassoc contract" in fast
     assert "contract" not in exact.stage_text("llvm")
+
+
+MATMUL_TA = "def ta(float(K,M) At, float(K,N) B) -> (C) { C(m, n) +=! At(k, m) * B(k, n) }"
+
+
+def _host_target():
+    from backends.llvm.backend import LLVMBackend
+    return LLVMBackend().target()
+
+
+@pytest.mark.parametrize("k,m,n", [(300, 97, 200), (64, 37, 130), (129, 4, 96)])
+def test_an_operand_broadcast_with_a_stride_along_the_reduction_is_packed(k, m, n):
+    """C = At^T B: At(k, m) is what the rows broadcast, read a row of At apart at every
+    reduction step. Its block is packed once per cache tile, each row along k (strides
+    (1, kc)), where two or more register-tile columns reuse it; the contiguous A of a plain
+    matmul is not; the results match NumPy, bounds-checked too."""
+    at = rng.standard_normal((k, m)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    want = at.T.astype(np.float64) @ b
+    compiled = tc.define(MATMUL_TA).ta.compile(at, b)
+    from polyhedral import register_tiles
+    host = _host_target()
+    columns = n // register_tiles.shape_for(host, 4, n, m, k)[1]
+    if host.vector_bytes >= 64 and columns >= 2:
+        assert re.search(r"float32 At_packed\d+\[\d+\]\[\d+\];  // strides \(1, \d+\)",
+                         compiled.loops)
+    close(compiled(at, b), want, k)
+    checked = tc.define(MATMUL_TA, options=tc.Options(check_bounds=True)).ta
+    close(checked(at, b), want, k)
+    a = np.ascontiguousarray(at.T)
+    assert "A_packed" not in tc.define(MATMUL).mm.compile(a, b).loops
