@@ -254,7 +254,8 @@ def _heuristic_sizes(node, scop: Scop, band: list[B.Member], target: Target,
             # a contraction's batch (bmm's b, a convolution's n): four blocks a core, so
             # the runtime's dynamic chunks can move work off a core another process slows
             # (64 x 128^3 in 4 blocks of 16 ran 2-3x slower in such moments)
-            least, blocks = (1, 4) if registers is not None else (8, 2)
+            batch = registers is not None and 0 not in (registers.i, registers.j)
+            least, blocks = (1, 4) if batch else (8, 2)
             while sizes[0] > least and -(-first.extent // sizes[0]) < blocks * target.cores:
                 sizes[0] //= 2
     # a member shorter than its tile stays whole; but the rows and lanes of a register

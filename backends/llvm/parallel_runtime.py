@@ -39,6 +39,10 @@ import llvmlite.ir as ir
 PTHREAD_BLOB = 128
 SIGSET_BLOB = 256  # sigset_t: 128 bytes on glibc and musl, 4 on macOS
 CHUNKS_PER_THREAD = 4  # dynamic chunks: balance when a core is shared, few atomics
+HELPER_STACK = 32 << 20
+"""Helper threads' stacks, in bytes (reserved, touched only as used): a packed micro-kernel
+keeps its sliver and block there, up to half of L2 each (polyhedral/packing.py), more
+than some systems' default thread stack (macOS 512 KiB, musl 128 KiB)."""
 SPIN_ROUNDS = 20000
 """Spin-wait rounds (each one `pause`: a few hundred microseconds in all) a helper spends
 watching for the next loop before it sleeps on the condition variable. A sleeping helper
@@ -90,6 +94,9 @@ class _Runtime:
             "pthread_create": ir.FunctionType(I32, [I64.as_pointer(), I8P,
                                                     WORKER.as_pointer(), I8P]),
             "pthread_detach": ir.FunctionType(I32, [I64]),
+            "pthread_attr_init": ir.FunctionType(I32, [I8P]),
+            "pthread_attr_setstacksize": ir.FunctionType(I32, [I8P, I64]),
+            "pthread_attr_destroy": ir.FunctionType(I32, [I8P]),
             "sigfillset": ir.FunctionType(I32, [I8P]),
             "pthread_sigmask": ir.FunctionType(I32, [I32, I8P, I8P]),
         }.items()}
@@ -304,7 +311,7 @@ class _Runtime:
 
     def _start(self) -> ir.Function:
         """start(): (re)initialise the mutex and the conditions, create `wanted` detached
-        helper threads with every signal blocked (Ctrl-C must reach the thread that runs
+        helper threads (HELPER_STACK stacks) with every signal blocked (Ctrl-C must reach the thread that runs
         Python's handler, never a helper), record how many started."""
         f, b = self._function("tclang_pool_start", ir.FunctionType(VOID, []))
         null = ir.Constant(I8P, None)
@@ -317,6 +324,9 @@ class _Runtime:
         self._call(b, "sigfillset", every)
         self._call(b, "pthread_sigmask", ir.Constant(I32, self.sig_block), every, previous)
         thread = b.alloca(I64, size=2)  # pthread_t: an integer or a pointer
+        attributes = b.alloca(ir.ArrayType(ir.IntType(8), PTHREAD_BLOB))
+        self._call(b, "pthread_attr_init", attributes)
+        self._call(b, "pthread_attr_setstacksize", attributes, _i64(HELPER_STACK))
         wanted = b.load(self.wanted)
         entry = b.block
         loop, create, done = (f.append_basic_block(x) for x in ("loop", "create", "done"))
@@ -326,8 +336,9 @@ class _Runtime:
         made.add_incoming(_i64(0), entry)
         b.cbranch(b.icmp_signed("<", made, wanted), create, done)
         b.position_at_end(create)
-        failed = b.icmp_signed("!=", self._call(b, "pthread_create", thread, null,
-                                                self.worker, null), ir.Constant(I32, 0))
+        failed = b.icmp_signed("!=", self._call(b, "pthread_create", thread,
+                                                b.bitcast(attributes, I8P), self.worker,
+                                                null), ir.Constant(I32, 0))
         ok = f.append_basic_block("created")
         b.cbranch(failed, done, ok)
         b.position_at_end(ok)
@@ -340,6 +351,7 @@ class _Runtime:
         total.add_incoming(made, create)
         self._call(b, "pthread_sigmask", ir.Constant(I32, self.sig_setmask), previous,
                    ir.Constant(I8P, None))
+        self._call(b, "pthread_attr_destroy", attributes)
         b.store(total, self.helpers)
         b.store(ir.Constant(I32, 1), self.started)
         b.ret_void()

@@ -128,6 +128,11 @@ def test_the_pool_runtime_spins_with_the_cpu_hint_before_it_sleeps(triple):
     assert re.search(r"load atomic i64, i64\* @\"?tclang_pool_generation\"? monotonic", text)
     assert re.search(r"store atomic i64 .*@\"?tclang_pool_generation\"? release", text)
     assert "pthread_cond_wait" in text
+    # helpers get stacks for the packed slivers and blocks of micro-kernels (up to half of
+    # L2 each), whatever the system's default thread stack
+    from backends.llvm.parallel_runtime import HELPER_STACK
+    assert re.search(rf"call i32 @\"?pthread_attr_setstacksize\"?\(i8\* %\S+, i64 {HELPER_STACK}\)",
+                     text)
 
 
 def test_back_to_back_parallel_loops_stay_correct_with_spinning_helpers():
