@@ -161,8 +161,9 @@ def pack_rows(node: isl.ScheduleNode, tile: RegisterTile, reduction: str, scop: 
         read = next(r for r in scop.statement(tile.statement).source.reads()
                     if r.tensor == tensor)
         along = next(d for d, a in enumerate(read.affine) if reduction in a.indices())
+        itemsize = scop.definition.tensor(tensor).dtype.numpy.itemsize
         operands.append(PackedOperand(tensor, f"{tensor}_packed{name}", shape, offsets,
-                                      _strides(shape, along)))
+                                      _strides(shape, along, itemsize)))
         footprint = tiles if footprint is None else footprint.union(tiles)
     if not operands:
         return node
@@ -205,14 +206,20 @@ def _lane_dimension(scop: Scop, tile: RegisterTile, tensor: str) -> int | None:
     return next(d for d, a in enumerate(read.affine) if tile.lanes in a.indices())
 
 
-def _strides(shape: tuple[int, ...], last: int | None) -> tuple[int, ...]:
-    """Dense strides for `shape`, row-major but with dimension `last` (if any) innermost."""
+def _strides(shape: tuple[int, ...], last: int | None,
+             itemsize: int | None = None) -> tuple[int, ...]:
+    """Strides for `shape`, row-major but with dimension `last` (if any) innermost; dense,
+    or with `itemsize`, one cache line more wherever a stride would be a multiple of 1 KiB
+    (the rows of a 512 x 172 block 2 KiB apart fell into two L1 sets: the copy into it,
+    which writes across its rows, missed L1 on every element)."""
     order = [d for d in range(len(shape)) if d != last] + ([last] if last is not None else [])
     strides = [0] * len(shape)
     step = 1
     for d in reversed(order):
         strides[d] = step
         step *= shape[d]
+        if itemsize and (step * itemsize) % 1024 == 0:
+            step += 64 // itemsize
     return tuple(strides)
 
 
