@@ -6,7 +6,8 @@ Each operator is compiled first (the compile time is reported separately) and ch
 against NumPy. Then the implementations are timed in interleaved rounds, so that machine
 noise hits all of them alike: tclang writes into a preallocated `out=` array, NumPy does
 too where its API allows. A sample is as many calls back to back as take about 20 ms (the
-same count for every implementation; one call for slow kernels), and after every sample
+same count for every implementation; one call for slow kernels), timed after ~50 ms of
+untimed calls (this virtual machine comes back to speed slowly after a rest), and after every sample
 the runner waits `--gap` seconds, so every implementation starts from the same rest:
 OpenBLAS's threads spin on after a call and slow whatever runs next (on the 2-core test
 machine a 1024^2 MLP layer right after NumPy's matmul took 59 ms after a 0.1 s rest, 42 ms
