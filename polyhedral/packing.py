@@ -91,26 +91,12 @@ def pack(node: isl.ScheduleNode, tile: RegisterTile, rows: int, scop: Scop, targ
     inner = outer.child(0)
     domain = inner.get_domain()
     prefix = inner.get_prefix_schedule_union_map().intersect_domain(domain)
-    budget = sliver_bytes(target)
     name = str(len(plans))
-    operands, footprint = [], None
-    for tensor in tensors:
-        box = footprint_box(prefix, _reads_of(scop, tensor, domain))
-        if box is None:
-            continue
-        offsets, shape, tiles = box
-        size = scop.definition.tensor(tensor).dtype.numpy.itemsize
-        for extent in shape:
-            size *= extent
-        if size > budget:
-            continue
-        budget -= size
-        operands.append(PackedOperand(tensor, f"{tensor}_packed{name}", shape, offsets,
-                                      _strides(shape, _lane_dimension(scop, tile, tensor))))
-        footprint = tiles if footprint is None else footprint.union(tiles)
-    if not operands:
+    plan = _plan(scop, tensors, domain, prefix, target, name,
+                 lambda tensor, shape, _: _strides(shape, _lane_dimension(scop, tile, tensor)))
+    if plan is None:
         return node  # the band as it was, unsplit
-    plans[name] = PackPlan(name, tuple(operands), footprint)
+    plans[name] = plan
     marked = inner.insert_mark(isl.Id(f"{PACK_MARK}_{name}", context=node.get_ctx()))
     return marked.parent()
 
@@ -144,31 +130,43 @@ def pack_rows(node: isl.ScheduleNode, tile: RegisterTile, reduction: str, scop: 
         return node
     domain = node.get_domain()
     prefix = node.get_prefix_schedule_union_map().intersect_domain(domain)
-    budget = sliver_bytes(target)
+    reads = {r.tensor: r for r in scop.statement(tile.statement).source.reads()}
+
+    def strides(tensor, shape, itemsize):  # each row along the reduction, padded
+        along = next(d for d, a in enumerate(reads[tensor].affine) if reduction in a.indices())
+        return _strides(shape, along, itemsize)
+
     name = str(len(plans))
+    plan = _plan(scop, tensors, domain, prefix, target, name, strides)
+    if plan is None:
+        return node
+    plans[name] = plan
+    return node.insert_mark(isl.Id(f"{PACK_MARK}_{name}", context=node.get_ctx()))
+
+
+def _plan(scop: Scop, tensors: list[str], domain: isl.UnionSet, prefix: isl.UnionMap,
+          target: Target, name: str, strides) -> PackPlan | None:
+    """The plan packing each of `tensors` whose footprint under `prefix` is a box of
+    constant shape, while their buffers fit `sliver_bytes`; `strides(tensor, shape,
+    itemsize)` lays each buffer out. None if nothing is packed."""
+    budget = sliver_bytes(target)
     operands, footprint = [], None
     for tensor in tensors:
         box = footprint_box(prefix, _reads_of(scop, tensor, domain))
         if box is None:
             continue
         offsets, shape, tiles = box
-        size = scop.definition.tensor(tensor).dtype.numpy.itemsize
+        itemsize = scop.definition.tensor(tensor).dtype.numpy.itemsize
+        size = itemsize
         for extent in shape:
             size *= extent
         if size > budget:
             continue
         budget -= size
-        read = next(r for r in scop.statement(tile.statement).source.reads()
-                    if r.tensor == tensor)
-        along = next(d for d, a in enumerate(read.affine) if reduction in a.indices())
-        itemsize = scop.definition.tensor(tensor).dtype.numpy.itemsize
         operands.append(PackedOperand(tensor, f"{tensor}_packed{name}", shape, offsets,
-                                      _strides(shape, along, itemsize)))
+                                      strides(tensor, shape, itemsize)))
         footprint = tiles if footprint is None else footprint.union(tiles)
-    if not operands:
-        return node
-    plans[name] = PackPlan(name, tuple(operands), footprint)
-    return node.insert_mark(isl.Id(f"{PACK_MARK}_{name}", context=node.get_ctx()))
+    return PackPlan(name, tuple(operands), footprint) if operands else None
 
 
 def graft_copies(schedule: isl.Schedule, plans: dict[str, PackPlan]) -> isl.Schedule:
