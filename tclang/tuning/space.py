@@ -40,7 +40,7 @@ class SearchSpace:
 
     @classmethod
     def of(cls, definition: Definition, sizes: dict[str, int], backend: str,
-           vector_lanes: int = 8) -> "SearchSpace":
+           vector_lanes: int = 8, vector_registers: int = 16) -> "SearchSpace":
         main = max(definition.statements,
                    key=lambda s: (len(s.all_indices), s.is_reduction))
         members = main.all_indices[:MAX_ORDER_MEMBERS + 2]
@@ -63,8 +63,11 @@ class SearchSpace:
             choices["parallel"] = (None, False, True)
             choices["vector_width"] = (None, 4, 8, 16)
             if _has_contraction(definition):
-                tiles = tuple((mr, nr) for mr in (1, 2, 3, 4, 6, 8)
-                              for nr in (vector_lanes, 2 * vector_lanes, 3 * vector_lanes))
+                # mr x nv vectors of accumulators and nv of the other operand must leave
+                # two registers (polyhedral/register_tiles.py): larger tiles only spill
+                tiles = tuple((mr, nv * vector_lanes) for mr in (1, 2, 3, 4, 6, 8)
+                              for nv in (1, 2, 3, 4, 6)
+                              if mr * nv + nv <= vector_registers - 2)
                 choices["register_tile"] = (None, False) + tiles
                 choices["pack"] = (None, True, False)
         return cls(tuple(members), extents, tuple(choices.items()))
