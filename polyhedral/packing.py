@@ -80,7 +80,8 @@ def pack(node: isl.ScheduleNode, tile: RegisterTile, rows: int, scop: Scop, targ
     written = {s.source.target for s in scop.statements}
     tensors: list[str] = []
     for read in scop.statement(tile.statement).source.reads():
-        if read.is_gather or read.tensor in written or read.tensor in tensors:
+        if read.is_gather or read.tensor in written or read.tensor in tensors or \
+                _read_twice(scop, tile, read.tensor):
             continue
         names = {i for a in read.affine for i in a.indices()}
         if tile.lanes in names and tile.rows not in names:
@@ -119,6 +120,7 @@ def pack_rows(node: isl.ScheduleNode, tile: RegisterTile, reduction: str, scop: 
     for read in scop.statement(tile.statement).source.reads():
         names = {i for a in (read.affine or ()) if a is not None for i in a.indices()}
         if read.is_gather or read.tensor in written or read.tensor in tensors or \
+                _read_twice(scop, tile, read.tensor) or \
                 tile.rows not in names or tile.lanes in names or reduction not in names:
             continue
         *outer, last = read.affine
@@ -193,6 +195,14 @@ def graft_copies(schedule: isl.Schedule, plans: dict[str, PackPlan]) -> isl.Sche
         return node
 
     return visit(schedule.get_root()).get_schedule()
+
+
+def _read_twice(scop: Scop, tile: RegisterTile, tensor: str) -> bool:
+    """Whether the tile's statement reads `tensor` at two places (C(k, l, i) and C(j, i, n)):
+    one buffer would serve both reads, laid out for one of them; such operands are not
+    packed (fuzz program 656 crashed looking for the lanes in the other read)."""
+    reads = scop.statement(tile.statement).source.reads()
+    return sum(r.tensor == tensor for r in reads) > 1
 
 
 def _lane_dimension(scop: Scop, tile: RegisterTile, tensor: str) -> int | None:

@@ -124,3 +124,12 @@ REGRESSIONS.append((
     "polyhedral/reductions.py: a `+=` with no reduction index (a pointwise step) was taken "
     "for a row reduction and its innermost reduction index looked up. Pointwise steps are "
     "now checked as assignments are"))
+
+REGRESSIONS.append((
+    "def fuzz(float32(P, K, K) C) -> (O2) {\n"
+    "    O2(n, l, j) *=! (C(k, l, K - 1 - i) * ((C(j, i, n) <= 0.0) ? double(0) : 0))\n}\n",
+    "fuzz", {"K": 2, "P": 8},
+    "FIXED packed-tensor-read-twice (found by `tclang fuzz --programs 2000`, seed 0, program "
+    "656): cpu automatic crashed with StopIteration in polyhedral/packing.py. The lanes (j) "
+    "move one of C's two reads; the packing looked for them in the other. A tensor the "
+    "register tile's statement reads twice is no longer packed"))
