@@ -70,11 +70,6 @@ class RegisterTile:
     transposed: tuple[str, ...] = ()
 
 
-def vector_registers(target: Target) -> int:
-    """Vector registers of the target's ISA (x86-64: 32 with AVX-512, else 16)."""
-    return 32 if target.vector_bytes >= 64 else 16
-
-
 def shape_for(target: Target, element_bytes: int, lane_extent: int | None = None,
               row_extent: int | None = None,
               reduction_extent: int | None = None) -> tuple[int, int]:
@@ -99,7 +94,7 @@ def shape_for(target: Target, element_bytes: int, lane_extent: int | None = None
     at 4096 x 64 x 4096, 8 x 32 ran in 11.9 ms and 4 x 96 in 15.2; at 1024 x 128 x 1024
     1.25 and 2.84 ms (10 x 32 and 6 x 64 fell in between); the two tie from K = 256 on."""
     lanes = max(1, target.vector_bytes // element_bytes)
-    registers = vector_registers(target)
+    registers = target.vector_registers
     if registers < 32:
         per_row = 2
         mr = max(1, (registers - per_row) // (per_row + 1))
@@ -285,7 +280,7 @@ def dot_shape_for(target: Target) -> tuple[int, int]:
     partial sums, and each step loads one vector per row and per column; the most results
     whose accumulators and loads fit the registers with two to spare (2 x 4 with AVX2,
     4 x 5 with AVX-512)."""
-    budget = vector_registers(target) - 2
+    budget = target.vector_registers - 2
     best = (1, 1)
     for mr in range(1, budget):
         for nr in range(mr, budget):
@@ -314,7 +309,7 @@ def cache_tiles(band: list[B.Member], tile: RegisterTile, target: Target) -> lis
     inner = 1
     for k in tile.reductions[1:]:
         inner *= band[k].extent or 1
-    if tile.kind == "lanes" and vector_registers(target) >= 32:
+    if tile.kind == "lanes" and target.vector_registers >= 32:
         room = sliver_bytes(target) // eb  # elements of the block and the sliver
         nr = tile.nr
         mc = max(tile.mr, int((math.sqrt(nr * nr + 2 * room) - nr) / 2) // tile.mr * tile.mr)
@@ -347,7 +342,7 @@ def sliver_bytes(target: Target) -> int:
     """The cache a packed sliver of the lanes' operand may fill: half of L1 where the
     micro-kernel reads it from there (16 registers), half of L2 where a 32-register tile
     reads it from L2 (see cache_tiles)."""
-    return target.l2_bytes // 2 if vector_registers(target) >= 32 else target.l1_bytes // 2
+    return target.l2_bytes // 2 if target.vector_registers >= 32 else target.l1_bytes // 2
 
 
 def _unit_stride(subscripts, name: str) -> bool:

@@ -33,6 +33,12 @@ class Target:
     def is_grid(self) -> bool:
         return self.mapping == "grid"
 
+    @property
+    def vector_registers(self) -> int:
+        """Vector registers of the CPU's ISA (x86-64: 32 with AVX-512, else 16): what the
+        register tiles and the tuner's space of them are sized by."""
+        return 32 if self.vector_bytes >= 64 else 16
+
     def key(self) -> tuple:
         """Every field: each one may change the code (cores, for one, changes tiling)."""
         return tuple((f.name, getattr(self, f.name)) for f in fields(self))

@@ -377,12 +377,9 @@ class FunctionBuilder:
         parallel loop has its own), 64-byte aligned, dense or with its own strides."""
         b = ir.IRBuilder(self.allocas)
         for buf in buffers:
-            count = 1
-            for extent in buf.shape:
-                count *= max(L.evaluate(extent, {}), 1)
-            if buf.strides:  # its own strides, maybe padded (polyhedral/packing.py)
-                count = 1 + sum((max(L.evaluate(e, {}), 1) - 1) * s
-                                for e, s in zip(buf.shape, buf.strides))
+            # one past its last element, under its strides (maybe padded: packing.py)
+            count = 1 + sum((max(L.evaluate(e, {}), 1) - 1) * s.constant
+                            for e, s in zip(buf.shape, _scratch_strides(buf)))
             storage = T.storage(buf.dtype)
             array = b.alloca(ir.ArrayType(storage, count), name=buf.name)
             array.align = 64

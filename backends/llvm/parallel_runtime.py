@@ -311,8 +311,8 @@ class _Runtime:
 
     def _start(self) -> ir.Function:
         """start(): (re)initialise the mutex and the conditions, create `wanted` detached
-        helper threads (HELPER_STACK stacks) with every signal blocked (Ctrl-C must reach the thread that runs
-        Python's handler, never a helper), record how many started."""
+        helper threads (HELPER_STACK stacks) with every signal blocked (Ctrl-C must reach
+        the thread that runs Python's handler, never a helper), record how many started."""
         f, b = self._function("tclang_pool_start", ir.FunctionType(VOID, []))
         null = ir.Constant(I8P, None)
         self._call(b, "pthread_mutex_init", self.mutex, null)

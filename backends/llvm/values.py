@@ -105,9 +105,11 @@ class ValueEmitter:
             # `contract`: a product feeding a sum may become one FMA (one rounding instead
             # of two); `arcp`: a division by a value the loop does not change may become a
             # product with its reciprocal, computed once (softmax's division by the row's
-            # sum: two roundings instead of one, within 1.5 ulp; vdivps is ~10x a vmulps);
-            # both off with reorder_reductions=False, which promises bitwise results
+            # sum: two roundings, within 1 ulp of the correctly rounded quotient; vdivps
+            # costs ~10 vmulps); both off with reorder_reductions=False, which promises
+            # bitwise results
             flags = ("contract",) if self.fn.km.reassociate else ()
+            division = ("contract", "arcp") if self.fn.km.reassociate else ()
             match op:
                 case "add":
                     return b.fadd(a, c, flags=flags)
@@ -116,7 +118,7 @@ class ValueEmitter:
                 case "mul":
                     return b.fmul(a, c, flags=flags)
                 case "div":
-                    return b.fdiv(a, c, flags=flags + ("arcp",) if flags else ())
+                    return b.fdiv(a, c, flags=division)
                 case "mod":
                     return self.float_mod(a, c)
         match op:

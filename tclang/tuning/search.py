@@ -124,7 +124,7 @@ def autotune(kernel, *args, budget: int = 64, time_limit: float = 60.0,
     lanes = max(1, target.vector_bytes // max(a.dtype.itemsize for a in inputs)) \
         if inputs else 8
     space = SearchSpace.of(definition, dict(binding.sizes), module.backend, lanes,
-                           32 if target.vector_bytes >= 64 else 16)
+                           target.vector_registers)
     task = T.Task(module.program.source, kernel.name, module.backend, inputs, reference,
                   time_limit=time_limit, min_time=min_time, reproducer_dir=reproducer_dir)
     search = _Search(space, strategy, np.random.default_rng(seed))
