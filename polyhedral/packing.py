@@ -107,12 +107,15 @@ def pack_rows(node: isl.ScheduleNode, tile: RegisterTile, reduction: str, scop: 
     """Pack the operand a "lanes" register tile broadcasts along its rows when the
     innermost reduction `reduction` reads it with a stride (A^T of At(k, m) * B(k, n)):
     its mc x kc block, the footprint of one iteration of the cache tiles' loops, copied
-    once into a buffer where each row runs along the reduction (BLIS packs A so too).
-    Read in place, each reduction step of the tile touches a new cache line, one row of
-    the tensor apart (4 KiB: one L1 set), and uses a quarter of it; matmul_ta at 1024^3
-    ran ~10% behind the contiguous matmul. The caller packs only where at least two
-    register-tile columns reuse the block. `node` is the register-tile band (after `pack`);
-    the mark goes above it. Returns the node at the band's position."""
+    once, row by row as in the tensor (a vectorized copy), into a buffer whose rows are
+    padded off multiples of 1 KiB. Read in place, each reduction step of the tile reads a
+    new cache line one row of the tensor apart: 4 KiB for a 1024-wide float32 tensor, so
+    every step's line fell into the same L1 set; matmul_ta at 1024^3 ran ~10% behind the
+    contiguous matmul, ~3% packed so. (Packed transposed, each row along k as BLIS packs A,
+    the element-by-element transposing copy cost as much as it saved: ~8%.) The caller
+    packs only where at least two register-tile columns reuse the block. `node` is the
+    register-tile band (after `pack`); the mark goes above it. Returns the node at the
+    band's position."""
     if tile.kind != "lanes":
         return node
     written = {s.source.target for s in scop.statements}
@@ -132,14 +135,9 @@ def pack_rows(node: isl.ScheduleNode, tile: RegisterTile, reduction: str, scop: 
         return node
     domain = node.get_domain()
     prefix = node.get_prefix_schedule_union_map().intersect_domain(domain)
-    reads = {r.tensor: r for r in scop.statement(tile.statement).source.reads()}
-
-    def strides(tensor, shape, itemsize):  # each row along the reduction, padded
-        along = next(d for d, a in enumerate(reads[tensor].affine) if reduction in a.indices())
-        return _strides(shape, along, itemsize)
-
     name = str(len(plans))
-    plan = _plan(scop, tensors, domain, prefix, target, name, strides)
+    plan = _plan(scop, tensors, domain, prefix, target, name,
+                 lambda tensor, shape, itemsize: _strides(shape, None, itemsize))
     if plan is None:
         return node
     plans[name] = plan
@@ -218,8 +216,7 @@ def _strides(shape: tuple[int, ...], last: int | None,
              itemsize: int | None = None) -> tuple[int, ...]:
     """Strides for `shape`, row-major but with dimension `last` (if any) innermost; dense,
     or with `itemsize`, one cache line more wherever a stride would be a multiple of 1 KiB
-    (the rows of a 512 x 172 block 2 KiB apart fell into two L1 sets: the copy into it,
-    which writes across its rows, missed L1 on every element)."""
+    (rows that far apart share few L1 sets: see `pack_rows`)."""
     order = [d for d in range(len(shape)) if d != last] + ([last] if last is not None else [])
     strides = [0] * len(shape)
     step = 1
