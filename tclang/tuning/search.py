@@ -163,12 +163,10 @@ def autotune(kernel, *args, budget: int = 64, time_limit: float = 60.0,
     result = TuningResult(kernel.name, SearchSpace.options(best), final[best],
                           automatic_seconds, list(search.trials), interrupted,
                           strategy=strategy)
-    if store:
-        db.record_trials(key, machine, search.trials)
-        result.stored = db.offer_best(key, machine, kernel.name, shapes, result.best,
-                                      result.best_seconds, automatic_seconds,
-                                      len(search.trials))
-        result.database = str(db.path)
+    if store:  # a database that fails only warns: the result is returned all the same
+        result.stored = db.save(key, machine, kernel.name, shapes, result.best,
+                                result.best_seconds, automatic_seconds, search.trials)
+        result.database = str(db.path) if db.path is not None else None
     return result
 
 
