@@ -9,11 +9,11 @@ crash or a hang costs that one trial. The child:
    makes the candidate "refused": counted, never timed);
 2. runs it once and compares every output with the reference (the automatic schedule's):
    a mismatch is a compiler bug, saved as a reproducer script and reported, never a winner;
-3. times it under a machine-wide lock (a record lock on a file in the temporary directory): held
-   shared while compiling and exclusively while timing, so compiles run in parallel but a
-   timing never overlaps another timing or a compile on the same machine, whichever
-   process or Dask worker runs them. Warm-up, then repeats until `min_time` has passed (at
-   least 3): the median.
+3. times it under a machine-wide lock (a record lock on `timing.lock` in the user's private
+   cache directory): held shared while compiling and exclusively while timing, so compiles
+   run in parallel but a timing never overlaps another timing or a compile on the same
+   machine, whichever process or Dask worker of this user runs them. Warm-up, then repeats
+   until `min_time` has passed (at least 3): the median.
 
 `run_trial(task, candidate)` is a plain function of picklable arguments: what a
 `concurrent.futures` executor or a `dask.distributed.Client` runs on its workers.
@@ -28,16 +28,19 @@ import os
 import pickle
 import select
 import signal
+import stat
 import statistics
 import tempfile
 import threading
 import time
 import traceback
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from tclang.errors import TCWarning
 from tclang.tuning.space import Candidate, SearchSpace, describe
 
 STATUSES = ("ok", "refused", "wrong", "error", "crashed", "timeout")
@@ -76,6 +79,7 @@ class Trial:
 def run_trial(task: Task, candidate: Candidate) -> Trial:
     """Run one trial in a forked child under task.time_limit; never raises for what the
     candidate does (crash, hang, wrong result, compile error)."""
+    check_machine_lock()  # here, not in the child: one warning per process if it fails
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: never returns
@@ -238,7 +242,7 @@ def mismatch(outputs: tuple, reference: tuple) -> str:
 
 def _save_reproducer(task: Task, candidate: Candidate, what: str) -> str:
     """A script that shows the mismatch: the source, the options, the inputs' shapes."""
-    folder = Path(task.reproducer_dir or Path(tempfile.gettempdir()) / "tclang-tuning-bugs")
+    folder = Path(task.reproducer_dir) if task.reproducer_dir else _reproducer_folder()
     folder.mkdir(parents=True, exist_ok=True)
     options = SearchSpace.options(candidate).to_dict()
     stamp = f"{int(time.time())}-{os.getpid()}"
@@ -263,20 +267,82 @@ for e, g in zip(expected if isinstance(expected, tuple) else (expected,),
     return str(path)
 
 
+def _reproducer_folder() -> Path:
+    """`tuning-bugs` in the user's private cache directory; where that is refused, a fresh
+    private temporary directory (never a fixed name in /tmp, which another user could have
+    made or pointed elsewhere with a symlink)."""
+    from tclang.diskcache import cache_dir
+    try:
+        return Path(cache_dir()) / "tuning-bugs"
+    except OSError:
+        return Path(tempfile.mkdtemp(prefix="tclang-tuning-bugs-"))
+
+
+LOCK_NAME = "timing.lock"
+_lock_warned = False  # the lock could not be used and this process said so
+
+
 @contextlib.contextmanager
 def machine_lock(exclusive: bool):
-    """A machine-wide reader-writer lock (flock on one file for the user): a trial holds it
-    shared while it compiles and exclusively while it times, so timings never overlap
-    each other or another trial's compile, on this machine, whichever process runs them.
+    """A machine-wide reader-writer lock (a record lock on one file for the user): a trial
+    holds it shared while it compiles and exclusively while it times, so timings never
+    overlap each other or another trial's compile, on this machine, whichever process runs
+    them. Without a usable lock file (see `_open_lock`) trials run unlocked, after one
+    warning.
 
     POSIX record locks (lockf), not flock: a compile forks helper processes (the scheduler,
     the LLVM optimizer) that would inherit an flock and keep it after the trial released
     it; a record lock belongs to the process that took it and is never inherited."""
     import fcntl
-    path = Path(tempfile.gettempdir()) / f"tclang-timing-{os.getuid()}.lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = _open_lock()
+    if fd is None:
+        yield
+        return
     try:
         fcntl.lockf(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def check_machine_lock() -> None:
+    """Open the lock file once and close it: warns (once per process) if it is unusable,
+    before trials fork, so their children do not each say it again."""
+    fd = _open_lock()
+    if fd is not None:
+        os.close(fd)
+
+
+def _open_lock() -> int | None:
+    """`timing.lock` in the private cache directory (tclang.diskcache.cache_dir: created
+    0700, refused if others could write it), opened without following a symlink, not
+    inherited by programs a compile runs, and refused unless it is a regular file of this
+    user's: a fixed name in /tmp let another user hold the lock (every trial timed out) or
+    plant a symlink (tclang created a file where it pointed). None, after one warning,
+    when there is no such file: running without the lock is only less exact."""
+    from tclang.diskcache import cache_dir
+    path = LOCK_NAME
+    try:
+        path = os.path.join(cache_dir(), LOCK_NAME)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as err:  # including an untrusted cache directory; ELOOP: a symlink
+        _no_lock(path, str(err) if err.strerror is None else err.strerror)
+        return None
+    info = os.fstat(fd)
+    if info.st_uid != os.getuid() or not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        _no_lock(path, f"not a regular file of this user (uid {info.st_uid})")
+        return None
+    return fd
+
+
+def _no_lock(path: str, reason: str) -> None:
+    """Warn that trials run unlocked, once per process (a trial's child inherits that it
+    was said)."""
+    global _lock_warned
+    if _lock_warned:
+        return
+    _lock_warned = True
+    warnings.warn(TCWarning(f"the tuning timing lock {path} cannot be used ({reason}): "
+                            "trials run without it, so a timing may overlap another "
+                            "trial's compile or timing on this machine"), stacklevel=5)

@@ -92,10 +92,10 @@ def _compiler_identity(cxx: str) -> str:
 
 def default_cache_dir() -> Path:
     """cuda-emulation/ in tclang's cache directory (tclang.diskcache.cache_dir: TCLANG_CACHE_DIR
-    or the user cache), or a per-user temporary directory when that is not usable. The
-    libraries built here are loaded into the process, so a directory someone else could
-    write is never used: the temporary one is checked like the cache, and if another user
-    planted it, a fresh private directory is made for this process instead."""
+    or the user cache), or a fresh private temporary directory for this process when that
+    is not usable. What is built here becomes code in the process, so a directory someone
+    else could write is never used, nor a fixed name in /tmp (another user could have made
+    it, or a symlink there pointing anywhere)."""
     from tclang.diskcache import cache_dir, require_private
     try:
         path = Path(cache_dir()) / "cuda-emulation"
@@ -105,13 +105,13 @@ def default_cache_dir() -> Path:
             return path
     except OSError:  # including an untrusted cache directory
         pass
-    path = Path(tempfile.gettempdir()) / f"tclang-cuda-emulation-{os.getuid()}"
-    try:
-        path.mkdir(exist_ok=True, mode=0o700)
-        require_private(path, "emulation build directory", "")
-        return path
-    except OSError:
-        return Path(tempfile.mkdtemp(prefix="tclang-cuda-emulation-"))
+    global _fallback_dir
+    if _fallback_dir is None or not _fallback_dir.is_dir():
+        _fallback_dir = Path(tempfile.mkdtemp(prefix="tclang-cuda-emulation-"))
+    return _fallback_dir
+
+
+_fallback_dir: Path | None = None  # this process's private directory, made when needed
 
 
 def _stub_dir(cache: Path) -> Path:
