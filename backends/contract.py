@@ -52,6 +52,20 @@ class RestoreInfo(Protocol):
     statements: tuple[tuple[str, str, int], ...]  # id, source text, line
 
 
+class SealedStore(Protocol):
+    """Bytes a backend keeps across processes, lent by the driver (the disk cache: each
+    name is an entry authenticated with the user's key, like a compiled kernel's).
+
+    `load(name)` returns exactly the bytes this user's `store(name, data)` was given, or
+    None: nothing stored, the disk cache off, or an entry that does not authenticate
+    (planted, damaged: discarded with a warning). A backend that loads what it stores as
+    code must load only what `load` returned, never a file found by its name."""
+
+    def load(self, name: str) -> bytes | None: ...
+
+    def store(self, name: str, data: bytes) -> None: ...
+
+
 class Backend(Protocol):
     name: str
     #: the kernel runs where arrays with `__cuda_array_interface__` live: the runtime passes
@@ -72,5 +86,9 @@ class Backend(Protocol):
     # optional: `prepare()`, called when a compile is about to start (the disk cache had
     # nothing): start what takes long and can run beside the polyhedral work (the CPU
     # backend's optimizer process loading LLVM)
+
+    # optional: `attach_store(store: SealedStore)`, called once by the driver when it
+    # loads the backend: where a backend that keeps build products of its own (the
+    # emulated GPU's shared libraries) stores and finds them, authenticated
 
     def restore(self, blobs: dict[str, bytes], info: RestoreInfo) -> Artifact: ...

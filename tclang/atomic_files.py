@@ -3,7 +3,7 @@ one is killed: each is written under a temporary name beside its final one (mode
 ending in `.tmp`, which the disk cache sweeps when stale) and then renamed into place.
 
 Every writer of a cache file uses this: the disk cache's entries and key, the CUDA
-emulation's sources, precompiled header and libraries (written by g++ itself).
+emulation's sources and precompiled header (written by g++ itself).
 """
 
 from __future__ import annotations

@@ -293,6 +293,23 @@ def store(digest: str, key: tuple, blobs: dict[str, bytes], warn: bool = True) -
                                 "process will compile it again"), stacklevel=4)
 
 
+class SealedEntries:
+    """The disk cache lent to a backend for its own build products (backends/contract.py,
+    SealedStore): each name is one entry, HMAC-authenticated, owner-checked, evicted and
+    discarded like a kernel's, so a file planted under a name is never handed back."""
+
+    def load(self, name: str) -> bytes | None:
+        blobs = load(_sealed_digest(name), ("sealed", name))
+        return blobs.get("data") if blobs is not None else None
+
+    def store(self, name: str, data: bytes) -> None:
+        store(_sealed_digest(name), ("sealed", name), {"data": data})
+
+
+def _sealed_digest(name: str) -> str:
+    return hashlib.sha256(b"sealed\0" + name.encode()).hexdigest()[:40]
+
+
 def _body(key: tuple, blobs: dict[str, bytes]) -> bytes:
     table, position = {}, 0
     for name, blob in blobs.items():

@@ -26,5 +26,10 @@ def get_backend(name: str):
                              f"{', '.join(repr(b) for b in BACKENDS)}")
     if name not in _loaded:
         module = importlib.import_module(BACKENDS[name])
-        _loaded[name] = module.backend()
+        backend = module.backend()
+        attach = getattr(backend, "attach_store", None)
+        if attach is not None:  # its own build products, authenticated like the kernels
+            from tclang.diskcache import SealedEntries
+            attach(SealedEntries())
+        _loaded[name] = backend
     return _loaded[name]

@@ -7,10 +7,11 @@ a missing barrier gives wrong results. Machines without a GPU (CI) run the whole
 through the CUDA path this way.
 
 Memory: each distinct generated source is one shared object, loaded once (build.py keeps
-it by path) and never unloaded, because ctypes never dlcloses and unloading code that a
+it by its hash) and never unloaded, because ctypes never dlcloses and unloading code that a
 fiber or another thread may still be in is unsafe. A process running many distinct
 kernels through this testing backend grows by one small library per kernel; the CPU
-backend frees its kernels' code.
+backend frees its kernels' code. The libraries are kept between processes in the store the
+driver attaches (the disk cache, authenticated like every entry), never found by file name.
 """
 
 from __future__ import annotations
@@ -30,6 +31,12 @@ from tclang.target import Target
 class EmulatedBackend:
     name = "cuda-emulated"
     device_arrays = False
+    #: where built libraries are kept between processes (backends/contract.py): the
+    #: driver attaches the disk cache; without one, each process builds its own
+    store = None
+
+    def attach_store(self, store) -> None:
+        self.store = store
 
     def target(self) -> Target:
         return Target(name="cuda-emulated", mapping="grid", arch="emulated sm_80",
@@ -39,18 +46,19 @@ class EmulatedBackend:
         source = generate(kernel)
         entries = LT.table(source)
         return _artifact(source.text, entries, kernel.buffers,
-                         [(s.id, s.text, s.line) for s in kernel.statements], kernel.sizes)
+                         [(s.id, s.text, s.line) for s in kernel.statements], kernel.sizes,
+                         self.store)
 
     def restore(self, blobs, info):
         return _artifact(blobs["cuda"].decode(), LT.from_json(blobs["launches"]), info.buffers,
-                         list(info.statements), info.sizes)
+                         list(info.statements), info.sizes, self.store)
 
 
-def _artifact(text: str, entries, buffers, statements, size_names):
+def _artifact(text: str, entries, buffers, statements, size_names, store):
     from backends.cuda.emulation.build import EmulationBuildError, compile_emulated
 
     try:
-        library = compile_emulated(text)
+        library = compile_emulated(text, store=store)
     except EmulationBuildError as err:
         raise TCCompileError(f"the generated CUDA did not compile for emulation: {err}") from err
     functions = []

@@ -1,6 +1,6 @@
 """Compile generated CUDA C for the host with g++ and tclang_cuda_emulation.h, and load it.
 
-    lib = compile_emulated(source)          # a ctypes.CDLL, cached on disk by content
+    lib = compile_emulated(source, store=store)   # a ctypes.CDLL, cached by content
     rc = lib.my_entry(...)                  # an extern "C" entry calling tclang_emu::launch
     check_launch(lib, rc)                   # EmulationLaunchError with the runtime's message
 
@@ -14,10 +14,15 @@ With no extra_flags the header is used as a precompiled header (built once per h
 compiler and cache_dir: about 20 MB, halves the compile time; TCLANG_EMULATION_PCH=0 turns it
 off). g++ falls back to the header's text whenever the .gch does not fit.
 
-The shared object is cached under cache_dir by a hash of the source, the flags, the
-header's contents and the compiler's version; it is written to a temporary file and moved
-into place with os.replace, so concurrent builds of the same source are safe. The source is
-kept next to it as <hash>.cu, which compiler messages refer to.
+A built library becomes code in the process, so nothing is loaded from a file found by its
+name. The library is kept between processes in `store` (backends/contract.py SealedStore:
+the driver lends the disk cache, whose entries are authenticated with the user's key), by
+a hash of the source, the flags, the header's contents and the compiler's version; what is
+loaded is the bytes the store returned or g++ just wrote, copied into this process's
+private directory (mkdtemp) first. A precompiled header kept in cache_dir is used only if
+the store vouches for its SHA-256 (and its header copy is the header); without a store it
+is built in the private directory, for this process alone, and so is every library. The
+source is kept in cache_dir as <hash>.cu, which compiler messages refer to.
 
 Environment: TCLANG_EMULATION_CXX names another compiler (default g++). The header reads
 TCLANG_EMULATION_THREADS, TCLANG_EMULATION_STACK_SIZE and TCLANG_EMULATION_CHECK_BARRIERS
@@ -26,9 +31,11 @@ at each launch.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
 import hashlib
+import itertools
 import os
 import shutil
 import subprocess
@@ -114,8 +121,10 @@ def default_cache_dir() -> Path:
 _fallback_dir: Path | None = None  # this process's private directory, made when needed
 
 
-def _stub_dir(cache: Path) -> Path:
-    stubs = cache / f"include-{_LAYOUT_VERSION}"
+def _stub_dir() -> Path:
+    """The empty stand-ins for CUDA's headers, written in this process's private directory
+    (they are included into every build: none found in a shared place is used)."""
+    stubs = _private_dir() / f"include-{_LAYOUT_VERSION}"
     for name in STUB_HEADERS:
         target = stubs / name
         if not target.exists():
@@ -124,15 +133,54 @@ def _stub_dir(cache: Path) -> Path:
     return stubs
 
 
-_loaded: dict[str, ctypes.CDLL] = {}
+_private: Path | None = None
+_serial = itertools.count()
+
+
+def _private_dir() -> Path:
+    """This process's own directory (mkdtemp: a random name, mode 0700) where libraries are
+    copied to be loaded and, without a store, built: no one else can write into it, so
+    what is loaded there is what was checked. A forked child shares it (its files carry its
+    pid); it is removed when the process that made it exits."""
+    global _private
+    if _private is None or not _private.is_dir():
+        _private = Path(tempfile.mkdtemp(prefix="tclang-emulation-"))
+        atexit.register(_remove_private, os.getpid(), _private)
+    return _private
+
+
+def _remove_private(owner: int, path: Path) -> None:
+    if os.getpid() == owner:  # not in a forked child that exits normally
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _load_bytes(data: bytes, key: str) -> ctypes.CDLL:
+    """dlopen a library from its bytes: written to a new file in the private directory,
+    loaded, unlinked (the mapping stays). A fresh name each time: the dynamic loader would
+    hand back a library loaded earlier under the same path."""
+    path = _private_dir() / f"{key}-{os.getpid()}-{next(_serial)}.so"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o700)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    try:
+        return ctypes.CDLL(str(path))
+    finally:
+        path.unlink(missing_ok=True)
+
+
+_loaded: dict[str, ctypes.CDLL] = {}  # by key: each library loaded once per process
+_trusted_pch: set[str] = set()  # precompiled headers checked in this process
 _lock = threading.Lock()
 
 
 def compile_emulated(source: str, *, cache_dir: str | os.PathLike | None = None,
-                     extra_flags=()) -> ctypes.CDLL:
+                     extra_flags=(), store=None) -> ctypes.CDLL:
     """Compile CUDA C `source` for the host (see the module docstring) and load it.
 
-    Raises EmulationBuildError with the compiler's first error lines if it does not build.
+    store: a SealedStore (backends/contract.py) that keeps the library between processes;
+    None: built once per process. Raises EmulationBuildError with the compiler's first
+    error lines if it does not build.
     """
     cxx = compiler()
     identity = _compiler_identity(cxx)
@@ -145,66 +193,97 @@ def compile_emulated(source: str, *, cache_dir: str | os.PathLike | None = None,
     digest.update(header + b"\0\1")
     digest.update(source.encode())
     key = digest.hexdigest()[:32]
-
-    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    cache.mkdir(parents=True, exist_ok=True)
-    so_path = cache / f"{key}.so"
     with _lock:
-        lib = _loaded.get(str(so_path))
+        lib = _loaded.get(key)
         if lib is not None:
             return lib
-    if not so_path.exists():
+    name = f"cuda-emulation/{key}.so"
+    data = store.load(name) if store is not None else None
+    lib = None
+    if data is not None:
+        try:
+            lib = _load_bytes(data, key)
+        except OSError:  # authentic, but it does not load here any more: built again
+            lib = None
+    if lib is None:
+        cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        cache.mkdir(parents=True, exist_ok=True)
         header_path = HEADER
         if not extra and os.environ.get("TCLANG_EMULATION_PCH", "1") != "0":
-            header_path = _precompiled_header(cxx, cache, identity, flags, header) or HEADER
-        _build(cxx, cache, key, source, flags, extra, header_path)
-    lib = ctypes.CDLL(str(so_path))
+            header_path = _precompiled_header(cxx, cache, identity, flags, header,
+                                              store) or HEADER
+        data = _build(cxx, cache, key, source, flags, extra, header_path)
+        if store is not None:
+            store.store(name, data)
+        try:
+            lib = _load_bytes(data, key)
+        except OSError as err:
+            raise EmulationBuildError(f"the library {cxx} built from {cache / key}.cu does "
+                                      f"not load: {err}") from err
     with _lock:
-        return _loaded.setdefault(str(so_path), lib)
+        return _loaded.setdefault(key, lib)
 
 
 def _precompiled_header(cxx: str, cache: Path, identity: str, flags: list[str],
-                        header: bytes) -> Path | None:
-    """A copy of the header with its .gch beside it (what `-include` picks up), or None."""
+                        header: bytes, store) -> Path | None:
+    """A copy of the header with its .gch beside it (what `-include` picks up), or None.
+    With a store, kept in cache_dir and used only if the store holds its SHA-256 (a
+    planted .gch would become code in every library); else built in the private
+    directory, once per process."""
     digest = hashlib.sha256()
     for part in (_LAYOUT_VERSION, identity, "\0".join(flags)):
         digest.update(part.encode() + b"\0\1")
     digest.update(header)
-    folder = cache / f"pch-{digest.hexdigest()[:24]}"
+    folder = (cache if store is not None else _private_dir()) / f"pch-{digest.hexdigest()[:24]}"
     copy = folder / HEADER.name
     gch = folder / (HEADER.name + ".gch")
-    if gch.exists() and copy.exists():
+    name = f"cuda-emulation/pch-{digest.hexdigest()[:24]}.sha256"
+    if str(folder) in _trusted_pch:
         return copy
     try:
+        if gch.exists() and copy.exists() and copy.read_bytes() == header and (
+                store is None or store.load(name) == hashlib.sha256(gch.read_bytes()).digest()):
+            _trusted_pch.add(str(folder))
+            return copy
         folder.mkdir(parents=True, exist_ok=True)
-        if not copy.exists():
-            write_atomic(copy, header)
+        write_atomic(copy, header)
         with atomic_path(gch) as tmp:
             pch_flags = [f for f in flags if f != "-shared"]
             proc = subprocess.run([cxx, *pch_flags, "-x", "c++-header", str(copy), "-o",
                                    str(tmp)], capture_output=True, text=True, check=False)
             if proc.returncode != 0:
                 return None
+            built = tmp.read_bytes()
+        if store is not None:
+            store.store(name, hashlib.sha256(built).digest())
     except OSError:
         return None
+    _trusted_pch.add(str(folder))
     return copy
 
 
 def _build(cxx: str, cache: Path, key: str, source: str, flags: list[str],
-           extra: list[str], header_path: Path) -> None:
+           extra: list[str], header_path: Path) -> bytes:
+    """The library's bytes: g++ writes it in the private directory, where no one else can
+    change it before it is read back."""
     src_path = cache / f"{key}.cu"
     write_atomic(src_path, source.encode())
-    with atomic_path(cache / f"{key}.so") as tmp_so:
-        cmd = [cxx, *flags, "-isystem", str(_stub_dir(cache)), "-include", str(header_path),
-               "-x", "c++", str(src_path), "-x", "none", *extra, "-o", str(tmp_so)]
+    out = _private_dir() / f"{key}-{os.getpid()}-{next(_serial)}.build.so"
+    cmd = [cxx, *flags, "-isystem", str(_stub_dir()), "-include", str(header_path),
+           "-x", "c++", str(src_path), "-x", "none", *extra, "-o", str(out)]
+    try:
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             lines = (proc.stderr or proc.stdout).splitlines()
             shown = "\n".join(lines[:ERROR_LINES])
-            more = f"\n... ({len(lines) - ERROR_LINES} more lines)" if len(lines) > ERROR_LINES else ""
+            more = (f"\n... ({len(lines) - ERROR_LINES} more lines)"
+                    if len(lines) > ERROR_LINES else "")
             raise EmulationBuildError(
                 f"{cxx} failed to compile the emulated CUDA source {src_path} "
                 f"(exit {proc.returncode}):\n{shown}{more}")
+        return out.read_bytes()
+    finally:
+        out.unlink(missing_ok=True)
 
 
 def last_error(lib: ctypes.CDLL) -> str:
