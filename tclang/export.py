@@ -14,12 +14,14 @@ The header declares, for entry E with inputs I.. and outputs O..:
 Sizes are extents; strides are in elements (NULL: C-contiguous). The call checks what the
 Python runtime checks before any kernel runs (every size bound consistently, the
 definition's obligations, the sizes a specialized library was made for, the sizes that
-would make a read leave its tensor, the outputs' shapes) and returns a status code instead
-of raising. A gather that falls outside its tensor returns TCLANG_INDEX_ERROR with the
-same message `TCIndexError` carries. Outputs are written in place; points no statement
-writes are zero, as in the arrays a Python call returns. Temporaries are allocated by the
-call. The library needs no Python: parallel loops run on the native thread pool that the
-JIT uses, linked in. Its code is for the exporting machine's CPU (the header says which).
+would make a read leave its tensor, the outputs' shapes, outputs that overlap themselves,
+an input or each other, NULL pointers, counts and byte spans past 64 bits) and returns a
+status code instead of raising. A gather that falls outside its tensor returns
+TCLANG_INDEX_ERROR with the same message `TCIndexError` carries. Outputs are written in
+place; points no statement writes are zero, as in the arrays a Python call returns.
+Temporaries are allocated by the call. The library needs no Python: parallel loops run on
+the native thread pool that the JIT uses, linked in. Its code is for the exporting
+machine's CPU (the header says which).
 """
 
 from __future__ import annotations

@@ -7,7 +7,10 @@ a kernel call, as C that needs no Python.
   that make a read leave its tensor (isl's predicate, printed as C);
 - `tclang_E_output_shape` and `tclang_E_error`;
 - `tclang_E` itself: the arguments' extents and strides (NULL strides: C-contiguous), the
-  outputs' shapes checked, then the target's part: on the CPU (`cpu_source`), temporaries
+  outputs' shapes checked, every argument's element count and byte span checked for 64-bit
+  overflow (before the NULL check: 2^62 x 4 elements must not count as none), the outputs
+  checked as tclang/arguments.py checks `out=` (no element shared within one, nor with an
+  input or another output), then the target's part: on the CPU (`cpu_source`), temporaries
   allocated, outputs zeroed where no statement writes, `tclang_main` called with the native
   thread pool; on CUDA (`cuda_source`), the same on the device around the launches.
 
@@ -124,6 +127,9 @@ class Wrapper:
         out.append("    switch (output) {")
         for k, t in enumerate(self.defn.outputs):
             out.append(f"    case {k}:")
+            if t.rank:
+                out.append(f"        if (!shape) return tc_fail(TCLANG_BAD_ARGUMENT, \"shape "
+                           f"is NULL (output {k}, {t.name}, has rank {t.rank})\");")
             for dim, extent in enumerate(t.shape):
                 out.append(f"        shape[{dim}] = {size_c(extent)};")
             out.append("        return TCLANG_OK;")
@@ -136,18 +142,17 @@ class Wrapper:
         out = self.unpack_sizes()
         total = sum(len(b.shape) for b in self.buffers)
         out.append(f"    int64_t extents[{max(1, total)}], strides[{max(1, total)}];")
-        position = 0
-        for k, b in enumerate(self.buffers):
+        out.append(f"    tc_array arrays[{max(1, self.n_args)}]; (void)arrays;")
+        for k, b, position, item in self.buffer_positions():
             rank = len(b.shape)
             for dim, extent in enumerate(b.shape):
                 out.append(f"    extents[{position + dim}] = {index_c(extent)};")
             out.append(f"    tc_contiguous({rank}, extents + {position}, strides + {position});")
             if k < self.n_args:
-                out += self._argument_checks(k, b, position)
-            position += rank
-        return out
+                out += self._argument_checks(k, b, position, item)
+        return out + self._overlap_checks()
 
-    def _argument_checks(self, k: int, b, position: int) -> list[str]:
+    def _argument_checks(self, k: int, b, position: int, item: int) -> list[str]:
         rank = len(b.shape)
         out = []
         if rank:
@@ -162,7 +167,11 @@ class Wrapper:
                            f"extent %lld in dimension {dim}, but it has %lld\", "
                            f"(long long)extents[{position + dim}], "
                            f"(long long){b.name}_sizes[{dim}]);")
-        out.append(f"    if (!{b.name} && tc_count({rank}, extents + {position}) > 0) "
+        out.append(f"    if (tc_describe(&arrays[{k}], {b.name}, {rank}, extents + {position}, "
+                   f"strides + {position}, {item})) return tc_fail(TCLANG_BAD_SIZES, "
+                   f"\"argument {k + 1} ({b.name}) has more elements, or its strides span "
+                   f"more bytes, than 64 bits count\");")
+        out.append(f"    if (!{b.name} && arrays[{k}].count > 0) "
                    f"return tc_fail(TCLANG_BAD_ARGUMENT, \"{b.name} is NULL\");")
         if self.static:
             out.append(f"    if (!tc_is_contiguous({rank}, extents + {position}, "
@@ -170,6 +179,28 @@ class Wrapper:
                        f"\"{b.name} must be C-contiguous: this library was exported for "
                        f"fixed sizes and layouts (export it with --generic for any "
                        f"strides)\");")
+        return out
+
+    def _overlap_checks(self) -> list[str]:
+        """The outputs as tclang/arguments.py's check_out takes them: no two points of one
+        output in the same memory (a stride of 0), and no output sharing memory with an
+        input (inputs are never modified, and a kernel reads them after it has begun to
+        write) or with another output."""
+        n_inputs, out = len(self.defn.inputs), []
+        for k in range(n_inputs, self.n_args):
+            name = self.buffers[k].name
+            out.append(f"    if (tc_overlaps_itself(&arrays[{k}])) return tc_fail("
+                       f"TCLANG_BAD_ARGUMENT, \"output {name} has overlapping elements (a "
+                       f"stride of 0, or strides that put two points in one place): give it "
+                       f"memory of its own\");")
+            for j in range(k):
+                other, why = ((f"input {self.buffers[j].name}", "inputs are never modified")
+                              if j < n_inputs else
+                              (f"output {self.buffers[j].name}", "each output is written"))
+                out.append(f"    if (tc_shares_memory(&arrays[{k}], &arrays[{j}])) return "
+                           f"tc_fail(TCLANG_BAD_ARGUMENT, \"output {name} shares memory "
+                           f"with {other} (argument {j + 1}): {why}, give the output a "
+                           f"separate array\");")
         return out
 
     def buffer_positions(self):
@@ -284,10 +315,123 @@ static int tc_fail(int status, const char *format, ...) {{
     return status;
 }}
 
+/* An argument as the checks of tclang/arguments.py see it: its elements' byte range
+   [lo, hi) in the address space, and how many there are. */
+typedef struct {{
+    const char *data;
+    int rank;
+    const int64_t *extents, *strides;  /* strides in elements */
+    int64_t item, count, lo, hi;
+}} tc_array;
+
+/* The element count, or -1 when an extent is negative or the count does not fit 64 bits
+   (2^62 x 4 must not wrap to 0 and let a NULL pointer pass as an empty array). */
 static inline int64_t tc_count(int rank, const int64_t *extents) {{
     int64_t n = 1;
-    for (int d = 0; d < rank; d++) n *= extents[d];
+    for (int d = 0; d < rank; d++)
+        if (extents[d] < 0) return -1;
+    for (int d = 0; d < rank; d++)
+        if (extents[d] == 0) return 0;
+    for (int d = 0; d < rank; d++)
+        if (__builtin_mul_overflow(n, extents[d], &n)) return -1;
     return n;
+}}
+
+/* Fill `a`; 1 if its element count, or the bytes its strides span, do not fit 64 bits. */
+static inline int tc_describe(tc_array *a, const void *data, int rank, const int64_t *extents,
+                              const int64_t *strides, int64_t item) {{
+    int64_t low = 0, high = 0, step, first, last;
+    a->data = (const char *)data; a->rank = rank; a->extents = extents;
+    a->strides = strides; a->item = item; a->lo = a->hi = 0;
+    a->count = tc_count(rank, extents);
+    if (a->count <= 0) return a->count < 0;
+    for (int d = 0; d < rank; d++) {{
+        if (__builtin_mul_overflow(strides[d], extents[d] - 1, &step)) return 1;
+        if (__builtin_add_overflow(step < 0 ? low : high, step, step < 0 ? &low : &high))
+            return 1;
+    }}
+    if (__builtin_mul_overflow(low, item, &first) || __builtin_mul_overflow(high, item, &last)
+        || __builtin_add_overflow(last, item, &last)) return 1;
+    if (__builtin_add_overflow((int64_t)(uintptr_t)data, first, &a->lo) || a->lo < 0 ||
+        __builtin_add_overflow((int64_t)(uintptr_t)data, last, &a->hi)) return 1;
+    return 0;
+}}
+
+static inline int tc_compare(const void *x, const void *y) {{
+    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+    return (a > b) - (a < b);
+}}
+
+/* The sorted addresses of an array's elements, or NULL (too many to list: over 2^24, as
+   tclang/arguments.py decides; or no memory). */
+static inline int64_t *tc_addresses(const tc_array *a) {{
+    int64_t index[32] = {{0}}, *out;
+    if (a->count > ((int64_t)1 << 24) || a->rank > 32) return NULL;
+    out = (int64_t *)malloc((size_t)a->count * sizeof *out);
+    if (!out) return NULL;
+    uint64_t at = (uint64_t)(uintptr_t)a->data;  /* unsigned: a step past the end wraps */
+    for (int64_t k = 0; k < a->count; k++) {{
+        out[k] = (int64_t)at;
+        for (int d = a->rank - 1; d >= 0; d--) {{
+            at += (uint64_t)a->strides[d] * (uint64_t)a->item;
+            if (++index[d] < a->extents[d]) break;
+            at -= (uint64_t)a->strides[d] * (uint64_t)a->item * (uint64_t)a->extents[d];
+            index[d] = 0;
+        }}
+    }}
+    qsort(out, (size_t)a->count, sizeof *out, tc_compare);
+    return out;
+}}
+
+/* Whether two elements of `a` share memory (a stride of 0, interleaving strides), as
+   tclang/arguments.py's _overlaps_itself: the dimensions sorted by stride must each step
+   over all that the smaller ones span (every layout NumPy makes); else the addresses are
+   listed and compared (too many to list counts as overlapping). */
+static inline int tc_overlaps_itself(const tc_array *a) {{
+    int64_t size[32], extent[32], span = a->item;
+    int n = 0;
+    if (a->count <= 1) return 0;
+    if (a->rank > 32) return 1;
+    for (int d = 0; d < a->rank; d++) {{
+        if (a->extents[d] <= 1) continue;
+        int64_t s = (a->strides[d] < 0 ? -a->strides[d] : a->strides[d]) * a->item;
+        int at = n++;
+        for (; at > 0 && size[at - 1] > s; at--) {{
+            size[at] = size[at - 1]; extent[at] = extent[at - 1];
+        }}
+        size[at] = s; extent[at] = a->extents[d];
+    }}
+    int ordered = 1;
+    for (int k = 0; k < n && ordered; k++) {{
+        if (size[k] < span) ordered = 0;
+        else span += size[k] * (extent[k] - 1);
+    }}
+    if (ordered) return 0;
+    int64_t *at = tc_addresses(a);
+    int overlaps = at == NULL;
+    for (int64_t k = 1; at && k < a->count && !overlaps; k++)
+        overlaps = at[k] - at[k - 1] < a->item;
+    free(at);
+    return overlaps;
+}}
+
+/* Whether `a` and `b` have a byte in common, as tclang/arguments.py's shares_memory:
+   disjoint byte ranges do not; where the ranges meet, the elements' addresses are compared
+   (interleaved views such as base[0::2] and base[1::2] do not share), and arrays too
+   large to list count as sharing. */
+static inline int tc_shares_memory(const tc_array *a, const tc_array *b) {{
+    if (a->count <= 0 || b->count <= 0 || a->hi <= b->lo || b->hi <= a->lo) return 0;
+    if (a->lo == b->lo) return 1;
+    int64_t *x = tc_addresses(a), *y = x ? tc_addresses(b) : NULL;
+    int shares = y == NULL;
+    for (int64_t i = 0, j = 0; y && i < a->count && j < b->count && !shares;) {{
+        if (x[i] + a->item <= y[j]) i++;
+        else if (y[j] + b->item <= x[i]) j++;
+        else shares = 1;
+    }}
+    free(x);
+    free(y);
+    return shares;
 }}
 
 static inline void tc_contiguous(int rank, const int64_t *extents, int64_t *strides) {{
