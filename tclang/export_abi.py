@@ -169,8 +169,8 @@ class Wrapper:
                            f"(long long){b.name}_sizes[{dim}]);")
         out.append(f"    if (tc_describe(&arrays[{k}], {b.name}, {rank}, extents + {position}, "
                    f"strides + {position}, {item})) return tc_fail(TCLANG_BAD_SIZES, "
-                   f"\"argument {k + 1} ({b.name}) has more elements, or its strides span "
-                   f"more bytes, than 64 bits count\");")
+                   f"\"argument {k + 1} ({b.name}): its element count, or the bytes its "
+                   f"strides span from its pointer, do not fit 64 bits\");")
         out.append(f"    if (!{b.name} && arrays[{k}].count > 0) "
                    f"return tc_fail(TCLANG_BAD_ARGUMENT, \"{b.name} is NULL\");")
         if self.static:
@@ -337,7 +337,8 @@ static inline int64_t tc_count(int rank, const int64_t *extents) {{
     return n;
 }}
 
-/* Fill `a`; 1 if its element count, or the bytes its strides span, do not fit 64 bits. */
+/* Fill `a`; 1 if its element count, the bytes its strides span, or the addresses they
+   reach from `data` do not fit 64 bits. */
 static inline int tc_describe(tc_array *a, const void *data, int rank, const int64_t *extents,
                               const int64_t *strides, int64_t item) {{
     int64_t low = 0, high = 0, step, first, last;
@@ -352,6 +353,7 @@ static inline int tc_describe(tc_array *a, const void *data, int rank, const int
     }}
     if (__builtin_mul_overflow(low, item, &first) || __builtin_mul_overflow(high, item, &last)
         || __builtin_add_overflow(last, item, &last)) return 1;
+    if (!data) return 0;  /* refused as NULL by the caller */
     if (__builtin_add_overflow((int64_t)(uintptr_t)data, first, &a->lo) || a->lo < 0 ||
         __builtin_add_overflow((int64_t)(uintptr_t)data, last, &a->hi)) return 1;
     return 0;

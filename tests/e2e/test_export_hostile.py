@@ -111,13 +111,15 @@ assert [base[2 * i + 1] for i in range(8)] == [i * 2.0 for i in range(8)], list(
     ("""status = call(name, at(a), ints(2, 4), None, at(b), ints(4, 1), None,
                       at(c), ints(2, 1), ints(0, 1))""", BAD_ARGUMENT, "overlapping"),
     ("""status = call(name, at(a), ints(2, 4), None, at(b), ints(4, 1), None,
+                      None, ints(2, 1), ints(-1, 1))""", BAD_ARGUMENT, "C is NULL"),
+    ("""status = call(name, at(a), ints(2, 4), None, at(b), ints(4, 1), None,
                       at(a, 2), ints(2, 1), None)""", BAD_ARGUMENT, "shares memory with input A"),
     ("""status = call(name, at(a), ints(2, 4), None, at(b), ints(4, 1), None,
                       at(c), ints(2, 1), ints(1, 2))""", OK, ""),  # a transposed output
     ("""status = call(name + "_output_shape", 0, ints(2, 4), ints(4, 1), None)""",
      BAD_ARGUMENT, "shape is NULL"),
-], ids=["null-count-wraps", "null", "stride-bytes-overflow", "zero-stride", "C-in-A",
-        "transposed", "null-shape"])
+], ids=["null-count-wraps", "null", "stride-bytes-overflow", "zero-stride",
+        "null-reversed-output", "C-in-A", "transposed", "null-shape"])
 def test_hostile_matmul_arguments_get_a_status_code(mm, body, expected, message):
     status, said = run(mm, 'name = "tclang_mm"\na, b, c = floats(*[1.0] * 8), '
                            'floats(*[1.0] * 4), floats(*[0.0] * 8)\n' + textwrap.dedent(body))
