@@ -202,7 +202,10 @@ class TuningDatabase:
                 reason = _reason(err)
                 if not _is_damage(err):
                     problem = f"the tuning database {self.path} could not be used ({reason})"
-                elif attempt == 2 or (moved := self._set_aside()) is None:
+                elif attempt == 2:
+                    problem = (f"the tuning database {self.path} is damaged again after a "
+                               f"new one was started ({reason})")
+                elif (moved := self._set_aside()) is None:
                     problem = (f"the tuning database {self.path} is damaged ({reason}) and "
                                "could not be moved aside")
                 elif writing:
