@@ -56,7 +56,10 @@ def modified_in_place(out) -> None:
     The bump is O(1) per tensor (a counter, not a pass over memory); torch is imported only
     when an out= is a tensor, so it already is."""
     outs = out if isinstance(out, (tuple, list)) else (out,)
-    if not any(type(o).__module__.startswith("torch") for o in outs):
+    for o in outs:
+        if type(o).__module__.startswith("torch"):
+            break
+    else:  # (no generator: this runs on every checked call with out=)
         return
     import torch
     from torch.autograd.graph import increment_version
