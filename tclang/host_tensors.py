@@ -4,8 +4,9 @@ the same kind on the way out.
 A call whose inputs include a CPU `torch.Tensor` returns tensors: each NumPy result
 wrapped by `torch.from_numpy`, which shares its memory (no copy). `out=` takes CPU
 tensors (written in place through a NumPy view of their memory, strided ones included)
-and the call returns those same tensor objects. A tensor that requires grad is refused
-with what to do: a kernel call records no gradient. (GPU tensors go to backend='cuda',
+and the call returns those same tensor objects, their version counters bumped as
+PyTorch's in-place operations bump them (modified_in_place). A tensor that requires grad
+is refused with what to do: a kernel call records no gradient. (GPU tensors go to backend='cuda',
 which returns tensors on their device; docs/language.md.) torch is never imported here
 unless the caller passed a tensor.
 """
@@ -44,6 +45,26 @@ def host_view(tensor, what: str, name: str) -> np.ndarray:
         raise TCArgumentError(f"{what} is a tensor NumPy cannot view ({err})",
                               hint="convert it to a float32, float64, float16 or integer "
                                    "tensor") from None
+
+
+def modified_in_place(out) -> None:
+    """Tell autograd that a kernel wrote the out= tensors (CPU or CUDA) in place, as
+    PyTorch's own in-place operations do: bump their version counters, which views and
+    `.detach()` share with the tensor they come from. A tensor autograd saved for a
+    backward (tanh's result, say) and then overwritten through `out=h.detach()` makes that
+    backward raise "modified by an inplace operation" instead of using the new values.
+    The bump is O(1) per tensor (a counter, not a pass over memory); torch is imported only
+    when an out= is a tensor, so it already is."""
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    for o in outs:
+        if type(o).__module__.startswith("torch"):
+            break
+    else:  # (no generator: this runs on every checked call with out=)
+        return
+    import torch
+    from torch.autograd.graph import increment_version
+    # (an inference-mode tensor has no counter: increment_version skips it)
+    increment_version([o for o in outs if isinstance(o, torch.Tensor)])
 
 
 def like_the_caller(result, args: tuple, out):

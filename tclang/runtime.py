@@ -26,7 +26,7 @@ import numpy as np
 
 from tclang import call_records
 from tclang.errors import TCArgumentError, TCError
-from tclang.host_tensors import like_the_caller
+from tclang.host_tensors import like_the_caller, modified_in_place
 from tclang.recent import Recent, max_variants
 from tclang.registry import get_backend
 
@@ -201,12 +201,17 @@ class CompiledKernel:
         for buf in self._scratch:
             shape = tuple(L.evaluate(d, sizes) for d in buf.shape)
             arrays.append(new(buf, shape, buf.name in self._zero))
-        self._c.artifact.run(arrays, [sizes[s] for s in self._c.info.sizes])
-        for target, array in copy_back:
-            if isinstance(target, DeviceArray):
-                get_backend(self.backend).copy(target.obj, array.obj)
-            else:
-                np.copyto(target, array)
+        try:
+            self._c.artifact.run(arrays, [sizes[s] for s in self._c.info.sizes])
+            for target, array in copy_back:
+                if isinstance(target, DeviceArray):
+                    get_backend(self.backend).copy(target.obj, array.obj)
+                else:
+                    np.copyto(target, array)
+        finally:  # (a kernel that fails part way has written some of out= already)
+            if out is not None or given is not None:
+                modified_in_place(out if out is not None else
+                                  tuple(getattr(g, "obj", g) for g in given))
         results = [getattr(r, "obj", r) for r in results]  # device arrays: the user's kind
         return results[0] if len(results) == 1 else tuple(results)
 

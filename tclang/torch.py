@@ -10,6 +10,10 @@
 A call whose inputs require grad runs the forward that also writes what the backward
 reads (`tc.grad`'s saved values, kept by autograd like PyTorch's own saved activations),
 and the backward is `tc.grad`'s generated definition, compiled and cached like any kernel.
+That backward runs as a tclang Function itself, so with `create_graph=True` autograd records
+it and the second derivative is the gradient of the backward definition (and so on, to any
+order); where tc.grad refuses a backward definition, differentiating through it raises
+that refusal, as PyTorch's once_differentiable functions do.
 Tensors go in without a copy (CPU tensors through NumPy views of their memory; CUDA
 tensors with backend="cuda"). PyTorch is an optional extra: importing this module needs
 it, `import tclang` does not (docs/autodiff.md).
@@ -21,6 +25,7 @@ import torch
 
 import tclang
 from tclang.autodiff import Gradient
+from tclang.errors import TCGradError
 
 __all__ = ["function", "Function", "Module"]
 
@@ -41,6 +46,10 @@ class Function:
         self.definition = kernel.definition
         self._gradient: Gradient | None = None
         self._operator = None  # (custom op, outputs): for torch.compile, made on first use
+        # Functions of the backward definition and of the training forward (made on first
+        # use): what makes the backward differentiable (_Apply.backward)
+        self._backward_fn: Function | None = None
+        self._saving_fn: Function | None = None
 
     def custom_op(self):
         """The kernel as a torch.library custom operator with its gradient registered
@@ -69,47 +78,154 @@ class Function:
             outputs = op(*inputs)
             outputs = outputs[:n] if isinstance(outputs, tuple) else (outputs,)
             return outputs[0] if n == 1 else tuple(outputs)
-        if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad
-                                           for x in inputs):
-            outputs = _Apply.apply(self, *inputs)
-            return outputs[0] if len(outputs) == 1 else outputs
-        return self.kernel(*(x.detach() if isinstance(x, torch.Tensor) else x
-                             for x in inputs))
+        outputs = _apply(self, inputs)[:len(self.definition.outputs)]
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    @property
+    def backward_function(self) -> "Function":
+        """The backward definition (`self.gradient.source`) as a Function: what the
+        backward runs, differentiable in its turn."""
+        if self._backward_fn is None:
+            self._backward_fn = Function(self.gradient._backward)
+        return self._backward_fn
+
+    @property
+    def saving_function(self) -> "Function":
+        """The training forward (outputs, then the values the backward reads) as a
+        Function: its gradient takes the saved values' gradients too (double backward)."""
+        if self._saving_fn is None:
+            self._saving_fn = self if self.gradient._forward is self.kernel else \
+                Function(self.gradient._forward)
+        return self._saving_fn
 
     def __repr__(self) -> str:
         return f"<tclang.torch.Function {self.definition.signature()}>"
 
 
+def _recording(inputs) -> bool:
+    """Whether autograd records a call on these inputs."""
+    return torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad
+                                           for x in inputs)
+
+
+def _results(g: Gradient, outputs, saved: dict) -> tuple:
+    """A training forward's results in its definition's order: the outputs, then the
+    saved values that are not outputs."""
+    return tuple(outputs) + tuple(saved[s.name] for s in g.plan.saved if not s.is_output)
+
+
+def _apply(fn: Function, inputs) -> tuple:
+    """Every result of fn's training forward (its outputs, then the values its backward
+    reads), recorded by autograd when an input requires grad; else the kernel's outputs."""
+    if _recording(inputs):
+        return _Apply.apply(fn, *inputs)
+    outputs = fn.kernel(*(x.detach() if isinstance(x, torch.Tensor) else x for x in inputs))
+    return outputs if isinstance(outputs, tuple) else (outputs,)
+
+
+def _differentiate(fn: Function, parent: Function, args) -> tuple:
+    """Run fn (a backward definition) on args, differentiably where autograd records
+    (create_graph=True). When tc.grad refuses fn's definition, the result is recorded by
+    _Refused instead: differentiating it again raises that refusal, never a silent zero."""
+    if _recording(args):
+        try:
+            fn.gradient
+        except TCGradError as err:
+            return _Refused.apply(fn, parent, err, *args)
+    return _apply(fn, args)[:len(fn.definition.outputs)]
+
+
 class _Apply(torch.autograd.Function):
+    """One call of fn's training forward. Its results are the outputs and then the saved
+    values (the caller sees the outputs): the backward reads both, and a double backward
+    sends gradients to both, so both must be outputs of this node."""
+
     @staticmethod
     def forward(ctx, fn: Function, *inputs):
         g = fn.gradient
-        detached = tuple(x.detach() for x in inputs)
-        outputs, saved = g.forward(*detached)
+        outputs, saved = g.forward(*(x.detach() for x in inputs))
+        results = _results(g, outputs, saved)
         ctx.fn = fn
-        ctx.saved_names = tuple(saved)
-        ctx.save_for_backward(*detached, *saved.values())
-        for out, t in zip(outputs, fn.definition.outputs):
-            if not t.dtype.is_float:
-                ctx.mark_non_differentiable(out)
-        return tuple(outputs)
+        # the inputs as given and the results as returned: in a double backward they are
+        # what connects the backward's own graph to this one
+        ctx.save_for_backward(*inputs, *results)
+        ctx.set_materialize_grads(False)  # None: a result the loss does not use
+        ctx.mark_non_differentiable(*(r for r in results if not r.is_floating_point()))
+        return results
 
     @staticmethod
-    def backward(ctx, *output_grads):
+    def backward(ctx, *grads):
         fn: Function = ctx.fn
         g = fn.gradient
         n = len(fn.definition.inputs)
-        tensors = tuple(t.detach() for t in ctx.saved_tensors)  # outputs come back tracked
-        inputs, saved = tensors[:n], dict(zip(ctx.saved_names, tensors[n:]))
-        names = [t.name for t in fn.definition.outputs]
-        # (autograd materializes the gradient of an output the loss does not use: zeros)
-        seeds = [output_grads[names.index(name)].detach() for name in g.output_names]
-        grads = g.backward(inputs, saved, tuple(seeds))
-        by_name = dict(zip(g.wrt, grads))
-        needed = ctx.needs_input_grad[1:]
-        result = [by_name.get(t.name) if need else None
-                  for t, need in zip(fn.definition.inputs, needed)]
-        return (None, *result)
+        tensors = ctx.saved_tensors
+        inputs, results = tensors[:n], tensors[n:]
+        n_out = len(fn.definition.outputs)
+        if all(d is None for d in grads[n_out:]):
+            # (the first derivative: nothing reads the saved values but the backward)
+            seeds = _seeds(g, fn.definition.outputs, results, grads)
+            _, saved = g.split(results)
+            args = (*inputs, *(saved[s.name] for s in g.plan.saved), *seeds)
+            by_name = dict(zip(g.wrt, _differentiate(fn.backward_function, fn, args)))
+        else:
+            # a double backward also sends gradients to the saved values: the gradient of
+            # the training forward (its outputs and saved values alike) gives theirs
+            by_name = _saving_gradient(fn, inputs, results, grads)
+        return (None, *(by_name.get(t.name) if need else None
+                        for t, need in zip(fn.definition.inputs, ctx.needs_input_grad[1:])))
+
+
+def _seeds(g: Gradient, outputs, results, grads) -> list:
+    """The output gradients g's backward takes, zeros where autograd gave none."""
+    names = [t.name for t in outputs]
+    seeds = []
+    for name in g.output_names:
+        k = names.index(name)
+        seeds.append(grads[k] if grads[k] is not None else torch.zeros_like(results[k]))
+    return seeds
+
+
+def _saving_gradient(fn: Function, inputs, results, grads) -> dict:
+    """The input gradients given gradients of every result of fn's training forward, by
+    input name: the backward of that forward's own definition (tc.grad of it), run
+    differentiably like any backward."""
+    saving = fn.saving_function
+    g2 = saving.gradient
+    definition = saving.definition
+    if all(s.is_output for s in g2.plan.saved):
+        found = dict(zip((t.name for t in definition.outputs), results))
+        saved = [found[s.name] for s in g2.plan.saved]
+    else:  # it reads values the first forward did not keep: its own training forward
+        if _recording(inputs):
+            results2 = _Apply.apply(saving, *inputs)
+        else:
+            outputs, values = g2.forward(*(x.detach() for x in inputs))
+            results2 = _results(g2, outputs, values)
+        _, values = g2.split(results2)
+        saved = [values[s.name] for s in g2.plan.saved]
+    seeds = _seeds(g2, definition.outputs, results, grads)
+    args = (*inputs, *saved, *seeds)
+    return dict(zip(g2.wrt, _differentiate(saving.backward_function, saving, args)))
+
+
+class _Refused(torch.autograd.Function):
+    """A backward definition that tc.grad cannot differentiate, run and recorded so that
+    differentiating it (a double backward) raises tc.grad's refusal: PyTorch's
+    once_differentiable behaviour, with the reason."""
+
+    @staticmethod
+    def forward(ctx, fn: Function, parent: Function, error: TCGradError, *args):
+        ctx.error = TCGradError(
+            f"the backward of {parent.definition.name} ({fn.definition.name}, recorded by "
+            f"create_graph=True) has no gradient: {error.message}", error.span,
+            error.source, hint="differentiate it once (without create_graph=True through "
+                               "it), or write the operation with differentiable builtins")
+        results = fn.kernel(*(x.detach() for x in args))
+        return results if isinstance(results, tuple) else (results,)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise ctx.error
 
 
 class Module(torch.nn.Module):

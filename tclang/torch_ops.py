@@ -23,6 +23,7 @@ import hashlib
 import torch
 
 from tclang.autodiff import sizes_of
+from tclang.errors import TCGradError
 from tclang.lang.program import Definition
 
 _REGISTERED: dict[str, tuple] = {}
@@ -31,7 +32,6 @@ _REGISTERED: dict[str, tuple] = {}
 def operators(fn) -> tuple:
     """(forward op, number of outputs) for a tclang.torch.Function, registered once. A
     definition without a gradient (integer outputs only, ...) gets the forward alone."""
-    from tclang.errors import TCGradError
     try:
         g = fn.gradient
     except TCGradError:
@@ -86,6 +86,18 @@ def operators(fn) -> tuple:
     def _(*args):
         by_name = dict(zip(names_in, args))
         return _one_or_tuple(tuple(torch.empty_like(by_name[x]) for x in g.wrt))
+
+    def refuse_twice(ctx, *grads):
+        """Differentiating the backward operator (create_graph=True through it): refused
+        with what works instead, not PyTorch's "no autograd formula was registered"."""
+        raise TCGradError(
+            f"the custom operator tclang::{defn.name}_grad_{digest} (the backward of "
+            f"{defn.name}, for torch.compile) has no gradient of its own: a double backward "
+            "through tclang functions runs eagerly",
+            hint="call the function outside torch.compile for create_graph=True "
+                 "(torch.compile's AOTAutograd does not support double backward either)")
+
+    backward.register_autograd(refuse_twice, setup_context=lambda ctx, inputs, output: None)
 
     def setup_context(ctx, inputs, output):
         _, values = g.split(_as_tuple(output))

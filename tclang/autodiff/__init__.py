@@ -14,7 +14,7 @@ and `g(*inputs, *output_grads)` does both. `g.source` is the backward definition
 from __future__ import annotations
 
 from tclang.autodiff.adjoint import GradientSource, build
-from tclang.errors import TCArgumentError
+from tclang.errors import TCArgumentError, TCError, TCGradError
 
 __all__ = ["Gradient", "build", "GradientSource", "sizes_of"]
 
@@ -56,7 +56,14 @@ class Gradient:
         def kernel_of(text: str, name: str):
             if text == self.definition.source and name == self.definition.name:
                 return kernel
-            return Module(check_source(text), module.backend, module.options)[name]
+            try:
+                program = check_source(text)
+            except TCError as err:  # generated text that does not check is tclang's fault
+                raise TCGradError(f"the training forward of {self.definition.name} does not "
+                                  f"check ({getattr(err, 'message', err)}); please report it "
+                                  "with the definition", self.definition.span,
+                                  self.definition.source) from None
+            return Module(program, module.backend, module.options)[name]
 
         self._forward = kernel_of(self.plan.forward, self.plan.forward_name)
         self._backward = kernel_of(self.plan.backward, self.plan.backward_name)

@@ -40,7 +40,7 @@ from tclang.lang import sizes as Z
 from tclang.lang.affine import Affine, Div
 from tclang.autodiff import derivatives as D
 from tclang.autodiff.source_text import Raw, source
-from tclang.dtypes import DType
+from tclang.dtypes import DType, promote
 from tclang.errors import TCGradError, TCSemanticError
 from tclang.lang.passes.rewrite import rewrite_bottom_up
 from tclang.lang.program_text import type_name
@@ -535,6 +535,15 @@ class _Builder:
 
     def _emit(self, target: str, lhs, expr, index_text, ranges, always, reduces,
               override=None, comment="") -> None:
+        version = self.versions.get(target[2:]) if target.startswith("d:") else None
+        if version is not None and version.dtype.is_float and expr.dtype.is_float:
+            # a narrower tensor read in wider arithmetic (float32 A in A(i) * B(i) with
+            # double B) gets a wider contribution: its gradient has A's type, as PyTorch's
+            # has, so the contribution is rounded to it (the language never narrows by
+            # itself)
+            want = version.dtype.compute
+            if promote(expr.dtype, want).compute != want:
+                expr = P.Cast(expr, want)
         if target not in self.written:
             op = ("+=!" if reduces else "=")
             self.written.add(target)
@@ -640,8 +649,8 @@ class _Builder:
             return defn.source
         lines = [f"def {name}({', '.join(_param(t) for t in defn.inputs)}) -> "
                  f"({', '.join([_output(t) for t in defn.outputs] + extra)}) {{"]
-        for k, s in enumerate(defn.statements):
-            lines.append("    " + " ".join(s.text.split()))
+        for k, text in enumerate(_statement_texts(defn)):
+            lines.append("    " + text)
             if k in copies:
                 tensor, copy = copies[k]
                 v = self.versions[self.made[k]]
@@ -849,6 +858,38 @@ def _div_text(d: Div) -> str:
     op = "/" if d.kind == "div" else "%"
     return f"({_affine_text(d.inner)}) {op} {d.divisor}" if len(d.inner.terms) + \
         (d.inner.offset.constant != 0) > 1 else f"{_affine_text(d.inner)} {op} {d.divisor}"
+
+
+def _statement_texts(defn: P.Definition) -> list[str]:
+    """Each statement as written, on one line, its where clause included: the training
+    forward repeats the definition's statements, and `Statement.text` ends with the right
+    side (a range or a `where x = ...` it needs would be lost, and the copy would not
+    check). A statement runs from its target to the next statement's target (the last to
+    the definition's closing brace); comments and a closing `;` are dropped."""
+    src = defn.source
+    starts = [0]
+    for line in src.split("\n")[:-1]:
+        starts.append(starts[-1] + len(line) + 1)
+
+    def offset(line: int, column: int) -> int:
+        return starts[line - 1] + column - 1
+
+    texts = []
+    statements = defn.statements
+    for k, s in enumerate(statements):
+        begin = offset(s.span.line, s.span.column)
+        if k + 1 < len(statements):
+            nxt = statements[k + 1].span
+            text = _without_comments(src[begin:offset(nxt.line, nxt.column)])
+        else:  # the language has no braces inside a statement: the first one ends the body
+            text = _without_comments(src[begin:])
+            text = text[:text.index("}")]
+        texts.append(" ".join(text.split()).rstrip(";").rstrip())
+    return texts
+
+
+def _without_comments(text: str) -> str:
+    return re.sub(r"#[^\n]*", "", text)
 
 
 def _shape_text(shape) -> str:

@@ -201,3 +201,40 @@ def test_explain_prints_the_backward(tmp_path, capsys):
     assert main(["explain", str(path), "--entry", "mm", "--grad"]) == 0
     out = capsys.readouterr().out
     assert "dA(m, k) +=! dC(m, n) * B(k, n)" in out
+
+
+def test_the_training_forward_keeps_each_statements_where_clause():
+    """The training forward repeats the definition's statements: a `where` clause (here a
+    named value, and a comment with a brace in it) must come along, or it does not check
+    (it did not: Statement.text ends with the right side)."""
+    source = """def f(float(N) X) -> (Y) {
+        Y(i) = X(i) * s   # twice } X
+            where s = 2.0; Y(i) = Y(i) * Y(i)
+    }"""
+    g = tc.grad(tc.define(source).f)
+    assert "Y(i) = X(i) * s where s = 2.0" in g.forward_source, g.forward_source
+    x = np.arange(4, dtype=np.float32)
+    np.testing.assert_allclose(g(x, np.ones(4, np.float32)), 8 * x)
+
+
+def test_a_float32_input_in_double_arithmetic_gets_a_float32_gradient():
+    """dA = dY * B is double where A is float32: the contribution is rounded to A's type
+    (the backward did not check: the language never narrows by itself)."""
+    g = tc.grad(tc.define("def f(float(N) A, double(N) B) -> (Y) { Y(i) = A(i) * B(i) }").f)
+    A, B = np.ones(3, np.float32), np.arange(3.0)
+    dA, dB = g(A, B, np.full(3, 2.0))
+    assert dA.dtype == np.float32 and dB.dtype == np.float64
+    np.testing.assert_array_equal(dA, 2 * B)
+    np.testing.assert_array_equal(dB, 2 * A)
+
+
+def test_a_generated_training_forward_that_does_not_check_is_a_grad_error(monkeypatch):
+    """Generated text is tclang's: if it fails to check, tc.grad says so as a TCGradError
+    (which tclang.torch turns into a refusal at double-backward time), not as a semantic
+    error about a line the user never wrote."""
+    import tclang.autodiff.adjoint as adjoint
+    monkeypatch.setattr(adjoint, "_statement_texts",
+                        lambda defn: [s.text for s in defn.statements])  # where clauses lost
+    source = "def f(float(N) X) -> (Y) {\n Y(i) = X(i) * s where s = 2.0\n Y(i) = Y(i) * Y(i)\n}"
+    with pytest.raises(tc.TCGradError, match="training forward of f does not check"):
+        tc.grad(tc.define(source).f)

@@ -215,3 +215,18 @@ def test_cubins_come_back_from_the_disk_cache(tmp_path):
     assert [r.stdout.strip() for r in runs] == ["compiled", "disk"]
     from backends.cuda.backend import CudaBackend
     assert "sm_" in CudaBackend().target().arch and "cuda" in CudaBackend().target().arch
+
+
+def test_cuda_out_tensors_get_their_version_bumped():
+    """As on the CPU (tests/e2e/test_torch_interop.py): an out= tensor autograd saved makes
+    its backward raise, on the checked path and on the hot path of a repeat call."""
+    torch = pytest.importorskip("torch")
+    kernel = tclang.define("def plus(float(N) X) -> (Y) { Y(i) = X(i) + 1.0 }",
+                           backend="cuda").plus
+    x = torch.randn(5, device="cuda", requires_grad=True)
+    for _ in range(2):  # checked in full, then the hot path
+        h = torch.tanh(x)
+        kernel(x.detach(), out=h.detach())
+        assert h._version == 1
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            h.sum().backward()

@@ -72,3 +72,63 @@ def test_wrong_dtypes_and_unviewable_tensors_are_argument_errors():
         tc.define(MM).mm(torch.randn(2, 3, dtype=torch.float64), torch.randn(3, 2))
     with pytest.raises(tc.TCArgumentError, match="NumPy cannot view"):
         tc.define(MM).mm(torch.randn(2, 3).bfloat16(), torch.randn(3, 2))
+
+
+TANH_LIKE = "def plus(float(N) X) -> (Y) { Y(i) = X(i) + 1.0 }"
+GATHER = "def pick(float(E) T, int32(N) Ids) -> (O) { O(i) = T(Ids(i)) }"
+
+
+def test_out_into_a_tensor_autograd_saved_makes_its_backward_raise():
+    """tanh saves its result for the backward; writing it through out=h.detach() (which
+    shares h's memory and version counter) must bump the counter as PyTorch's in-place
+    ops do, so the backward raises instead of using the new values (it used them)."""
+    kernel = tc.define(TANH_LIKE).plus
+    x = torch.randn(5, requires_grad=True)
+    h = torch.tanh(x)
+    kernel(x.detach(), out=h.detach())
+    assert h._version == 1
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        h.sum().backward()
+    # the same through a CompiledKernel, and through a strided out= (written by a copy)
+    h = torch.tanh(x)
+    kernel.compile(x.detach())(x.detach(), out=h.detach())
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        h.sum().backward()
+    wide = torch.randn(10, requires_grad=True)
+    h = torch.tanh(wide)
+    kernel(x.detach(), out=h.detach()[::2])  # a view shares the counter too
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        h.sum().backward()
+
+
+def test_out_tensors_nobody_saved_still_work_and_each_call_counts():
+    kernel = tc.define(MOMENTS).moments
+    x = torch.randn(4, 6)
+    mean, var = torch.empty(4), torch.empty(4)
+    for k in range(1, 3):
+        assert kernel(x, out=(mean, var)) == (mean, var)
+        assert mean._version == var._version == k
+    torch.testing.assert_close(mean, x.mean(1))
+    with torch.inference_mode():  # no version counter: nothing to bump, no error
+        y, out = torch.randn(3), torch.empty(3)
+        tc.define(TANH_LIKE).plus(y, out=out)
+    torch.testing.assert_close(out, y + 1)
+    w = torch.randn(3, requires_grad=True)
+    loss = (w * 2).sum()  # a graph that saved nothing tclang wrote
+    tc.define(TANH_LIKE).plus(torch.randn(3), out=torch.empty(3))
+    loss.backward()
+    torch.testing.assert_close(w.grad, torch.full((3,), 2.0))
+
+
+def test_a_call_that_fails_part_way_still_counts_as_a_write():
+    """A gather out of range stops the kernel after it may have written part of out=."""
+    out = torch.zeros(3)
+    with pytest.raises(tc.TCIndexError):
+        tc.define(GATHER).pick(torch.ones(4), torch.tensor([0, 9, 1], dtype=torch.int32),
+                               out=out)
+    assert out._version == 1
+    wrong = torch.zeros(2)
+    with pytest.raises(tc.TCArgumentError):  # refused before running: nothing written
+        tc.define(GATHER).pick(torch.ones(4), torch.tensor([0, 1, 1], dtype=torch.int32),
+                               out=wrong)
+    assert wrong._version == 0
