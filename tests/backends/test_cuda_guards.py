@@ -166,6 +166,26 @@ def test_causal_attention_matches_numpy(t):
     np.testing.assert_allclose(got, _causal(q, k, v), rtol=1e-4, atol=1e-5)
 
 
+@emulated
+@pytest.mark.parametrize("guard,keep", [
+    ("k >= 2 && k < C - 3", lambda k, c: (k >= 2) & (k < c - 3)),  # a bound on k: jammed
+    ("k % 3 != 1", lambda k, c: k % 3 != 1),  # holes: a test inside the reduction loop
+], ids=["bounds", "holes"])
+def test_guarded_contractions_in_register_tiles(guard, keep):
+    """32x128 tiles, 16 points a thread: the guard on k alone keeps the jammed reduction
+    loop (its bounds are the same for every point) or leaves it for a plain one."""
+    source = (f"def f(float(R,C) A, float(C,N) B) -> (O) {{ O(m, n) +=! ({guard}) ? "
+              "A(m, k) * B(k, n) : 0.0 where m in 0:R, k in 0:C, n in 0:N }")
+    rng = np.random.default_rng(7)
+    a = rng.uniform(-1, 1, (32, 37)).astype(np.float32)
+    b = rng.uniform(-1, 1, (37, 128)).astype(np.float32)
+    kernel = tc.define(source, backend=CUDA, options=Options(tile=(32, 128, 32))).f
+    if "%" not in guard:
+        assert "16 points jammed into one reduction loop" in kernel.compile(a, b).source
+    want = (a.astype(np.float64) * keep(np.arange(37), 37)) @ b.astype(np.float64)
+    np.testing.assert_allclose(kernel(a, b), want, rtol=1e-4, atol=1e-4)
+
+
 def _domain_instances(source: str, entry: str, sizes: dict[str, int], options: Options):
     """(the GPU kernel's loop IR, every instance of each statement its domain holds)."""
     collect: dict[str, str] = {}
@@ -195,6 +215,7 @@ def test_the_mapping_runs_exactly_the_domain(name):
             else ({"T": 33, "D": 2, "E": 3},):
         kernel, domain = _domain_instances(source, entry, sizes, Options())
         ran = executed_instances(kernel)
+        assert {sid for sid in ran if sid[0] in "IS"} <= set(domain), name
         for sid, points in domain.items():
             got = Counter(ran.get(sid, ()))
             if sid.startswith("I") and not got:
@@ -204,6 +225,7 @@ def test_the_mapping_runs_exactly_the_domain(name):
 
 
 def test_a_shape_generic_full_reduction_runs_exactly_the_domain():
+    """Compiled for all sizes, the block's loops and the guard use the size values."""
     kernel, domain = _domain_instances(PROGRAMS["full"][0], "f", {"R": 35, "C": 34},
                                        Options())
     generic = schedule_definition(check_source(PROGRAMS["full"][0])["f"], None,
@@ -214,14 +236,15 @@ def test_a_shape_generic_full_reduction_runs_exactly_the_domain():
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 def test_guarded_cuda_compiles_with_nvcc():
-    """Every program's CUDA (specialized, and shape-generic for a sample), in one
-    translation unit, compiled for sm_80 and sm_90 as tests/backends/test_cuda_codegen.py
-    compiles the corpus."""
-    programs = [(source, "f") for source, _, _ in PROGRAMS.values()] + [(CAUSAL, "causal")]
+    """Every program's CUDA (specialized; shape-generic too for a full reduction and a
+    guard on the sizes), in one translation unit, compiled for sm_80 and sm_90 as
+    tests/backends/test_cuda_codegen.py compiles the corpus."""
+    programs = [(name, source, "f") for name, (source, _, _) in PROGRAMS.items()]
     parts = [PRELUDE]
-    for k, (source, entry) in enumerate(programs):
+    for name, source, entry in programs + [("causal", CAUSAL, "causal")]:
         sizes = {"T": 33, "D": 4, "E": 4} if entry == "causal" else {"R": 33, "C": 40}
-        for options in (Options(), Options(specialize=False)) if k % 4 == 0 else (Options(),):
+        generic = name in ("full", "sizes")
+        for options in (Options(), Options(specialize=False)) if generic else (Options(),):
             case = SimpleNamespace(source=source, entry=entry, shapes=(sizes,))
             text = _source(case, options)
             parts.append(text[len(PRELUDE):].replace("tclang_", f"tclang_g{len(parts)}_"))
