@@ -29,6 +29,7 @@ import islpy as isl
 from polyhedral.isl_context import compilation_context
 
 from polyhedral.dependences import Dependences
+from polyhedral.isl_callbacks import sets
 from polyhedral.scop import Scop
 from tclang.forked_server import ForkedServer, RequestFailed, ServerError, ServerTimeout
 from tclang.recent import Recent
@@ -226,8 +227,7 @@ def original_schedule(scop: Scop) -> isl.Schedule:
 
 
 def _statement_domain(scop: Scop, sid: str) -> isl.UnionSet | None:
-    found = []
-    scop.domain.foreach_set(lambda s: found.append(s) if s.get_tuple_name() == sid else None)
+    found = [s for s in sets(scop.domain) if s.get_tuple_name() == sid]
     return isl.UnionSet.from_set(found[0]) if found else None
 
 
