@@ -172,8 +172,9 @@ def test_ctrl_c_at_random_moments_of_isls_ast_builds(tmp_path):
 
 @pytest.mark.slow
 def test_ctrl_c_at_random_moments_of_40_compiles(tmp_path):
-    """Ctrl-C anywhere in 40 distinct cold compiles, five seeds, and ten more near the AST builds (5 min on the shared 2-core machine). Before: one
-    interrupt in about 60 was lost or crashed the process."""
+    """Ctrl-C anywhere in 40 distinct cold compiles, five seeds, and five more seeds near
+    the AST builds (5 min on the shared 2-core machine). Before: one interrupt in about
+    60 was lost or crashed the process."""
     interrupt_at_random(tmp_path / "compile", range(5), 40, 0.12, "compile")
     interrupt_at_random(tmp_path / "loops", range(5, 10), 40, 0.03, "loops")
 
