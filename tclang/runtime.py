@@ -27,6 +27,7 @@ import numpy as np
 from tclang import call_records
 from tclang.errors import TCArgumentError, TCError
 from tclang.host_tensors import like_the_caller
+from tclang.locks import fork_safe
 from tclang.recent import Recent, max_variants
 from tclang.registry import get_backend
 
@@ -547,7 +548,7 @@ class Kernel:
         self.name = name
         limit = max_variants()
         self._compiled = Recent(limit)  # what the code depends on -> CompiledKernel
-        self._lock = threading.Lock()
+        self._lock = fork_safe(threading.Lock())  # held for a whole compile
         # the hot path: a call like one already checked in full -> (CompiledKernel, what
         # running it again needs)
         self._hot = HotCalls(expected, out_dtypes)

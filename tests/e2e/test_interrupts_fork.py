@@ -223,6 +223,72 @@ def test_a_forked_child_calls_and_compiles():
     assert out[:3] == ["child exit 0", "True", "True"]
 
 
+def chain_source(statements: int) -> str:
+    """A kernel of `statements` statements, each reading the last two: its compile takes a
+    while (the scheduling process, LLVM), the window the next test forks in."""
+    lines = ["T1(i, j) = X(i, j) * 0.5", "T2(i, j) = T1(i, j) + X(j, i)"]
+    lines += [f"T{k}(i, j) = T{k - 1}(i, j) * 0.5 + T{k - 2}(j, i)"
+              for k in range(3, statements)]
+    lines.append(f"Y(i, j) +=! T{statements - 1}(i, k) * T{statements - 2}(k, j)")
+    return "def chain(float(N, N) X) -> (Y) {\n  " + "\n  ".join(lines) + "\n}"
+
+
+FORK_WHILE_COMPILING = """
+    import os, sys, threading, time
+    import numpy as np
+    import tclang as tc
+
+    SOURCE, STATEMENTS = {source!r}, {statements}
+    x = np.random.default_rng(0).random((16, 16), np.float32)
+
+    def expected():
+        t = [None, x * 0.5]
+        t.append(t[1] + x.T)
+        for k in range(3, STATEMENTS):
+            t.append(t[k - 1] * 0.5 + t[k - 2].T)
+        return t[-1] @ t[-2]
+
+    tc.define("def warm(float(N) A) -> (B) {{ B(i) = A(i) * 2.0 }}").warm(x[0])  # imports
+    limit = sys.getrecursionlimit()
+    kernel = tc.define(SOURCE).chain
+    results = []
+    worker = threading.Thread(target=lambda: results.append(kernel(x)))
+    worker.start()
+    # the worker compiles, holding the kernel's lock, inside the compile's recursion room
+    while not (kernel._lock.locked() and sys.getrecursionlimit() > limit):
+        time.sleep(0.0002)
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            ok = np.allclose(kernel(x), expected(), rtol=1e-4)
+            code = 0 if ok and sys.getrecursionlimit() == limit else 2
+        finally:
+            os._exit(code)
+    for _ in range(1200):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            print("child exit", os.waitstatus_to_exitcode(status))
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        print("child hung")
+    worker.join()
+    print(bool(np.allclose(results[0], expected(), rtol=1e-4)))
+"""
+
+
+def test_fork_while_another_thread_compiles():
+    """The child calls (so compiles) the kernel that a thread of the parent was compiling
+    when the main thread forked. Before: the child waited forever on the kernel's lock,
+    inherited held by a thread the child does not have (and, that lock released, kept the
+    compile's raised recursion limit for its life: the other thread never left the room)."""
+    out = run_script(FORK_WHILE_COMPILING.format(source=chain_source(12), statements=12))
+    assert out.split("\n")[:2] == ["child exit 0", "True"]
+
+
 POOL = """
     import multiprocessing, sys
     import numpy as np

@@ -37,6 +37,7 @@ import threading
 from pathlib import Path
 
 from tclang.atomic_files import atomic_path, write_atomic
+from tclang.locks import fork_safe
 
 HEADER = Path(__file__).with_name("tclang_cuda_emulation.h")
 BASE_FLAGS = ("-std=c++17", "-O1", "-fPIC", "-shared", "-pthread", "-Wno-unknown-pragmas",
@@ -125,7 +126,7 @@ def _stub_dir(cache: Path) -> Path:
 
 
 _loaded: dict[str, ctypes.CDLL] = {}
-_lock = threading.Lock()
+_lock = fork_safe(threading.Lock())
 
 
 def compile_emulated(source: str, *, cache_dir: str | os.PathLike | None = None,
