@@ -111,14 +111,13 @@ class ForkedServer:
             except _Died as died:  # a fresh process, sent the same request once more
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
-                    raise ServerTimeout(f"the {self.name} ran past {limit:g} s "
-                                        f"({died.how})") from None
+                    raise ServerTimeout(f"the {self.name} ran past {limit:g} s (its process "
+                                        f"died: {died.how})") from None
                 try:
                     status, payload = self._attempt(request, deadline, limit)
                 except _Died as again:
-                    too = " too" if again.how == died.how else ""
-                    raise ServerDied(f"the {self.name} process {died.how} while working, and "
-                                     f"a fresh one {again.how}{too}", again.signal) from None
+                    raise ServerDied(f"the {self.name} process died ({died.how}), and so did "
+                                     f"a fresh one ({again.how})", again.signal) from None
             self.served += 1
             if self.max_requests is not None and self.served >= self.max_requests:
                 self._stop()
@@ -194,9 +193,9 @@ class ForkedServer:
         self._drop()
 
     def _ended(self) -> tuple[str, int | None]:
-        """How the process that closed its end of the pipe ended ("was killed by signal 9
-        (SIGKILL)", "exited with status 1", "died"), and its signal; it is reaped, after
-        a second at most (then killed: it closed the pipe but lingered)."""
+        """How the process that closed its end of the pipe ended ("killed by SIGKILL,
+        signal 9", "exited with status 1", "how, unknown"), and its signal; it is reaped,
+        after a second at most (then killed: it closed the pipe but lingered)."""
         status = None
         try:
             for _ in range(100):
@@ -209,15 +208,15 @@ class ForkedServer:
             pass  # reaped by someone else (os.wait in the application)
         if status is None:
             self._stop()
-            return "died", None
+            return "how, unknown", None
         self._drop()
         if os.WIFSIGNALED(status):
             number = os.WTERMSIG(status)
             try:
                 name = signal.Signals(number).name
             except ValueError:
-                name = "unknown"
-            return f"was killed by signal {number} ({name})", number
+                name = "an unknown signal"
+            return f"killed by {name}, signal {number}", number
         return f"exited with status {os.waitstatus_to_exitcode(status)}", None
 
     def _drop(self) -> None:

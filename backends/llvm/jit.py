@@ -111,11 +111,12 @@ def _ask(request: tuple):
         except ServerDied as died:  # twice: the server tried a fresh process once
             if died.signal == signal.SIGKILL:  # not LLVM's doing: nothing to report
                 raise TCCompileError(
-                    f"{died}: out of memory? (the OOM killer ends processes with SIGKILL; "
-                    "`dmesg` says whether it did) Free memory and compile again, or split "
-                    "the definition into smaller ones") from None
-            raise TCCompileError(f"{died}, optimizing the generated IR: LLVM crashed; please "
-                                 "report it with the definition, and try "
+                    f"{died} while optimizing the generated IR: out of memory? (the OOM "
+                    "killer ends processes with SIGKILL; `dmesg` says whether it did) Free "
+                    "memory and compile again, or split the definition into smaller ones") \
+                    from None
+            raise TCCompileError(f"{died} while optimizing the generated IR: LLVM crashed; "
+                                 "please report it with the definition, and try "
                                  "Options(vectorize=False)") from None
         except ServerError as failure:  # it could not be reached at all
             raise TCCompileError(f"{failure} while optimizing the generated IR: please "
