@@ -12,14 +12,14 @@ inside isl, so:
 - what isl can give as a list is read as one, with no callback at all (`sets`, `maps`,
   `pw_affs`, `descendants`);
 - every other callback (`pieces`, `map_bottom_up`, `build_ast`) runs inside a
-  `Callbacks` region: the region defers SIGINT (its
-  Python handler swapped, on the main thread only, for one that records the signal) and
-  `guard` wraps each callback so that whatever it raises is kept and isl gets a harmless
-  answer; when isl has returned, the region puts the previous handler back, runs it for a
-  deferred SIGINT (KeyboardInterrupt, by default) and raises what a callback raised.
+  `Callbacks` region: the region defers SIGINT (its Python handler swapped, on the main
+  thread only, for one that records the signal) and `guard` wraps each callback so that
+  whatever it raises is kept and isl gets a harmless answer; when isl has returned, the
+  region puts the previous handler back, runs it for a deferred SIGINT
+  (KeyboardInterrupt, by default) and raises what a callback raised.
 
-tests/polyhedral/test_isl_callbacks.py checks that no other module of polyhedral/ calls
-an isl method that takes a callback.
+tests/polyhedral/test_isl_callbacks.py checks that no other module (of polyhedral/,
+tclang/ or backends/) calls an isl method that takes a callback.
 """
 
 from __future__ import annotations

@@ -12,7 +12,11 @@ That is safe because of what these locks guard: state that is whole between two 
 bytecodes (an OrderedDict's entries, a counter: the forking thread holds the GIL), or
 work whose result is published only once it is done (a compiled kernel is stored in its
 map after the compile, the thread pool's runtime once linked). The child sees that state
-as the other thread left it between two steps, and does the unfinished work itself.
+as the other thread left it between two steps, and does the unfinished work itself. One
+caveat: LLVM's lock (backends/llvm/codegen.py) held at the fork means another thread was
+inside LLVM in this process (the MCJIT loader, or optimizing where no helper could be
+forked), whose state the child then inherits torn; the child needs in-process LLVM only
+for those same rare paths, and a crash there says more than waiting forever.
 
 Left alone, with reasons: `ForkedServer.lock` is replaced by the server's own at-fork hook,
 which forgets the parent's helper process too (tclang/forked_server.py); the recursion-room
