@@ -32,7 +32,7 @@ def callback_methods() -> set[str]:
 
 
 def test_only_isl_callbacks_hands_isl_a_callback():
-    """Before: 16 calls in 10 modules of polyhedral/ (foreach_set, foreach_piece, the AST
+    """Before: 21 calls in 10 modules of polyhedral/ (foreach_set, foreach_piece, the AST
     builder's before_each_for, ...), any of which a Ctrl-C could land in."""
     names = callback_methods()
     found = []
