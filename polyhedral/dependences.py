@@ -38,6 +38,7 @@ from functools import cached_property
 import islpy as isl
 
 from polyhedral.scop import Scop
+from polyhedral.isl_callbacks import maps, sets
 
 FLOW_OPERATIONS_PER_STATEMENT = 500_000
 """isl's exact dataflow analysis, past this many counted operations per statement, gives
@@ -137,10 +138,7 @@ def _dataflow(ctx: isl.Context, writes: isl.UnionMap, reads: isl.UnionMap,
 
 def _pieces(*umaps: isl.UnionMap) -> int:
     """How many basic maps `umaps` have in all."""
-    count = [0]
-    for umap in umaps:
-        umap.foreach_map(lambda m: count.__setitem__(0, count[0] + m.n_basic_map()))
-    return count[0]
+    return sum(m.n_basic_map() for umap in umaps for m in maps(umap))
 
 
 def _memory_based(writes: isl.UnionMap, reads: isl.UnionMap,
@@ -189,7 +187,5 @@ def _fences(scop: Scop, own: isl.UnionSet) -> isl.UnionMap:
 
 
 def _space_of(scop: Scop, sid: str) -> isl.Space | None:
-    found = []
-    scop.domain.foreach_set(lambda s: found.append(s.get_space())
-                            if s.get_tuple_name() == sid else None)
+    found = [s.get_space() for s in sets(scop.domain) if s.get_tuple_name() == sid]
     return found[0] if found else None

@@ -63,6 +63,8 @@ class ScheduledKernel:
     bands: tuple[BandReport, ...] = ()
     timings: dict[str, float] = field(default_factory=dict, compare=False)
     stored_terms: tuple[str, ...] = ()  # temporaries of tclang/lang/passes/stored_terms.py
+    # a degraded schedule (polyhedral/scheduler.py): when to try the full one again
+    retry_at: float | None = None
 
 
 def verify_enabled() -> bool:
@@ -160,7 +162,7 @@ def _schedule(defn: P.Definition, sizes: Mapping[str, int] | None, options: Opti
         kernel = with_choices(kernel, options, target, layouts)
     stages.show("loops", lambda: format_kernel(kernel))
     return ScheduledKernel(kernel, final_schedule, strategy, result.fallback,
-                           bounds, tuple(reports), stages.timings, stored)
+                           bounds, tuple(reports), stages.timings, stored, result.retry_at)
 
 
 def rows_automatic(options: Options) -> bool:

@@ -27,6 +27,7 @@ import islpy as isl
 
 from polyhedral import loop_ir as L
 from polyhedral.lowering import ast_expr
+from polyhedral.isl_callbacks import sets
 from polyhedral.scop import Scop, ScopStatement, statement_box
 from polyhedral.subscripts import size_index
 from tclang.lang import program as P
@@ -115,8 +116,7 @@ def _reductions(node, scop: Scop) -> list[ScopStatement] | None:
     *, min, max) over one left side, their inits, assignments to points of that left side
     (a mean's division by the count, moved out of its reduction), and reads of each other's
     results only at the reading statement's own point."""
-    names = []
-    node.get_domain().foreach_set(lambda s: names.append(s.get_tuple_name()))
+    names = [s.get_tuple_name() for s in sets(node.get_domain())]
     statements = [scop.statement(n) for n in names]
     steps = sorted((s for s in statements if s.kind != "init"),
                    key=lambda s: s.source.position)

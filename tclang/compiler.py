@@ -7,8 +7,12 @@ layer and a backend together.
 
 in front of two caches: an in-memory map (same key, same process: nothing is redone) and
 the disk cache (another process compiled it: the object code is loaded, nothing is
-compiled). Backends are imported on first use, so a machine without CUDA imports tclang
-fine and only `backend="cuda"` needs PyCUDA.
+compiled). A kernel on a degraded schedule (the scheduler's fallback forced by the time
+limit or a killed scheduling process, polyhedral/scheduler.py) goes in neither as if it
+were the full one: never to disk (the next process tries the full schedule), and in
+memory only until its `retry_at` (then the next lookup compiles again). Backends are
+imported on first use, so a machine without CUDA imports tclang fine and only
+`backend="cuda"` needs PyCUDA.
 """
 
 from __future__ import annotations
@@ -97,6 +101,16 @@ class Compiled:
     cache: str  # "compiled", "memory" or "disk"
     shares: "Compiled | None" = None  # the in-memory map's entry a "memory" hit reuses
     kernel_blob: bytes | None = None
+    # a degraded schedule: the time.monotonic() after which to compile again (None: full)
+    retry_at: float | None = None
+
+    @property
+    def degraded(self) -> bool:
+        return self.retry_at is not None
+
+    def due(self) -> bool:
+        """Whether this degraded compilation should give way to a new compile now."""
+        return self.retry_at is not None and time.monotonic() >= self.retry_at
 
     def loop_ir(self) -> L.Kernel | None:
         """The loop IR, read back from the disk cache's bytes if need be (no isl, no
@@ -127,8 +141,9 @@ def compile_definition(defn: Definition, sizes: dict[str, int] | None, options: 
     `compile_target`), through both caches. `layouts`: each input's strides in elements
     when specialized (the key includes them), else None."""
     hit = _memory.get(key)
-    if hit is not None:
-        return Compiled(hit.info, hit.artifact, None, {}, "memory", shares=hit)
+    if hit is not None and not hit.due():
+        return Compiled(hit.info, hit.artifact, None, {}, "memory", shares=hit,
+                        retry_at=hit.retry_at)
     backend = get_backend(backend_name)
     digest = key_digest(key)
     start = time.perf_counter()
@@ -145,11 +160,12 @@ def compile_definition(defn: Definition, sizes: dict[str, int] | None, options: 
     if prepare is not None:  # e.g. LLVM loads in its own process while isl schedules
         prepare()
     compiled = _compile(defn, sizes, options, backend, target, layouts)
-    blobs = {**compiled.artifact.blobs, "info": compiled.info.to_json()}
-    loop_ir = _serialized(compiled.kernel)
-    if loop_ir is not None:
-        blobs["loop-ir"] = loop_ir
-    diskcache.store(digest, key, blobs)
+    if not compiled.degraded:  # under the key of the full schedule: only the full one
+        blobs = {**compiled.artifact.blobs, "info": compiled.info.to_json()}
+        loop_ir = _serialized(compiled.kernel)
+        if loop_ir is not None:
+            blobs["loop-ir"] = loop_ir
+        diskcache.store(digest, key, blobs)
     _remember(key, compiled)
     return compiled
 
@@ -247,7 +263,7 @@ def _compile(defn: Definition, sizes, options: Options, backend: Backend, target
         statements=tuple((s.id, s.text, s.line) for s in kernel.statements),
         loops=loops, schedule=scheduled.schedule,
         strategy=scheduled.strategy, fallback=scheduled.fallback, bounds=scheduled.bounds)
-    return Compiled(info, artifact, kernel, timings, "compiled")
+    return Compiled(info, artifact, kernel, timings, "compiled", retry_at=scheduled.retry_at)
 
 
 def allocate(buffer: L.Buffer, shape: tuple[int, ...], zero: bool) -> np.ndarray:

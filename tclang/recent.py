@@ -21,6 +21,7 @@ import weakref
 from collections import OrderedDict
 
 from tclang.errors import TCError
+from tclang.locks import fork_safe
 
 DEFAULT_MAX_VARIANTS = 64
 
@@ -53,7 +54,7 @@ class Recent:
     def __init__(self, limit: int):
         self.entries: OrderedDict = OrderedDict()
         self.limit = limit
-        self._lock = threading.Lock()
+        self._lock = fork_safe(threading.Lock())
 
     def get(self, key):
         """The value for `key` (now the most recently used), or None."""
@@ -94,7 +95,7 @@ class HeldWhileUsed:
     def __init__(self, limit: int):
         self._used: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
         self._recent = Recent(limit)
-        self._lock = threading.Lock()
+        self._lock = fork_safe(threading.Lock())
 
     def get(self, key):
         with self._lock:

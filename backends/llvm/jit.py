@@ -7,7 +7,8 @@ O3 and code generation (codegen.py) run in a forked optimizer process
 a process that compiles thousands of kernels would grow by hundreds of megabytes. The
 compiler's process sends the IR (after check_code_size) and gets the optimised IR and the
 object code back; LLVM rejecting the IR is still a TCCompileError with LLVM's message, an
-interrupted optimization kills the process (the next compile forks a new one), and where no
+interrupted optimization kills the process (the next compile forks a new one), a process
+killed while it works (the OOM killer) is replaced and asked again once, and where no
 process can be forked the work runs in-process.
 
 The optimizer process also answers what else needs LLVM: the host's triple and data layout
@@ -23,10 +24,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import signal
 import sys
 
 from tclang.errors import TCCompileError
-from tclang.forked_server import ForkedServer, RequestFailed, ServerError, ServerUnavailable
+from tclang.forked_server import (ForkedServer, RequestFailed, ServerDied, ServerError,
+                                  ServerUnavailable)
 
 DEFAULT_MAX_IR_MB = 32  # O3 on more takes minutes and gigabytes
 
@@ -105,7 +108,17 @@ def _ask(request: tuple):
                                  "report it with the definition") from None
         except ServerUnavailable:
             return _answer(request)
-        except ServerError as failure:  # LLVM crashed (an assertion, a signal)
+        except ServerDied as died:  # twice: the server tried a fresh process once
+            if died.signal == signal.SIGKILL:  # not LLVM's doing: nothing to report
+                raise TCCompileError(
+                    f"{died} while optimizing the generated IR: out of memory? (the OOM "
+                    "killer ends processes with SIGKILL; `dmesg` says whether it did) Free "
+                    "memory and compile again, or split the definition into smaller ones") \
+                    from None
+            raise TCCompileError(f"{died} while optimizing the generated IR: LLVM crashed; "
+                                 "please report it with the definition, and try "
+                                 "Options(vectorize=False)") from None
+        except ServerError as failure:  # it could not be reached at all
             raise TCCompileError(f"{failure} while optimizing the generated IR: please "
                                  "report it with the definition, and try "
                                  "Options(vectorize=False)") from None

@@ -17,8 +17,9 @@ import weakref
 
 from backends.llvm import elf_loader
 from tclang.errors import TCCompileError
+from tclang.locks import fork_safe
 
-_lock = threading.Lock()
+_lock = fork_safe(threading.Lock())
 _live = 0
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import os
 import sys
 import threading
 from contextlib import contextmanager
@@ -254,7 +255,8 @@ FRAMES_PER_LEVEL = 16
 
 
 _room_lock = threading.Lock()
-_room_users = [0, 0]  # threads inside recursion_room, the limit before the first came in
+_room_users: dict[int, int] = {}  # thread -> how many recursion_rooms it is inside
+_room_limit = [0]  # the recursion limit before the first thread came in
 
 
 @contextmanager
@@ -262,18 +264,37 @@ def recursion_room():
     """Room on Python's stack for the deepest tree the parser accepts, while a stage
     recurses over it. The limit is process-wide, so it is restored only when the last
     thread inside leaves (restoring earlier would cut another thread's room)."""
+    me = threading.get_ident()
     with _room_lock:
-        if _room_users[0] == 0:
-            _room_users[1] = sys.getrecursionlimit()
-            sys.setrecursionlimit(max(_room_users[1], FRAMES_PER_LEVEL * MAX_HEIGHT + 1000))
-        _room_users[0] += 1
+        if not _room_users:
+            _room_limit[0] = sys.getrecursionlimit()
+            sys.setrecursionlimit(max(_room_limit[0], FRAMES_PER_LEVEL * MAX_HEIGHT + 1000))
+        _room_users[me] = _room_users.get(me, 0) + 1
     try:
         yield
     finally:
         with _room_lock:
-            _room_users[0] -= 1
-            if _room_users[0] == 0:
-                sys.setrecursionlimit(_room_users[1])
+            _room_users[me] -= 1
+            if not _room_users[me]:
+                del _room_users[me]
+            if not _room_users:
+                sys.setrecursionlimit(_room_limit[0])
+
+
+def _forget_other_threads() -> None:
+    """In a forked child: only the forking thread is there. The lock may have been held by
+    another (then the child's first compile waited forever), and the other threads inside
+    would have kept the raised limit for the child's life (issue 31)."""
+    global _room_lock
+    _room_lock = threading.Lock()
+    me = threading.get_ident()
+    if _room_users and me not in _room_users:
+        sys.setrecursionlimit(_room_limit[0])
+    for thread in [t for t in _room_users if t != me]:
+        del _room_users[thread]
+
+
+os.register_at_fork(after_in_child=_forget_other_threads)
 
 
 def _check_depth(module: S.Module) -> None:

@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from tclang.errors import TCWarning
+from tclang.locks import fork_safe
 from tclang.tuning.space import Candidate, SearchSpace, describe
 
 STATUSES = ("ok", "refused", "wrong", "error", "crashed", "timeout")
@@ -108,7 +109,7 @@ def run_trial(task: Task, candidate: Candidate) -> Trial:
 
 
 _running: set[int] = set()  # trial processes of this process, for kill_running
-_running_lock = threading.Lock()
+_running_lock = fork_safe(threading.Lock())
 
 
 def kill_running() -> None:

@@ -44,6 +44,7 @@ import threading
 from pathlib import Path
 
 from tclang.atomic_files import atomic_path, write_atomic
+from tclang.locks import fork_safe
 
 HEADER = Path(__file__).with_name("tclang_cuda_emulation.h")
 BASE_FLAGS = ("-std=c++17", "-O1", "-fPIC", "-shared", "-pthread", "-Wno-unknown-pragmas",
@@ -171,7 +172,7 @@ def _load_bytes(data: bytes, key: str) -> ctypes.CDLL:
 
 _loaded: dict[str, ctypes.CDLL] = {}  # by key: each library loaded once per process
 _trusted_pch: set[str] = set()  # precompiled headers checked in this process
-_lock = threading.Lock()
+_lock = fork_safe(threading.Lock())
 
 
 def compile_emulated(source: str, *, cache_dir: str | os.PathLike | None = None,
