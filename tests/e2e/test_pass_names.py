@@ -56,9 +56,9 @@ GUARDED = {
     # an equality guard with a division (the kronecker shape)
     "equality": ("O(s) +=! m == s / 2 ? W(s) * X(m) : 0.0",
                  lambda s, m, X, W: np.where(m == s // 2, W[s] * X[m], 0.0)),
-    # a range: W(s) / X(m) would be 0 / 0 at the rows with no term if taken out
-    "range": ("O(s) +=! m <= s && s < m + 2 ? W(s) / X(m) : 0.0",
-              lambda s, m, X, W: np.where((m <= s) & (s < m + 2), W[s] / X[m], 0.0)),
+    # a range: the divisor W(s), taken out, would make the rows with no term 0 / 0
+    "range": ("O(s) +=! m <= s && s < m + 2 ? X(m) / W(s) : 0.0",
+              lambda s, m, X, W: np.where((m <= s) & (s < m + 2), X[m] / W[s], 0.0)),
     # a modulo
     "modulo": ("O(s) +=! (s - m) % 3 == 0 ? X(m) * W(s) : 0.0",
                lambda s, m, X, W: np.where((s - m) % 3 == 0, X[m] * W[s], 0.0)),
@@ -77,7 +77,7 @@ def test_guarded_sums_whose_factor_reads_match_numpy(name, backend):
               "where s in 0:S, m in 0:M }")
     M, S = 3, 9
     X = np.array([2.0, -1.5, 4.0])
-    W = np.array([0.0, 1.0, -2.0, 3.0, 0.5, 7.0, 0.0, 0.0, 0.0])  # 0 / 0 where unguarded
+    W = np.array([1.0, 1.0, -2.0, 3.0, 0.5, 7.0, 0.0, 0.0, 0.0])  # rows 6-8: no term
     s, m = np.indices((S, M))
     with np.errstate(divide="ignore", invalid="ignore"):
         want = reference(s, m, X, W).sum(1)

@@ -139,4 +139,5 @@ def _misnamed_read(r: P.Read, tensors, indices: set[str]) -> str | None:
 
 def _lacking(what: str, names) -> str:
     listed = ", ".join(sorted(names))
-    return f"{what} naming {listed}, an index the statement does not have"
+    which = "an index" if len(names) == 1 else "indices"
+    return f"{what} naming {listed}, {which} the statement does not have"
