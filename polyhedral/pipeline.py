@@ -4,6 +4,7 @@
     definition = store_reduction_terms(definition)  # CPU: softmax's exp once (then contracted)
     definition = widen_half_reductions(definition)  # half sums and products in float32
     definition = factor_out_scales(definition, sizes)  # X +=! e * c -> X +=! e; X = X * c
+    check_names(definition, ...)                    # no rewrite moved a name out of scope
     scop = build_scop(widen_indices(definition), sizes)  # int64 index values; domains, accesses
     check_bounds(scop)                              # exact, for the concrete sizes
     deps = compute_dependences(scop)                # flow, false, reduction self-deps
@@ -43,6 +44,7 @@ from polyhedral.gpu import map_to_gpu
 from polyhedral.tiling import BandReport, apply_loop_order, transform_bands
 from tclang.lang import program as P
 from tclang.lang.passes import finish, optimize, passes_text
+from tclang.lang.passes.rewrite import check_names
 from tclang.lang.passes.stored_terms import STORED_TERMS, store_reduction_terms
 from tclang.stages import Stages
 from tclang.options import Options
@@ -97,25 +99,11 @@ def _schedule(defn: P.Definition, sizes: Mapping[str, int] | None, options: Opti
     """schedule_definition's stages; `store`: store row reductions' costly terms for their
     consumers (tclang/lang/passes/stored_terms.py)."""
     stages = Stages(defn.name, failures=(isl.Error, ValueError, KeyError), collect=collect)
-    run_passes = options.passes is not False
-    report = []
-    stored: tuple[str, ...] = ()
+    verify = verify_enabled()
     with stages("passes"):
-        if run_passes:  # dead code, folding, exact identities, shared values, hoisting
-            defn, report = optimize(defn, sizes)
-        if store:
-            defn, notes, stored = store_reduction_terms(defn, sizes, SLICE_BYTES)
-            if notes:
-                report.append((STORED_TERMS, notes))
+        defn, report, stored = run_passes(defn, sizes, options, store, verify=verify)
     with stages("scop"):
-        defn = widen_half_reductions(defn)  # half sums accumulate in float32
-        if run_passes:  # a sum of `affine ? e : 0` runs over the points where it holds
-            defn = restrict_guarded_sums(defn)
-        if options.reorder_reductions is not False:  # scale a sum once, not every term
-            defn = factor_out_scales(defn, sizes)
-        defn = widen_indices(defn)  # index values exact in int64
-        if run_passes:  # last: what the scop is built from, Lets and all
-            defn = finish(defn, report)
+        defn = scop_definition(defn, sizes, options, report, verify=verify)
         scop = build_scop(defn, sizes)
         if sizes is not None:
             check_bounds(scop)
@@ -163,6 +151,48 @@ def _schedule(defn: P.Definition, sizes: Mapping[str, int] | None, options: Opti
     stages.show("loops", lambda: format_kernel(kernel))
     return ScheduledKernel(kernel, final_schedule, strategy, result.fallback,
                            bounds, tuple(reports), stages.timings, stored, result.retry_at)
+
+
+def run_passes(defn: P.Definition, sizes: Mapping[str, int] | None, options: Options,
+               store: bool, *, verify: bool = False):
+    """The passes stage: (the definition after the passes, explain's report of them, the
+    temporaries that store row reductions' terms). `verify`: every pass's output is
+    checked to name only what its statements have (tclang/lang/passes/rewrite.py,
+    `check_names`), so a misplaced name is blamed on the pass that misplaced it."""
+    report: list = []
+    stored: tuple[str, ...] = ()
+    if verify:
+        check_names(defn, "the front end")
+    if options.passes is not False:  # dead code, folding, exact identities, shared values
+        defn, report = optimize(defn, sizes, verify=verify)
+    if store:
+        defn, notes, stored = store_reduction_terms(defn, sizes, SLICE_BYTES)
+        defn = _checked(defn, STORED_TERMS, verify)
+        if notes:
+            report.append((STORED_TERMS, notes))
+    return defn, report, stored
+
+
+def scop_definition(defn: P.Definition, sizes: Mapping[str, int] | None, options: Options,
+                    report: list, *, verify: bool = False) -> P.Definition:
+    """The rewrites between the passes and the scop: exactly what `build_scop` gets.
+    Its names are checked always (one linear walk): a rewrite that moved a name where it
+    means nothing is a `TCCompileError` that says so, not isl's syntax error."""
+    passes = options.passes is not False
+    defn = widen_half_reductions(defn)  # half sums accumulate in float32
+    defn = _checked(defn, "float32 accumulators of half sums", verify)
+    if passes:  # a sum of `affine ? e : 0` runs over the points where it holds
+        defn = _checked(restrict_guarded_sums(defn), "guarded sums", verify)
+    if options.reorder_reductions is not False:  # scale a sum once, not every term
+        defn = _checked(factor_out_scales(defn, sizes), "factoring out sums' scales", verify)
+    defn = _checked(widen_indices(defn), "wide index values", verify)  # exact, in int64
+    if passes:  # last: what the scop is built from, Lets and all
+        defn = finish(defn, report, verify=verify)
+    return check_names(defn, "the rewrites before the scop")
+
+
+def _checked(defn: P.Definition, rewrite: str, verify: bool) -> P.Definition:
+    return check_names(defn, rewrite) if verify else defn
 
 
 def rows_automatic(options: Options) -> bool:

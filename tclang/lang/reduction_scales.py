@@ -32,7 +32,7 @@ from typing import Mapping
 import numpy as np
 
 from tclang.lang import program as P
-from tclang.lang.affine import Affine
+from tclang.lang.affine import Affine, condition_indices
 from tclang.dtypes import DType
 
 FLOATS = (DType.FLOAT32, DType.FLOAT64)
@@ -95,9 +95,17 @@ def _invariant(e: P.Expr, s: P.Statement, reads_allowed: bool, divisor: bool) ->
     for node in P.walk(e):
         if isinstance(node, P.IndexValue) and node.name in s.reduction_indices:
             return False
-        if isinstance(node, P.Read) and node.tensor == s.target:
+        if isinstance(node, P.Read) and (node.tensor == s.target or _guard_varies(node, s)):
             return False
     return True
+
+
+def _guard_varies(read: P.Read, s: P.Statement) -> bool:
+    """Whether a read's guard names a reduction index of `s`: the guard is not a node of
+    the tree (P.walk never meets its indices), and once guarded_sums.py has taken the `?:`
+    into the statement's condition it is all that says the read depends on them."""
+    return read.guard is not None and bool(condition_indices(read.guard) &
+                                           set(s.reduction_indices))
 
 
 def _epilogue(defn: P.Definition, s: P.Statement, factors: list) -> P.Statement:
