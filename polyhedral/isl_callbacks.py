@@ -16,7 +16,9 @@ inside isl, so:
   thread only, for one that records the signal) and `guard` wraps each callback so that
   whatever it raises is kept and isl gets a harmless answer; when isl has returned, the
   region puts the previous handler back, runs it for a deferred SIGINT
-  (KeyboardInterrupt, by default) and raises what a callback raised.
+  (KeyboardInterrupt, by default) and raises what a callback raised. A child forked by
+  another thread during a region gets the previous handler back at fork (the region never
+  ends there).
 
 tests/polyhedral/test_isl_callbacks.py checks that no other module (of polyhedral/,
 tclang/ or backends/) calls an isl method that takes a callback.
@@ -25,6 +27,7 @@ tclang/ or backends/) calls an isl method that takes a callback.
 from __future__ import annotations
 
 import _signal  # signal's own functions, without its enum wrapping: see Callbacks
+import os
 import threading
 from typing import Any, Callable
 
@@ -103,6 +106,7 @@ class Callbacks:
     conversion of handlers to enums cost 10 us a region (0.6 us so)."""
 
     def __init__(self):
+        self._thread = 0  # the thread that swapped the handler, if this region did
         self.failure: BaseException | None = None
         self._interrupt: tuple | None = None  # (signal number, frame) of a deferred SIGINT
         self._previous: Any = None  # the handler put back on exit, if this region swapped
@@ -126,9 +130,12 @@ class Callbacks:
             # SIG_DFL and SIG_IGN run no Python; a recorder means an outer region defers
             if callable(current) and not isinstance(getattr(current, "__self__", None),
                                                     Callbacks):
+                global _swapped
                 try:
                     _signal.signal(_signal.SIGINT, self._record)
                     self._previous = current
+                    self._thread = threading.get_ident()
+                    _swapped = self
                 except ValueError:  # not the main interpreter: no Python handler runs here
                     pass
         return self
@@ -139,10 +146,36 @@ class Callbacks:
 
     def __exit__(self, kind, error, traceback) -> None:
         if self._previous is not None:
+            global _swapped
             previous, self._previous = self._previous, None
             _signal.signal(_signal.SIGINT, previous)
+            _swapped = None
             if self._interrupt is not None:  # what the user's Ctrl-C does, isl left
                 previous(*self._interrupt)
         if self.failure is not None:
             failure, self.failure = self.failure, None
             raise failure
+
+
+_swapped: Callbacks | None = None  # the region whose recorder is the SIGINT handler now
+
+
+def _give_ctrl_c_back_in_child() -> None:
+    """In a child forked by another thread while the main thread was in a region: that
+    region never ends here (its thread is not in the child), so its recorder would stay
+    the SIGINT handler for the child's life: every Ctrl-C recorded and dropped, every later
+    region deferring to it. The handler it replaced is put back; an interrupt it recorded
+    was the parent's."""
+    global _swapped
+    region, _swapped = _swapped, None
+    if region is None or region._previous is None or region._thread == threading.get_ident():
+        _swapped = region  # the forking thread is the region's: it ends in the child too
+        return
+    previous, region._previous, region._interrupt = region._previous, None, None
+    try:
+        _signal.signal(_signal.SIGINT, previous)
+    except ValueError:  # not the main interpreter
+        pass
+
+
+os.register_at_fork(after_in_child=_give_ctrl_c_back_in_child)

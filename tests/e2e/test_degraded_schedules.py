@@ -173,3 +173,34 @@ def test_a_killed_scheduling_process(monkeypatch, fresh_scheduler, deaths, strat
     assert (result.retry_at is not None) == (strategy == "min")
     if strategy == "min":
         assert "killed by SIGKILL, signal 9" in result.fallback
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_export_refuses_a_degraded_schedule_and_exports_the_fallback_asked_for(
+        monkeypatch, fresh_scheduler, tmp_path, target):
+    """Before: `export` wrote the "min" fallback of a load spike into the library, for
+    good and without a word. Now a TCCompileError that says the scheduler gave no full
+    schedule, and nothing written; asked for on purpose (fusion="min") it exports.
+    (target "cuda" is refused before nvcc, so it needs no CUDA toolkit.)"""
+    real_options = scheduler._set_options
+
+    def stalling(ctx, fusion):
+        if fusion == "preserve_parallel":
+            time.sleep(60)
+        real_options(ctx, fusion)
+
+    monkeypatch.setenv("TCLANG_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(scheduler, "_set_options", stalling)
+    monkeypatch.setattr(scheduler, "TIME_LIMIT", 0.3)
+    fresh_scheduler()  # a scheduling process forked with the stall
+    name = f"mlp_{uuid.uuid4().hex[:8]}"
+    source = MLP.replace("mlp", name)
+    folder = tmp_path / "lib"
+    with pytest.raises(tc.TCCompileError, match=r"not exported: the scheduler gave no full "
+                       r"schedule this time \(preserve_parallel: the scheduler ran past"):
+        tc.define(source)[name].export(folder, dict(B=3, I=5, O=4), target=target)
+    assert not folder.exists() or not any(folder.iterdir())
+    if target == "cpu":
+        lib = tc.define(source, options=tc.Options(fusion="min"))[name].export(
+            folder, dict(B=3, I=5, O=4))
+        assert lib.library.exists()

@@ -143,3 +143,37 @@ def test_map_bottom_up_raises_what_visit_raised():
 
     with pytest.raises(KeyError, match="visit"):
         isl_callbacks.map_bottom_up(schedule, visit)
+
+
+def test_a_child_forked_by_another_thread_during_a_region_gets_ctrl_c_back():
+    """Another thread forks while the main thread is in a region (isl building an AST, say):
+    the child's main thread is the forking one, and the region that swapped the handler
+    never ends there. Before: the child kept the region's recorder as its SIGINT handler,
+    so every Ctrl-C in the child was recorded and dropped, and every later region saw an
+    "outer" one and deferred to it."""
+    import os
+    import time
+    results = {}
+
+    def fork():
+        pid = os.fork()
+        if pid == 0:
+            code = 3
+            try:
+                code = 1 if signal.getsignal(signal.SIGINT) is not signal.default_int_handler \
+                    else 2
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(1)  # the handler runs here: KeyboardInterrupt, or nothing
+            except KeyboardInterrupt:
+                code = 0 if code == 2 else code
+            finally:
+                os._exit(code)
+        results["status"] = os.waitpid(pid, 0)[1]
+
+    with Callbacks():
+        worker = threading.Thread(target=fork)
+        worker.start()
+        worker.join()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert os.waitstatus_to_exitcode(results["status"]) == 0, \
+        "the child's Ctrl-C handler was the parent's region recorder (1) or it was lost (2)"
