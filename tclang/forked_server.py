@@ -178,6 +178,9 @@ def _serve(handler, conn, parent_end, parent: int, prepare) -> None:
     id, "error", (exception class name, text)) out, until the parent goes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent_end.close()
+    # a process this helper forks (the middle end's scheduling process) must not hold the
+    # pipe: the compiler would see no EOF when this helper dies while that one works on
+    os.register_at_fork(after_in_child=conn.close)
     if prepare is not None:
         try:
             prepare()

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import tclang as tc
-from polyhedral import scheduler
+from tclang import middle_end
 
 from .interrupting import interrupt_next_wait
 
@@ -47,10 +47,11 @@ def run_script(code: str, timeout: float = 120) -> str:
 
 def test_ctrl_c_while_scheduling_leaves_no_stale_reply(monkeypatch):
     """The interrupted request's reply must not become the next program's schedule (it
-    did: every later compile got the previous request's schedule)."""
+    did: every later compile got the previous request's schedule). Compiles schedule in
+    the middle end's process (tclang/middle_end.py), which runs the scheduling one."""
     ones = np.ones((2, 3), np.float32), np.ones((3, 4), np.float32)
-    tc.define(MATMUL).mm(*ones)  # the scheduling process is running
-    conn = scheduler._scheduler.conn
+    tc.define(MATMUL).mm(*ones)  # the middle end's process is running
+    conn = middle_end._helper.conn
     interrupt_next_wait(monkeypatch, conn)  # Ctrl-C after the request was sent
     with pytest.raises(KeyboardInterrupt):
         tc.define(MATMUL.replace("mm", "mm_interrupted")).mm_interrupted(
