@@ -246,6 +246,17 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
+@pytest.mark.skipif(not os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children"),
+                    reason="no /proc/PID/task/TID/children")
+def test_the_fuzzers_memory_count_sees_the_middle_ends_scheduling_process(fresh_middle_end):
+    """tclang fuzz's peak memory counts every helper: the scheduling process is now the
+    middle end's child, not the compiler's."""
+    from tclang.forked_server import helper_pids
+    compile_pair("counted_pair", 2.0)
+    scheduling = children_of(fresh_middle_end._helper.pid)
+    assert scheduling and set(scheduling) <= set(helper_pids())
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl: Linux only")
 @pytest.mark.filterwarnings("ignore::tclang.errors.TCWarning")
 def test_a_scheduling_process_dies_with_the_middle_end(fresh_middle_end):
