@@ -33,7 +33,7 @@ import pickle
 import sys
 import traceback
 
-from tclang.errors import TCCompileError
+from tclang.errors import TCCompileError, TCError
 from tclang.forked_server import ForkedServer, RequestFailed, ServerError, ServerUnavailable
 from tclang.stages import requested
 
@@ -74,8 +74,8 @@ def schedule(defn, sizes, options, target, layouts):
         return payload
     if status == "raised":
         error, where = payload
-        if hasattr(error, "add_note"):  # Python 3.11: where it was raised, for a bug report
-            error.add_note(f"raised in the middle end's process:\n{where}")
+        if not isinstance(error, TCError) and hasattr(error, "add_note"):  # a bug: where
+            error.add_note(f"raised in the middle end's process:\n{where}")  # (3.11+)
         raise error
     return inline()  # "unpicklable": the result or the exception, made again here
 
@@ -122,11 +122,11 @@ def _prepare() -> None:
 
 
 def _die_with(parent: int) -> None:
-    """In a process this helper forked: SIGKILL when the helper ends. The helper is killed
-    on Ctrl-C and after its quota, maybe while its scheduling process runs a blown-up ILP
-    that would otherwise go on for minutes (isl cannot be interrupted; the 1-second
-    parent check of tclang/forked_server.py runs only between requests). Linux only
-    (prctl); elsewhere that check is all there is."""
+    """In a process this helper forked: SIGKILL when the helper ends. Ctrl-C kills the
+    helper, maybe while its scheduling process runs a blown-up ILP that would otherwise go
+    on for minutes (isl cannot be interrupted; the 1-second parent check of
+    tclang/forked_server.py runs only between requests). Linux only (prctl); elsewhere
+    that check is all there is."""
     if not sys.platform.startswith("linux"):
         return
     import ctypes

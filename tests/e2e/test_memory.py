@@ -204,12 +204,32 @@ def test_the_middle_end_process_is_replaced_after_its_quota(monkeypatch, fresh_m
 
 def test_a_schedule_error_in_the_middle_end_is_raised_as_it_was(fresh_middle_end):
     """The exception itself comes back: its class, its location and its caret."""
-    mod = tc.define("def tr(float(N, M) A) -> (B) { B(j, i) = A(i, j) }",
-                    options=tc.Options(loop_order=("i", "q")))
+    source = "def total(float(N, M) A) -> (s) {\n  s +=! A(i, j)\n}"
+    options = tc.Options(reorder_reductions=False, loop_order=(1, 0))  # breaks the sum's order
     with pytest.raises(tc.TCScheduleError) as raised:
-        mod.tr(np.ones((3, 4), np.float32))
+        tc.define(source, options=options).total(np.ones((3, 4), np.float32))
     assert fresh_middle_end._helper.pid is not None  # it ran there
-    assert "q" in str(raised.value)
+    assert raised.value.line == 2 and raised.value.hint
+    assert "flow (read-after-write) dependence on s" in str(raised.value)
+    assert "\n      s +=! A(i, j)\n      ^^^^^^^^^^^^^\n" in str(raised.value)  # the caret
+    assert not getattr(raised.value, "__notes__", None)  # a user's error: no traceback
+
+
+def test_a_bug_in_the_middle_end_is_raised_with_where_it_happened(monkeypatch,
+                                                                  fresh_middle_end):
+    """Not a TCError: the same exception class and message, and the helper's traceback
+    in a note (3.11+) for the bug report."""
+    from polyhedral import pipeline
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("lowering broke")
+
+    monkeypatch.setattr(pipeline, "lower_to_loops", broken)  # before the helper is forked
+    with pytest.raises(RuntimeError, match="lowering broke") as raised:
+        compile_new("middle_bug", 3.0)
+    assert fresh_middle_end._helper.pid is not None
+    if sys.version_info >= (3, 11):
+        assert "in broken" in "".join(raised.value.__notes__)
 
 
 def test_ctrl_c_during_the_middle_end_replaces_its_process(monkeypatch, fresh_middle_end):
