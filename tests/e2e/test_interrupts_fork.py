@@ -1,10 +1,10 @@
 """tclang survives Ctrl-C, fork, forkserver and multiprocessing.Pool workers (issue 11).
 
-- Ctrl-C while the scheduling process works: the next program gets its own schedule.
+- Ctrl-C while the middle end's process works: the next program gets its own schedule.
 - Ctrl-C during a parallel kernel: KeyboardInterrupt from the call, once no thread of it
   runs any more.
 - A forked child (os.fork, a "fork" Pool) has neither the parent's pool threads nor its
-  scheduling process; a Pool worker (daemonic) may not start multiprocessing children.
+  helper processes; a Pool worker (daemonic) may not start multiprocessing children.
 A hang is the failure mode of most of these: they run in a subprocess under a timeout.
 """
 
