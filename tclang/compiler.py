@@ -12,7 +12,8 @@ limit or a killed scheduling process, polyhedral/scheduler.py) goes in neither a
 were the full one: never to disk (the next process tries the full schedule), and in
 memory only until its `retry_at` (then the next lookup compiles again). Backends are
 imported on first use, so a machine without CUDA imports tclang fine and only
-`backend="cuda"` needs PyCUDA.
+`backend="cuda"` needs PyCUDA. The middle end runs in a helper process that
+is replaced every 200 compilations (tclang/middle_end.py: islpy leaks on every compile).
 """
 
 from __future__ import annotations
@@ -244,10 +245,11 @@ def _check_buffer(buffer: L.Buffer, shape: tuple) -> None:
 def _compile(defn: Definition, sizes, options: Options, backend: Backend, target: Target,
              layouts) -> Compiled:
     from polyhedral.loop_format import format_kernel
-    from polyhedral.pipeline import schedule_definition  # isl loads on the first compile
+    from tclang import middle_end  # isl loads on the first compile
 
     with recursion_room():  # lowering, code generation and the printer recurse per level
-        scheduled = schedule_definition(defn, sizes, options, target, layouts)
+        # in a helper process replaced now and then: islpy leaks on every compile
+        scheduled = middle_end.schedule(defn, sizes, options, target, layouts)
         kernel = scheduled.kernel
         stages = Stages(defn.name)
         with stages("code"):

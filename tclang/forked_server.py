@@ -70,9 +70,17 @@ _servers: weakref.WeakSet = weakref.WeakSet()
 
 
 def helper_pids() -> list[int]:
-    """The helper processes running now (tclang fuzz adds their peak memory to its
-    worker's: a program's LLVM and isl work happens in them)."""
-    return [server.pid for server in list(_servers) if server.pid is not None]
+    """The helper processes running now, and the helpers they run (the middle end's
+    scheduling process, where /proc lists children): tclang fuzz adds their peak memory
+    to its worker's, since a program's LLVM and isl work happens in them."""
+    pids = [server.pid for server in list(_servers) if server.pid is not None]
+    for pid in pids:  # the list grows as it goes: children of children
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as children:
+                pids += [int(child) for child in children.read().split()]
+        except (OSError, ValueError):
+            pass
+    return pids
 
 
 class ForkedServer:
@@ -245,6 +253,9 @@ def _serve(handler, conn, parent_end, parent: int, prepare) -> None:
     id, "error", (exception class name, text)) out, until the parent goes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent_end.close()
+    # a process this helper forks (the middle end's scheduling process) must not hold the
+    # pipe: the compiler would see no EOF when this helper dies while that one works on
+    os.register_at_fork(after_in_child=conn.close)
     if prepare is not None:
         try:
             prepare()

@@ -1,12 +1,12 @@
 """tclang survives Ctrl-C, fork, forkserver and multiprocessing.Pool workers (issues 11, 31).
 
-- Ctrl-C while the scheduling process works: the next program gets its own schedule.
+- Ctrl-C while the middle end's process works: the next program gets its own schedule.
 - Ctrl-C during a parallel kernel: KeyboardInterrupt from the call, once no thread of it
   runs any more.
 - Ctrl-C while isl calls Python (the AST builder's callback), or at random moments of
   compiles: KeyboardInterrupt once isl has returned, never a crash or a TCCompileError.
 - A forked child (os.fork, a "fork" Pool) has neither the parent's pool threads nor its
-  scheduling process; a Pool worker (daemonic) may not start multiprocessing children.
+  helper processes; a Pool worker (daemonic) may not start multiprocessing children.
 A hang is the failure mode of most of these: they run in a subprocess under a timeout.
 """
 
@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import tclang as tc
-from polyhedral import scheduler
+from tclang import middle_end
 
 from .interrupting import interrupt_next_wait
 
@@ -50,10 +50,11 @@ def run_script(code: str, timeout: float = 120) -> str:
 
 def test_ctrl_c_while_scheduling_leaves_no_stale_reply(monkeypatch):
     """The interrupted request's reply must not become the next program's schedule (it
-    did: every later compile got the previous request's schedule)."""
+    did: every later compile got the previous request's schedule). Compiles schedule in
+    the middle end's process (tclang/middle_end.py), which runs the scheduling one."""
     ones = np.ones((2, 3), np.float32), np.ones((3, 4), np.float32)
-    tc.define(MATMUL).mm(*ones)  # the scheduling process is running
-    conn = scheduler._scheduler.conn
+    tc.define(MATMUL).mm(*ones)  # the middle end's process is running
+    conn = middle_end._helper.conn
     interrupt_next_wait(monkeypatch, conn)  # Ctrl-C after the request was sent
     with pytest.raises(KeyboardInterrupt):
         tc.define(MATMUL.replace("mm", "mm_interrupted")).mm_interrupted(
