@@ -30,11 +30,13 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import sys
 import traceback
 
 from tclang.errors import TCCompileError, TCError
-from tclang.forked_server import ForkedServer, RequestFailed, ServerError, ServerUnavailable
+from tclang.forked_server import (ForkedServer, RequestFailed, ServerDied, ServerError,
+                                  ServerUnavailable)
 from tclang.stages import requested
 
 MIDDLE_END_MAX_COMPILES = 200
@@ -63,6 +65,14 @@ def schedule(defn, sizes, options, target, layouts):
         answer = _helper.call(request)
     except (ServerUnavailable, RequestFailed):  # no helper, or its own code failed: here
         return inline()
+    except ServerDied as died:  # twice in a row: the server tried a fresh process once
+        if died.signal == signal.SIGKILL:  # the OOM killer, not isl: nothing to report
+            raise TCCompileError(
+                f"{died} while scheduling {defn.name}: out of memory? (the OOM killer ends "
+                "processes with SIGKILL; `dmesg` says whether it did) Free memory, or split "
+                "the definition into smaller ones") from None
+        raise TCCompileError(f"{died} while scheduling {defn.name} (the polyhedral "
+                             "middle end): please report it with the definition") from None
     except ServerError as failure:  # isl crashed (an abort, a signal) or was killed
         raise TCCompileError(f"{failure} while scheduling {defn.name} (the polyhedral "
                              "middle end): please report it with the definition") from None

@@ -102,8 +102,11 @@ def test_ctrl_c_in_a_parallel_kernel_raises_after_every_thread_stopped():
 
 
 CTRL_C_IN_AST_BUILD = """
-    import os, signal
+    import os, signal, tempfile
     os.environ["TCLANG_DISK_CACHE"] = "0"  # compiled here, not found
+    # a polyhedral stage dumped: the middle end runs in this process (as for explain and
+    # export), not in its helper (tclang/middle_end.py), so the Ctrl-C lands inside isl here
+    os.environ["TCLANG_DUMP"], os.environ["TCLANG_DUMP_DIR"] = "loops", tempfile.mkdtemp()
     import numpy as np
     import tclang as tc
     from polyhedral import lowering
