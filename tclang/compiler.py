@@ -26,7 +26,7 @@ import numpy as np
 
 from backends.contract import Artifact, Backend
 from polyhedral import loop_ir as L
-from tclang import diskcache
+from tclang import budget as compile_budget, diskcache
 from tclang.registry import BACKENDS, get_backend  # noqa: F401 (BACKENDS: for the CLI)
 from tclang.cachekey import key_digest
 from tclang.dtypes import DType
@@ -170,6 +170,17 @@ def compile_definition(defn: Definition, sizes: dict[str, int] | None, options: 
     return compiled
 
 
+def compile_uncached(defn: Definition, sizes: dict[str, int] | None, options: Options,
+                     backend_name: str, target: Target, layouts) -> Compiled:
+    """A compile that neither caches read nor fill: what `explain --stage timings` times
+    for a kernel that came from a cache."""
+    backend = get_backend(backend_name)
+    prepare = getattr(backend, "prepare", None)
+    if prepare is not None:
+        prepare()
+    return _compile(defn, sizes, options, backend, target, layouts)
+
+
 def _serialized(kernel: L.Kernel) -> bytes | None:
     """The loop IR for the disk cache; None if it cannot be written (then a disk hit that
     asks for `loop_ir` schedules again): the cache is an optimization, never a failure."""
@@ -246,7 +257,8 @@ def _compile(defn: Definition, sizes, options: Options, backend: Backend, target
     from polyhedral.loop_format import format_kernel
     from polyhedral.pipeline import schedule_definition  # isl loads on the first compile
 
-    with recursion_room():  # lowering, code generation and the printer recurse per level
+    # one budget for the whole compile (tclang/budget.py): scheduling and code generation
+    with recursion_room(), compile_budget.compiling(defn.name, options):
         scheduled = schedule_definition(defn, sizes, options, target, layouts)
         kernel = scheduled.kernel
         stages = Stages(defn.name)
