@@ -159,7 +159,7 @@ class Budget:
 
             self._bar = Bar(total=round(self.seconds, 1), unit="s", file=sys.stderr,
                              leave=False, dynamic_ncols=True,
-                             bar_format="{desc}: {bar} {n:.1f}/{total:.0f} s budget")
+                             bar_format="{desc}: {bar} {n:.1f} s of {total:g} s budget")
         self._bar.set_description_str(f"compiling {self.kernel}: {self.stage}", refresh=False)
         self._bar.n = round(min(now - self.start, self.seconds), 1)
         self._bar.refresh()
