@@ -101,6 +101,7 @@ class Budget:
         self.start = time.monotonic()
         self.deadline = self.start + seconds
         self.stage = "start"
+        self._stage_start: float | None = None  # time.monotonic() the running stage began
         self.timings: dict[str, float] = {}
         self.fell_back: str | None = None  # why a cheaper schedule was taken, if one was
         self._bar = None
@@ -129,12 +130,13 @@ class Budget:
         fallback of its own) fails the compile, naming that stage."""
         if check:
             self.check()
-        self.stage = stage
+        self.stage, self._stage_start = stage, time.monotonic()
         if time.monotonic() - self.start >= PROGRESS_AFTER:
             self._show(time.monotonic())
 
     def leave(self, stage: str, seconds: float) -> None:
         self.timings[stage] = self.timings.get(stage, 0.0) + seconds
+        self._stage_start = None
 
     def fall_back(self, why: str) -> None:
         """The compile took its cheaper way out: the stages left get a grace period."""
@@ -142,8 +144,12 @@ class Budget:
         self.deadline = time.monotonic() + max(MIN_GRACE, self.seconds)
 
     def breakdown(self) -> str:
-        """Where the time went: "dependences 4.1 s, schedule 0.8 s" (largest first)."""
-        parts = sorted(self.timings.items(), key=lambda kv: -kv[1])
+        """Where the time went: "dependences 4.1 s, schedule 0.8 s" (largest first), the
+        stage running counted so far."""
+        spent = dict(self.timings)
+        if self._stage_start is not None:
+            spent[self.stage] = spent.get(self.stage, 0.0) + time.monotonic() - self._stage_start
+        parts = sorted(spent.items(), key=lambda kv: -kv[1])
         return ", ".join(f"{name} {t:.2f} s" for name, t in parts)
 
     def _show(self, now: float) -> None:
