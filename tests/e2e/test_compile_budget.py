@@ -87,6 +87,23 @@ def test_a_budget_spent_before_the_schedule_falls_back_to_program_order(
     assert f"compiling {name}: dependences" in err
 
 
+def test_a_kernel_degraded_again_at_its_retry_waits_twice_as_long(monkeypatch):
+    """A program whose dependences alone spend the budget must not cost the process the
+    whole budget again every RETRY_AFTER: each retry that degrades again doubles the
+    wait."""
+    import polyhedral.pipeline as pipeline
+    from polyhedral.scheduler import RETRY_AFTER
+    spend_the_budget(pipeline, "compute_dependences", monkeypatch, after=True)
+    _, kernel, args, expected = fresh_mlp(compile_budget=0.3)
+    first = kernel.compile(*args)._c
+    assert first.retry_at - first.made_at == pytest.approx(RETRY_AFTER, abs=1)
+    first.retry_at = time.monotonic() - 1  # its retry has come: compiled again
+    second = kernel.compile(*args)._c
+    assert second is not first and second.retry_at is not None
+    assert second.retry_at - second.made_at == pytest.approx(2 * RETRY_AFTER, abs=1)
+    assert np.allclose(kernel(*args), expected, rtol=1e-5)
+
+
 def test_a_budget_spent_in_the_transforms_keeps_the_schedule_untransformed(
         monkeypatch, capsys, progress, stored):
     """The band walk checks the deadline: past it, isl's schedule as it came (neither
