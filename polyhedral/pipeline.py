@@ -122,6 +122,7 @@ def _schedule(defn: P.Definition, sizes: Mapping[str, int] | None, options: Opti
     with stages("schedule", check=False):  # a spent budget: program order (scheduler.py)
         result = compute_schedule(scop, deps, options.fusion or "preserve_parallel")
     fallback, retry_at = result.fallback, result.retry_at
+    budget.scheduled = True  # from here a spent budget never loses the schedule
     if budget.exceeded() and budget.fell_back is None:  # the stages left get a grace
         budget.fall_back(fallback or "the compile budget ran out in the schedule stage")
     stages.show("schedule", lambda: schedule_text(result.schedule))

@@ -15,9 +15,10 @@ compile runs under a `Budget`:
   stage on, the cheapest legal schedule (program order, or isl's schedule untransformed),
   marked degraded (never stored on disk, compiled again later: polyhedral/scheduler.py);
   before it (passes, scop, dependences), where no schedule exists yet, a `BudgetExceeded`
-  (a TCCompileError) that names the stage and what to split. After a fallback the stages
-  left get GRACE more seconds (the same budget again, at least MIN_GRACE) and then fail
-  the same way, so a compile costs at most about twice its budget, never hours;
+  (a TCCompileError) that names the stage and what to split. Once a schedule exists (or
+  after a fallback) the stages left get a grace (the same budget again, at least
+  MIN_GRACE seconds) and then fail the same way, so a compile costs at most about twice
+  its budget (plus one isl call that was running: isl is not interrupted), never hours;
 - after PROGRESS_AFTER seconds a tqdm bar on stderr names the stage it is in (only when
   stderr is a terminal, or TCLANG_PROGRESS=1 forces it; TCLANG_PROGRESS=0 silences it),
   updated at every check: between stages and inside their loops, not during one long
@@ -104,6 +105,8 @@ class Budget:
         self._stage_start: float | None = None  # time.monotonic() the running stage began
         self.timings: dict[str, float] = {}
         self.fell_back: str | None = None  # why a cheaper schedule was taken, if one was
+        self.scheduled = False  # a schedule exists (the pipeline says so): finish it
+        self._graced = False
         self._bar = None
         self._progress = None  # decided when first needed (the environment at that time)
 
@@ -128,6 +131,8 @@ class Budget:
     def enter(self, stage: str, check: bool = True) -> None:
         """A stage begins; with `check`, a budget spent in the stage before (which had no
         fallback of its own) fails the compile, naming that stage."""
+        if check and self.scheduled and not self._graced and self.exceeded():
+            self._grace()  # a schedule exists: the stages left finish it, in the grace
         if check:
             self.check()
         self.stage, self._stage_start = stage, time.monotonic()
@@ -141,6 +146,11 @@ class Budget:
     def fall_back(self, why: str) -> None:
         """The compile took its cheaper way out: the stages left get a grace period."""
         self.fell_back = why
+        if not self._graced:
+            self._grace()
+
+    def _grace(self) -> None:
+        self._graced = True
         self.deadline = time.monotonic() + max(MIN_GRACE, self.seconds)
 
     def breakdown(self) -> str:

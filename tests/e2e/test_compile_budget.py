@@ -120,6 +120,18 @@ def test_a_budget_spent_in_the_transforms_keeps_the_schedule_untransformed(
     assert compiled._c.retry_at > time.monotonic()  # compiled in full again after it
 
 
+def test_a_budget_spent_once_the_schedule_is_made_finishes_it(monkeypatch, stored):
+    """Spent when the transforms are done: the loops and the code are made in the grace
+    (a schedule exists; failing then would waste it), the kernel full and stored."""
+    import polyhedral.pipeline as pipeline
+    spend_the_budget(pipeline, "graft_copies", monkeypatch, after=True)
+    name, kernel, args, expected = fresh_mlp(compile_budget=0.5)
+    compiled = kernel.compile(*args)
+    assert not compiled.degraded and compiled.fallback is None
+    assert np.allclose(compiled(*args), expected, rtol=1e-5)
+    assert any(dict(k).get("entry") == name for k in stored if isinstance(k[0], tuple))
+
+
 @pytest.mark.parametrize("module, step, stage", [
     ("polyhedral.pipeline", "build_scop", "scop"),  # the check between stages
     ("polyhedral.dependences", "_dataflow", "dependences"),  # the check in the loop
