@@ -46,6 +46,7 @@ DEFAULT_SECONDS = 60.0
 limit and its fallback on a loaded machine) and 200 times a benchmark operator's."""
 PROGRESS_AFTER = 2.0  # seconds before the bar appears
 SLOW_COMPILE = 3.0  # seconds from which a compile says where its time went
+REDRAW = 0.25  # seconds between redraws of the bar within one stage
 MIN_GRACE = 10.0  # seconds at least for the stages left after a fallback
 
 # what to do about a budget that ran out in a stage that has no fallback
@@ -108,6 +109,7 @@ class Budget:
         self.scheduled = False  # a schedule exists (the pipeline says so): finish it
         self._graced = False
         self._bar = None
+        self._bar_stage, self._drawn = None, 0.0
         self._progress = None  # decided when first needed (the environment at that time)
 
     def elapsed(self) -> float:
@@ -165,8 +167,10 @@ class Budget:
     def _show(self, now: float) -> None:
         if self._progress is None:
             self._progress = _progress_wanted()
-        if not self._progress:
-            return
+        if not self._progress or (self._bar is not None and self._bar_stage == self.stage
+                                  and now - self._drawn < REDRAW):
+            return  # (a check runs per loop step: redrawn a few times a second at most)
+        self._bar_stage, self._drawn = self.stage, now
         if self._bar is None:
             from tqdm import tqdm
 
