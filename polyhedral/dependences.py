@@ -39,6 +39,7 @@ import islpy as isl
 
 from polyhedral.scop import Scop
 from polyhedral.isl_callbacks import maps, sets
+from tclang import budget as compile_budget
 
 FLOW_OPERATIONS_PER_STATEMENT = 500_000
 """isl's exact dataflow analysis, past this many counted operations per statement, gives
@@ -106,6 +107,7 @@ def compute_dependences(scop: Scop, reorder_reductions: bool = True) -> Dependen
     empty = isl.UnionMap.empty(flow.get_space())
     reduction, fences = empty, empty
     for own in updates:
+        compile_budget.check()  # the stage's long loop (issue 34): the budget's deadline
         reduction = reduction.union(_order_free_pairs(scop, own))
         fences = fences.union(_fences(scop, own))
     return Dependences(flow=flow, false=false, reduction=reduction.coalesce(),

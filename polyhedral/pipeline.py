@@ -23,6 +23,7 @@ names the stage.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
@@ -38,10 +39,11 @@ from polyhedral.loop_format import format_kernel
 from polyhedral.lowering import lower_to_loops
 from polyhedral.packing import graft_copies
 from polyhedral.row_fusion import fuse_rows
-from polyhedral.scheduler import compute_schedule, schedule_text
+from polyhedral.scheduler import RETRY_AFTER, compute_schedule, schedule_text
 from polyhedral.scop import build_scop
 from polyhedral.gpu import map_to_gpu
 from polyhedral.tiling import BandReport, apply_loop_order, transform_bands
+from tclang import budget as compile_budget
 from tclang.lang import program as P
 from tclang.lang.passes import finish, optimize, passes_text
 from tclang.lang.passes.rewrite import check_names
@@ -85,11 +87,12 @@ def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
     `collect` receives each stage's text (tclang explain); TCLANG_DUMP prints them."""
     store = (options.passes is not False and not target.is_grid and rows_automatic(options)
              and sizes is not None)
-    scheduled = _schedule(defn, sizes, options, target, layouts, collect, store)
-    stored = scheduled.stored_terms
-    if stored and not all(p.contracted for p in scheduled.kernel.temporaries
-                          if p.buffer.name in stored):  # a full array: recompute instead
-        scheduled = _schedule(defn, sizes, options, target, layouts, collect, False)
+    with compile_budget.compiling(defn.name, options):  # the driver's, or one of its own
+        scheduled = _schedule(defn, sizes, options, target, layouts, collect, store)
+        stored = scheduled.stored_terms
+        if stored and not all(p.contracted for p in scheduled.kernel.temporaries
+                              if p.buffer.name in stored):  # a full array: recompute instead
+            scheduled = _schedule(defn, sizes, options, target, layouts, collect, False)
     return scheduled
 
 
@@ -115,30 +118,35 @@ def _schedule(defn: P.Definition, sizes: Mapping[str, int] | None, options: Opti
     with stages("dependences"):
         deps = compute_dependences(scop, options.reorder_reductions is not False)
     stages.show("dependences", lambda: dependences_text(deps))
-    with stages("schedule"):
+    budget = compile_budget.current()
+    with stages("schedule", check=False):  # a spent budget: program order (scheduler.py)
         result = compute_schedule(scop, deps, options.fusion or "preserve_parallel")
+    fallback, retry_at = result.fallback, result.retry_at
+    budget.scheduled = True  # from here a spent budget never loses the schedule
+    if budget.exceeded() and budget.fell_back is None:  # the stages left get a grace
+        budget.fall_back(fallback or "the compile budget ran out in the schedule stage")
     stages.show("schedule", lambda: schedule_text(result.schedule))
-    with stages("transform"):
+    with stages("transform", check=False):
         reports: list[BandReport] = []
-        tree, plans, packs = result.schedule, None, {}
-        strategy = result.strategy
-        if options.loop_order is not None:
-            tree = apply_loop_order(tree, scop, options.loop_order)
-        check = options.loop_order is not None or verify_enabled()
-        cause = f"loop_order={options.loop_order!r}" if options.loop_order else "the schedule"
-        if target.is_grid:
-            if check:  # mapping only spreads coincident members over blocks and threads
-                check_legality(tree, deps, scop, cause)
-            tree, plans = map_to_gpu(tree, scop, options, target)
-        else:
-            if rows_automatic(options):  # reductions and their consumers, one pass a row
-                fused = fuse_rows(tree, scop, deps, target)
-                strategy += " + rows" if fused is not tree else ""
-                tree = fused
-            tree = transform_bands(tree, scop, options, target, reports, packs)
-            if check:
-                check_legality(tree, deps, scop, cause)
-            tree = graft_copies(tree, packs)  # only adds copies of read-only operands
+        tree, plans, packs, strategy = result.schedule, None, {}, result.strategy
+        try:
+            if budget.fell_back is not None and not target.is_grid:
+                raise compile_budget.BudgetExceeded(budget, "schedule")
+            tree, plans, strategy = _transform(result, scop, deps, options, target,
+                                               reports, packs)
+        except compile_budget.BudgetExceeded as spent:
+            if target.is_grid:  # a GPU kernel cannot run without its mapping
+                raise
+            # the cheapest way out: the schedule as it came, untiled and untransformed
+            reports, tree, plans, packs, strategy = [], result.schedule, None, {}, \
+                result.strategy
+            if budget.fell_back is None:
+                budget.fall_back(str(spent))
+            if retry_at is None:  # degraded: never stored, compiled in full later
+                retry_at = time.monotonic() + RETRY_AFTER
+            fallback = "; ".join(filter(None, (
+                fallback, f"the compile budget of {budget.seconds:g} s ran out: the "
+                          f"schedule is neither tiled nor transformed")))
         final_schedule = schedule_text(tree)
     stages.show("transform", final_schedule)
     with stages("loops"):
@@ -149,8 +157,33 @@ def _schedule(defn: P.Definition, sizes: Mapping[str, int] | None, options: Opti
             kernel = contract_temporaries(kernel)
         kernel = with_choices(kernel, options, target, layouts)
     stages.show("loops", lambda: format_kernel(kernel))
-    return ScheduledKernel(kernel, final_schedule, strategy, result.fallback,
-                           bounds, tuple(reports), stages.timings, stored, result.retry_at)
+    return ScheduledKernel(kernel, final_schedule, strategy, fallback,
+                           bounds, tuple(reports), stages.timings, stored, retry_at)
+
+
+def _transform(result, scop, deps, options: Options, target: Target,
+               reports: list[BandReport], packs: dict) -> tuple:
+    """The transform stage's work on the scheduler's `result`: (tree, GPU launch plans,
+    strategy). Checks the compile budget band by band (polyhedral/tiling.py)."""
+    tree, plans, strategy = result.schedule, None, result.strategy
+    if options.loop_order is not None:
+        tree = apply_loop_order(tree, scop, options.loop_order)
+    check = options.loop_order is not None or verify_enabled()
+    cause = f"loop_order={options.loop_order!r}" if options.loop_order else "the schedule"
+    if target.is_grid:
+        if check:  # mapping only spreads coincident members over blocks and threads
+            check_legality(tree, deps, scop, cause)
+        tree, plans = map_to_gpu(tree, scop, options, target)
+    else:
+        if rows_automatic(options):  # reductions and their consumers, one pass a row
+            fused = fuse_rows(tree, scop, deps, target)
+            strategy += " + rows" if fused is not tree else ""
+            tree = fused
+        tree = transform_bands(tree, scop, options, target, reports, packs)
+        if check:
+            check_legality(tree, deps, scop, cause)
+        tree = graft_copies(tree, packs)  # only adds copies of read-only operands
+    return tree, plans, strategy
 
 
 def run_passes(defn: P.Definition, sizes: Mapping[str, int] | None, options: Options,

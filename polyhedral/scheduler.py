@@ -39,6 +39,7 @@ from polyhedral.isl_context import compilation_context
 from polyhedral.dependences import Dependences
 from polyhedral.isl_callbacks import sets
 from polyhedral.scop import Scop
+from tclang import budget as compile_budget
 from tclang.forked_server import ForkedServer, RequestFailed, ServerError, ServerTimeout
 from tclang.recent import Recent
 
@@ -56,6 +57,9 @@ whose scheduling process died; doubled for each failure in a row, MAX_RETRY_AFTE
 most. A program that always blows up then costs its time limit again about once an hour
 (not at every compile), and a load spike costs a minute of the degraded kernel."""
 MAX_RETRY_AFTER = 3600.0
+MIN_BUDGET_LIMIT = 0.05
+"""Seconds of the compile budget (tclang/budget.py) below which a strategy is not tried:
+the scheduling process's round trip alone costs a few milliseconds, a schedule more."""
 MAX_OPERATIONS = 20_000_000  # in-process guard (isl's counter, reset before scheduling)
 LEXMIN_OPERATIONS = 200_000  # for the nearest-consumer proximity (see _nearest_proximity)
 
@@ -129,22 +133,34 @@ def compute_schedule(scop: Scop, deps: Dependences, fusion: str,
                      time_limit: float | None = None) -> ScheduleResult:
     """The first strategy of the chain gets `time_limit` (TIME_LIMIT when None); the
     fallbacks share what is left of it, at least FALLBACK_LIMIT each, so a program that
-    blows up costs about `time_limit` in all rather than `time_limit` per strategy. The
-    result's `retry_at` is the earliest retry of a strategy that failed by circumstance."""
+    blows up costs about `time_limit` in all rather than `time_limit` per strategy. Every
+    limit is capped by what is left of the compile's budget (tclang/budget.py); once it is
+    spent, the chain ends in program order, degraded like any failure by circumstance.
+    The result's `retry_at` is the earliest retry of a strategy that failed by
+    circumstance."""
     time_limit = TIME_LIMIT if time_limit is None else time_limit
     start = time.perf_counter()
     chain = [fusion] + [f for f in ("min",) if f != fusion]
     reasons, retries = [], []
+    budget = compile_budget.current()  # every limit capped by what is left of it
     for step, strategy in enumerate(chain):
         limit = time_limit if step == 0 else \
             max(FALLBACK_LIMIT, time_limit - (time.perf_counter() - start))
+        capped = ""
+        if budget is not None and budget.remaining() < limit:
+            limit, capped = budget.remaining(), " (capped by the compile budget)"
+            if limit < MIN_BUDGET_LIMIT:  # spent: program order, tried in full later
+                reasons.append(f"{strategy}: not tried, the compile budget of "
+                               f"{budget.seconds:g} s was spent")
+                retries.append(time.monotonic() + RETRY_AFTER)
+                continue
         try:
             if scop.domain.n_set() > 1:
                 schedule = _in_worker(scop, deps, strategy, limit)
             else:
                 schedule = _in_process(scop, deps, strategy)
         except _Failed as failure:
-            reasons.append(f"{strategy}: {failure}")
+            reasons.append(f"{strategy}: {failure}{capped}")
             if failure.retry_at is not None:
                 retries.append(failure.retry_at)
             continue

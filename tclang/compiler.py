@@ -27,7 +27,7 @@ import numpy as np
 
 from backends.contract import Artifact, Backend
 from polyhedral import loop_ir as L
-from tclang import diskcache
+from tclang import budget as compile_budget, diskcache
 from tclang.registry import BACKENDS, get_backend  # noqa: F401 (BACKENDS: for the CLI)
 from tclang.cachekey import key_digest
 from tclang.dtypes import DType
@@ -104,6 +104,12 @@ class Compiled:
     kernel_blob: bytes | None = None
     # a degraded schedule: the time.monotonic() after which to compile again (None: full)
     retry_at: float | None = None
+    made_at: float = dataclasses.field(default_factory=time.monotonic)
+    retry_after: float | None = None  # a degraded one's wait before its retry, in seconds
+
+    def __post_init__(self) -> None:
+        if self.retry_at is not None and self.retry_after is None:
+            self.retry_after = max(0.0, self.retry_at - self.made_at)
 
     @property
     def degraded(self) -> bool:
@@ -161,6 +167,8 @@ def compile_definition(defn: Definition, sizes: dict[str, int] | None, options: 
     if prepare is not None:  # e.g. LLVM loads in its own process while isl schedules
         prepare()
     compiled = _compile(defn, sizes, options, backend, target, layouts)
+    if compiled.degraded and hit is not None and hit.degraded:
+        _back_off(compiled, hit)
     if not compiled.degraded:  # under the key of the full schedule: only the full one
         blobs = {**compiled.artifact.blobs, "info": compiled.info.to_json()}
         loop_ir = _serialized(compiled.kernel)
@@ -169,6 +177,28 @@ def compile_definition(defn: Definition, sizes: dict[str, int] | None, options: 
         diskcache.store(digest, key, blobs)
     _remember(key, compiled)
     return compiled
+
+
+def _back_off(compiled: Compiled, last: Compiled) -> None:
+    """Degraded again when its retry came: wait twice as long as last time before the
+    next try (MAX_RETRY_AFTER at most). A program whose dependences alone spend the
+    compile budget would otherwise cost this process the whole budget every RETRY_AFTER
+    (the scheduler backs off its own time-outs, not a budget spent before it)."""
+    from polyhedral.scheduler import MAX_RETRY_AFTER
+    wait = min(MAX_RETRY_AFTER, 2 * (last.retry_after or 0.0))
+    if compiled.retry_after < wait:
+        compiled.retry_at, compiled.retry_after = compiled.made_at + wait, wait
+
+
+def compile_uncached(defn: Definition, sizes: dict[str, int] | None, options: Options,
+                     backend_name: str, target: Target, layouts) -> Compiled:
+    """A compile that neither caches read nor fill: what `explain --stage timings` times
+    for a kernel that came from a cache."""
+    backend = get_backend(backend_name)
+    prepare = getattr(backend, "prepare", None)
+    if prepare is not None:
+        prepare()
+    return _compile(defn, sizes, options, backend, target, layouts)
 
 
 def _serialized(kernel: L.Kernel) -> bytes | None:
@@ -247,8 +277,9 @@ def _compile(defn: Definition, sizes, options: Options, backend: Backend, target
     from polyhedral.loop_format import format_kernel
     from tclang import middle_end  # isl loads on the first compile
 
-    with recursion_room():  # lowering, code generation and the printer recurse per level
-        # in a helper process replaced now and then: islpy leaks on every compile
+    # one budget for the whole compile (tclang/budget.py): scheduling (in the middle end's
+    # helper process, replaced now and then: islpy leaks on every compile) and code generation
+    with recursion_room(), compile_budget.compiling(defn.name, options):
         scheduled = middle_end.schedule(defn, sizes, options, target, layouts)
         kernel = scheduled.kernel
         stages = Stages(defn.name)

@@ -34,6 +34,7 @@ import signal
 import sys
 import traceback
 
+from tclang import budget as compile_budget
 from tclang.errors import TCCompileError, TCError
 from tclang.forked_server import (ForkedServer, RequestFailed, ServerDied, ServerError,
                                   ServerUnavailable)
@@ -57,7 +58,8 @@ def schedule(defn, sizes, options, target, layouts):
         return inline()
     environment = {k: v for k, v in os.environ.items() if k.startswith("TCLANG_")}
     try:
-        request = pickle.dumps((defn, sizes, options, target, layouts, environment),
+        request = pickle.dumps((defn, sizes, options, target, layouts, environment,
+                                compile_budget.handed_over()),
                                protocol=pickle.HIGHEST_PROTOCOL)
     except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
         return inline()
@@ -81,6 +83,7 @@ def schedule(defn, sizes, options, target, layouts):
     except Exception:  # noqa: BLE001 - a class that does not load back: computed here
         return inline()
     if status == "ok":
+        compile_budget.take_back(payload)
         return payload
     if status == "raised":
         error, where = payload
@@ -101,10 +104,11 @@ def _answer(request: bytes) -> bytes:
     """In the helper: (status, payload) pickled; "ok" with the ScheduledKernel, "raised"
     with the exception and its traceback, "unpicklable" when neither can be sent."""
     from polyhedral.pipeline import schedule_definition
-    defn, sizes, options, target, layouts, environment = pickle.loads(request)
+    defn, sizes, options, target, layouts, environment, budget = pickle.loads(request)
     _use_environment(environment)
     try:
-        answer = ("ok", schedule_definition(defn, sizes, options, target, layouts))
+        with compile_budget.continuing(budget):  # the compiler's deadline, continued
+            answer = ("ok", schedule_definition(defn, sizes, options, target, layouts))
     except Exception as err:  # noqa: BLE001 - raised again in the compiler's process
         answer = ("raised", (err, traceback.format_exc()))
     try:

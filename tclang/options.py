@@ -53,6 +53,11 @@ class Options:
     passes: run the passes on the checked program (dead code, constant folding, exact
         algebraic simplification, common subexpressions, hoisting; docs/passes.md) before
         scheduling: None or True runs them, False compiles the definition as written.
+    compile_budget: seconds of wall-clock time for a whole compile (tclang/budget.py);
+        None: TCLANG_COMPILE_BUDGET, else 60. Past it the compile takes the cheapest legal
+        schedule (degraded: not stored, compiled again later) or, before any schedule
+        exists, fails with a TCCompileError naming the stage. Not part of the cache key:
+        it changes how long a compile may take, never what a full compile produces.
     """
 
     fusion: str | None = None
@@ -72,6 +77,7 @@ class Options:
     register_tile: bool | tuple[int, int] | None = None
     pack: bool | None = None
     passes: bool | None = None
+    compile_budget: float | None = None
 
     def __post_init__(self) -> None:
         if self.fusion is not None and self.fusion not in FUSIONS:
@@ -109,6 +115,12 @@ class Options:
             raise TCScheduleError(f"passes must be None, True or False, not {self.passes!r}")
         if self.pack not in (None, True, False):
             raise TCScheduleError(f"pack must be None, True or False, not {self.pack!r}")
+        if self.compile_budget is not None and (
+                isinstance(self.compile_budget, bool)
+                or not isinstance(self.compile_budget, (int, float))
+                or not 0 < self.compile_budget < float("inf")):
+            raise TCScheduleError(f"compile_budget must be a positive number of seconds, "
+                                  f"not {self.compile_budget!r}")
         if not isinstance(self.specialize, bool):
             raise TCScheduleError(f"specialize must be True or False, not {self.specialize!r}")
 
@@ -121,8 +133,10 @@ class Options:
         return tuple(self.tile[:members]) + (0,) * max(0, members - len(self.tile))
 
     def key(self) -> tuple:
-        """A plain tuple of every knob, for cache keys."""
-        return tuple((f.name, getattr(self, f.name)) for f in fields(self))
+        """A plain tuple of every knob that decides the code, for cache keys (not the
+        compile budget: a compile that ran out of it is never stored)."""
+        return tuple((f.name, getattr(self, f.name)) for f in fields(self)
+                     if f.name != "compile_budget")
 
     def to_dict(self) -> dict:
         """The knobs that differ from automatic, JSON-ready (tuples as lists): what the
