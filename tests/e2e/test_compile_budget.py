@@ -51,6 +51,20 @@ def spend_the_budget(module, name: str, monkeypatch, after: bool = False) -> Non
     monkeypatch.setattr(module, name, slow)
 
 
+@pytest.fixture(autouse=True)
+def middle_end_here(monkeypatch):
+    """The middle end in this process, as where no helper can be forked (the way
+    tclang/middle_end.py takes then): these tests patch its stages and read the bar from
+    this process's stderr. The tests that end this file go through the helper."""
+    from tclang import middle_end
+    from tclang.forked_server import ServerUnavailable
+
+    def unavailable(request):
+        raise ServerUnavailable("no helper in these tests")
+
+    monkeypatch.setattr(middle_end._helper, "call", unavailable)
+
+
 @pytest.fixture
 def progress(monkeypatch):
     """The bar forced (stderr is no terminal under pytest) and shown from the start."""
@@ -215,3 +229,35 @@ def test_explain_timings_of_a_cached_kernel_times_a_compile(tmp_path, capsys):
                       "code"):
             assert f"{stage}:" in out, out
     assert "came from the memory cache" in out
+
+
+def test_a_budget_spent_in_the_middle_ends_process_comes_back_as_raised(monkeypatch,
+                                                                       fresh_middle_end):
+    """Through the helper (forked after the patch): the compiler's deadline continues
+    there, and the BudgetExceeded it raises comes back with its stage and message (it is
+    pickled; its constructor takes a live Budget, which does not travel)."""
+    monkeypatch.undo()  # the helper, not this process
+    import polyhedral.dependences as dependences
+    spend_the_budget(dependences, "_dataflow", monkeypatch)
+    name, kernel, args, expected = fresh_mlp(compile_budget=0.5)
+    with pytest.raises(compile_budget.BudgetExceeded) as raised:
+        kernel.compile(*args)
+    assert raised.value.stage == "dependences" and raised.value.seconds == 0.5
+    assert "in the dependences stage" in str(raised.value)
+
+
+def test_a_fallback_taken_in_the_middle_ends_process_is_the_compilers(monkeypatch, stored,
+                                                                     fresh_middle_end):
+    """Through the helper: past the budget in the schedule stage, program order comes
+    back degraded, the compiler's budget knows it fell back (its note says so), and
+    nothing is stored."""
+    monkeypatch.undo()
+    monkeypatch.setattr(diskcache, "store", lambda digest, key, blobs, warn=True: (
+        stored.append(key), True)[1])
+    import polyhedral.pipeline as pipeline
+    spend_the_budget(pipeline, "compute_dependences", monkeypatch, after=True)
+    name, kernel, args, expected = fresh_mlp(compile_budget=0.5)
+    compiled = kernel.compile(*args)
+    np.testing.assert_allclose(kernel(*args), expected, rtol=1e-5)
+    assert compiled.degraded and "budget" in (compiled.fallback or "")
+    assert not any(key[1] == ("entry", name) for key in stored if len(key) > 1)
