@@ -333,7 +333,7 @@ def check_define(source: str, rng: random.Random, backend: str = "reference",
 
     import tclang
     from tclang.errors import (TCArgumentError, TCCompileError, TCError, TCScheduleError,
-                               TCSemanticError, TCSyntaxError, TCWarning)
+                               TCSemanticError, TCSyntaxError, TCWarning, source_lines)
     from tclang.fuzzing.generator import pick_sizes
     from tclang.inputs import random_inputs
     stage = "define"
@@ -351,7 +351,7 @@ def check_define(source: str, rng: random.Random, backend: str = "reference",
                     stats["called"] += 1
     except (TCSyntaxError, TCSemanticError, TCArgumentError, TCScheduleError) as err:
         text = str(err)  # rendering must not fail either
-        lines = source.split("\n")
+        lines = source_lines(source)
         if err.line is None:
             if isinstance(err, (TCSyntaxError, TCSemanticError)):
                 return f"{type(err).__name__} without a line: {text[:200]}"

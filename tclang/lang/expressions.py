@@ -49,6 +49,9 @@ class StatementScope:
     index_spans: dict[str, Span] = field(default_factory=dict)  # first use of each index
     reads: int = 0
     inlining: list[str] = field(default_factory=list)
+    # float literals past float32's range, as typed: an error if one is still float32 in
+    # the statement's final expression (check_wide_literals), where it would be inf
+    wide_literals: list[tuple[P.Const, Span]] = field(default_factory=list)
 
     def is_index(self, name: str) -> bool:
         return name not in self.tensors and name not in self.sizes and name not in self.lets \
@@ -76,6 +79,26 @@ def convert_constant(value, dtype: DType):
     if isinstance(value, float):
         value = int(value)  # truncation toward zero, as the cast does
     return int(np.array(int(value)).astype(np.int64).astype(dtype.numpy))
+
+
+def _float32_overflows(value: float) -> bool:
+    with np.errstate(over="ignore"):
+        return bool(np.isinf(np.float32(value)))
+
+
+def check_wide_literals(scope: StatementScope, final: P.Expr) -> None:
+    """Refuse a float literal past float32's range that the statement computes in float32
+    (`X(i) * 1e39` with X float32): it would be inf there. Promotion to float64 (a float64
+    operand, `double(1e39)`) keeps its exact value and makes a new constant."""
+    if not scope.wide_literals:
+        return
+    left = {id(node) for node in P.walk(final) if type(node) is P.Const}
+    for const, span in scope.wide_literals:
+        if id(const) in left and const.dtype is DType.FLOAT32:
+            raise error(f"float literal {const.value:g} is too large for float32, the type "
+                        "it is computed in here: it would be infinite", span,
+                        hint="float32 holds magnitudes up to about 3.4e38; write "
+                             "double(...) around it to compute in float64")
 
 
 class ExpressionTyper:
@@ -118,7 +141,10 @@ class ExpressionTyper:
     def _FloatLit(self, e: S.FloatLit, guard) -> P.Expr:
         # keep the literal's exact value: it is rounded to float32 where it is used as one,
         # and stays exact where promotion makes it a float64
-        return P.Const(e.value, DType.FLOAT32)
+        const = P.Const(e.value, DType.FLOAT32)
+        if _float32_overflows(e.value):
+            self.scope.wide_literals.append((const, e.span))
+        return const
 
     def _BoolLit(self, e: S.BoolLit, guard) -> P.Expr:
         return P.Const(e.value, DType.BOOL)
@@ -169,8 +195,12 @@ class ExpressionTyper:
             return P.Unary("not", x, DType.BOOL)
         dtype = DType.INT32 if x.dtype is DType.BOOL else x.dtype
         x = cast(x, dtype)
-        if isinstance(x, P.Const):
-            return P.Const(convert_constant(-x.value, dtype), dtype)
+        if isinstance(x, P.Const):  # a float negates exactly: a literal keeps its value
+            value = -x.value if dtype.is_float else convert_constant(-x.value, dtype)
+            negated = P.Const(value, dtype)
+            self.scope.wide_literals += [(negated, span) for const, span in
+                                         self.scope.wide_literals if const is x]
+            return negated
         return P.Unary("neg", x, dtype)
 
     def _BinaryExpr(self, e: S.BinaryExpr, guard) -> P.Expr:
