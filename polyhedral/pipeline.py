@@ -21,7 +21,6 @@ names the stage.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
@@ -44,6 +43,7 @@ from polyhedral.tiling import BandReport, apply_loop_order, transform_bands
 from tclang.lang import program as P
 from tclang.lang.passes import finish, optimize, passes_text
 from tclang.lang.passes.stored_terms import STORED_TERMS, store_reduction_terms
+from tclang.environment import switch
 from tclang.stages import Stages
 from tclang.options import Options
 from tclang.target import Target
@@ -67,7 +67,7 @@ class ScheduledKernel:
 
 def verify_enabled() -> bool:
     """Legality of every schedule is re-checked with TCLANG_VERIFY=1 (the tests set it)."""
-    return os.environ.get("TCLANG_VERIFY", "") not in ("", "0")
+    return switch("TCLANG_VERIFY", False)
 
 
 def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,

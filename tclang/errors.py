@@ -141,6 +141,11 @@ class TCScheduleError(_LocatedError, ValueError):
     kind = "schedule error"
 
 
+class TCConfigError(TCError, ValueError):
+    """A TCLANG_* environment variable holds a value tclang cannot use; the message names
+    the variable, the value and what it takes (tclang/environment.py)."""
+
+
 class TCWarning(UserWarning):
     """Something legal but probably not what the author meant, or a recovered fault."""
 
