@@ -146,7 +146,7 @@ class _DefinitionChecker:
                        "writes: it starts from zeros (or the caller's `out=` values)",
                        s.op_span, f"write `{s.op}!` to start from the identity instead")
         self._record_write(s, info, dtype, len(indices))
-        rhs = cast(rhs, dtype)
+        rhs = cast(rhs, dtype)  # widening only (narrowing needs a cast): never infinite
         check_wide_literals(scope, rhs)
         return P.Statement(
             position=position, target=target, indices=indices, op=op, reset=reset,

@@ -8,6 +8,7 @@ Subscripts and `?:` conditions also get their quasi-affine meaning (`tclang.lang
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -71,11 +72,25 @@ def cast(e: P.Expr, dtype: DType) -> P.Expr:
     return P.Cast(e, dtype)
 
 
+def cast_finite(e: P.Expr, dtype: DType, span: Span) -> P.Expr:
+    """`cast(e, dtype)`, refusing a finite constant the conversion makes infinite
+    (`half(70000.0)`, or 70000.0 stored into a half tensor): it is converted at compile
+    time, so no one would see it happen."""
+    result = cast(e, dtype)
+    if isinstance(e, P.Const) and isinstance(result, P.Const) and dtype.is_float and \
+            math.isinf(result.value) and math.isfinite(e.value):
+        raise error(f"the constant {e.value:g} is too large for {dtype.value}: it would be "
+                    "infinite", span, hint=f"{dtype.value} holds magnitudes up to about "
+                                           f"{float(np.finfo(dtype.numpy).max):.3g}")
+    return result
+
+
 def convert_constant(value, dtype: DType):
     if dtype is DType.BOOL:
         return bool(value)
-    if dtype.is_float:
-        return float(np.array(value, dtype=np.float64).astype(dtype.numpy))
+    if dtype.is_float:  # rounding past the type's range gives inf: cast_finite refuses it
+        with np.errstate(over="ignore"):
+            return float(np.array(value, dtype=np.float64).astype(dtype.numpy))
     if isinstance(value, float):
         value = int(value)  # truncation toward zero, as the cast does
     return int(np.array(int(value)).astype(np.int64).astype(dtype.numpy))
@@ -186,7 +201,7 @@ class ExpressionTyper:
         raise error(f"unknown tensor or function '{e.name}'", e.name_span, hint=hint)
 
     def _CastExpr(self, e: S.CastExpr, guard) -> P.Expr:
-        return cast(self.expr(e.operand, guard), parse_type_name(e.type_name))
+        return cast_finite(self.expr(e.operand, guard), parse_type_name(e.type_name), e.span)
 
     def _UnaryExpr(self, e: S.UnaryExpr, guard) -> P.Expr:
         x = self.expr(e.operand, guard)

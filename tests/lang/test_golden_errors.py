@@ -127,6 +127,8 @@ LITERALS = [
      18, "too large for float32"),
     ("float32 literal through a where-local", "  B(i) = V(i) * x where x = 2e39\n}",
      TCSemanticError, 2, 29, "too large for float32"),
+    ("literal cast past half", "  B(i) = V(i) + float(half(70000.0))\n}", TCSemanticError, 2,
+     23, "the constant 70000 is too large for float16"),
 ]
 DIMENSIONS = [  # a literal dimension of a parameter
     ("5,000-digit dimension", "def f(float(" + "3" * 5000 + ") A) -> (B) {\n  B(i) = A(i)\n}",
