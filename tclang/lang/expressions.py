@@ -73,9 +73,9 @@ def cast(e: P.Expr, dtype: DType) -> P.Expr:
 
 
 def cast_finite(e: P.Expr, dtype: DType, span: Span) -> P.Expr:
-    """`cast(e, dtype)`, refusing a finite constant the conversion makes infinite
-    (`half(70000.0)`, or 70000.0 stored into a half tensor): it is converted at compile
-    time, so no one would see it happen."""
+    """`cast(e, dtype)` for an explicit cast, refusing a finite constant the conversion
+    makes infinite (`half(70000.0)`): it is converted at compile time, where no one would
+    see it happen. (Stores only widen: a narrowing one needs such a cast.)"""
     result = cast(e, dtype)
     if isinstance(e, P.Const) and isinstance(result, P.Const) and dtype.is_float and \
             math.isinf(result.value) and math.isfinite(e.value):

@@ -300,7 +300,9 @@ def parse(source: str) -> S.Module:
     except TCSyntaxError as err:
         raise err.with_source(source) from None
     except lark.exceptions.UnexpectedInput as err:
-        raise _syntax_error(err, text).with_source(source) from None
+        error = _syntax_error(err, text)  # positions in the text Lark read
+        error.source = source  # lines as the user wrote them (the same lines)
+        raise error from None
     except lark.exceptions.VisitError as err:  # a transformer callback failed
         if isinstance(err.orig_exc, TCSyntaxError):
             raise err.orig_exc.with_source(source) from None
