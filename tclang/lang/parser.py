@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import itertools
 import math
 import sys
 import threading
@@ -198,10 +199,11 @@ def _climb(operands: list, operators: list):
 
 
 class _TokenRecorder(PostLex):
-    """Hands the parser its tokens unchanged and keeps them while `parse` runs, so that
-    each definition's canonical text (the compile cache's key, tclang/cachekey.py) is the
-    very tokens its parse read: from its own `def` to its own `}`, whatever shares its
-    lines, however lines end. Per thread: the Lark object is shared."""
+    """Hands the parser its tokens unchanged and, while `parse` runs, a copy of them (an
+    `itertools.tee`: C code, no Python per token), so that each definition's canonical
+    text (the compile cache's key, tclang/cachekey.py) is the very tokens its parse read:
+    from its own `def` to its own `}`, whatever shares its lines, however lines end. Per
+    thread: the Lark object is shared."""
 
     always_accept = ()
 
@@ -209,34 +211,34 @@ class _TokenRecorder(PostLex):
         self._local = threading.local()
 
     def process(self, stream):
-        kept = getattr(self._local, "tokens", None)
-        return stream if kept is None else self._kept(stream, kept)
-
-    @staticmethod
-    def _kept(stream, kept: list):
-        for tok in stream:
-            kept.append(tok)
-            yield tok
+        if not getattr(self._local, "recording", False):
+            return stream
+        stream, self._local.copy = itertools.tee(stream)
+        return stream
 
     @contextmanager
     def recording(self):
-        self._local.tokens = []
+        self._local.recording, self._local.copy = True, None
         try:
             yield
         finally:
-            self._local.tokens = None
+            self._local.recording, self._local.copy = False, None
 
     def definition_text(self, def_tok: Token) -> str:
         """The tokens from `def_tok` to the definition's closing brace, space-separated
-        (braces appear nowhere else in the grammar, so the first one closes it); they are
-        dropped from the record. At this reduction the parser has read at most one token
-        past the brace (the next `def`), which stays."""
-        kept = self._local.tokens
-        start = next(k for k in range(len(kept) - 1, -1, -1) if kept[k] is def_tok)
-        end = next(k for k in range(start, len(kept)) if kept[k].type == "RBRACE")
-        text = " ".join(kept[start:end + 1])
-        del kept[:end + 1]
-        return text
+        (braces appear nowhere else in the grammar, so the first one closes it). The
+        parser has read them all, and at most one more (the next `def`): the copy hands
+        them from its buffer and never makes the lexer read ahead."""
+        copy = self._local.copy
+        for tok in copy:  # nothing comes before a def but the previous definition's `}`
+            if tok is def_tok:
+                break
+        kept = [def_tok]
+        for tok in copy:
+            kept.append(tok)
+            if tok.type == "RBRACE":
+                break
+        return " ".join(kept)
 
 
 _RECORDER = _TokenRecorder()

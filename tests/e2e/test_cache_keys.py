@@ -84,3 +84,25 @@ def test_generated_definitions_keep_distinct_keys():
         module = tc.define(two_on_a_line(f"{factor}"), backend="reference")
         (dx,) = (tc.grad(module.b)(X, dy),)
         np.testing.assert_array_equal(np.asarray(dx).ravel(), np.full(4, factor, np.float32))
+
+
+def test_threads_parsing_at_once_each_key_their_own_definitions():
+    """The parser keeps the tokens it reads per thread (the Lark object is shared)."""
+    import threading
+
+    from tclang.lang.frontend import check_source
+    wrong = []
+
+    def parse(k: int):
+        for _ in range(10):
+            b = check_source(two_on_a_line(f"{k}.0"))["b"]
+            if canonical_source(b) != f"def b ( float ( N ) X ) -> ( Y ) {{ Y ( i ) = " \
+                                      f"X ( i ) * {k}.0 }}":
+                wrong.append((k, canonical_source(b)))
+
+    threads = [threading.Thread(target=parse, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong, wrong[:3]
