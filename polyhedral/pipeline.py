@@ -22,7 +22,6 @@ names the stage.
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field, replace
 from typing import Mapping
@@ -48,6 +47,7 @@ from tclang.lang import program as P
 from tclang.lang.passes import finish, optimize, passes_text
 from tclang.lang.passes.rewrite import check_names
 from tclang.lang.passes.stored_terms import STORED_TERMS, store_reduction_terms
+from tclang.environment import switch
 from tclang.stages import Stages
 from tclang.options import Options
 from tclang.target import Target
@@ -73,7 +73,7 @@ class ScheduledKernel:
 
 def verify_enabled() -> bool:
     """Legality of every schedule is re-checked with TCLANG_VERIFY=1 (the tests set it)."""
-    return os.environ.get("TCLANG_VERIFY", "") not in ("", "0")
+    return switch("TCLANG_VERIFY", False)
 
 
 def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,

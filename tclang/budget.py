@@ -30,14 +30,14 @@ compile runs under a `Budget`:
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Iterator
 
-from tclang.errors import TCCompileError, TCError
+from tclang import environment
+from tclang.errors import TCCompileError
 
 ENV = "TCLANG_COMPILE_BUDGET"
 PROGRESS_ENV = "TCLANG_PROGRESS"
@@ -63,23 +63,12 @@ def seconds_for(options=None) -> float:
     given = getattr(options, "compile_budget", None)
     if given is not None:
         return float(given)
-    text = os.environ.get(ENV, "").strip()
-    if not text:
-        return DEFAULT_SECONDS
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not value > 0 or value == float("inf"):
-        raise TCError(f"{ENV} must be a positive number of seconds, not {text!r}")
-    return value
+    return environment.positive_number(ENV, DEFAULT_SECONDS)
 
 
 def _progress_wanted() -> bool:
-    forced = os.environ.get(PROGRESS_ENV, "").strip()
-    if forced:
-        return forced not in ("0", "false", "no", "off")
-    return bool(getattr(sys.stderr, "isatty", lambda: False)())
+    """The bar on a terminal, or wherever TCLANG_PROGRESS turns it on."""
+    return environment.switch(PROGRESS_ENV, bool(getattr(sys.stderr, "isatty", lambda: False)()))
 
 
 class BudgetExceeded(TCCompileError):
@@ -196,8 +185,7 @@ class Budget:
             self._bar.close()
             self._bar = None
         spent = self.elapsed()
-        if spent >= SLOW_COMPILE and os.environ.get(PROGRESS_ENV, "").strip() not in (
-                "0", "false", "no", "off"):
+        if spent >= SLOW_COMPILE and environment.switch(PROGRESS_ENV, True):
             way_out = f"; took the cheaper way out: {self.fell_back}" if self.fell_back else ""
             sys.stderr.write(f"tclang: compiling {self.kernel} took {spent:.1f} s: "
                              f"{self.breakdown()}{way_out}\n")

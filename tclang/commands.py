@@ -17,7 +17,9 @@ import time
 import numpy as np
 
 from tclang.errors import TCArgumentError, TCError
-from tclang.inputs import check_sizes, parse_sizes, random_inputs, read_source
+from tclang.inputs import (check_input_memory, check_sizes, count_argument, input_bytes,
+                           integers_argument, parse_sizes, positive_argument, random_inputs,
+                           read_source)
 from tclang.options import Options
 
 
@@ -40,8 +42,9 @@ def add_commands(sub) -> None:
     run = sub.add_parser("run", help="run on random inputs, check against the reference "
                                      "interpreter, print the time")
     _common(run)
-    run.add_argument("--repeat", type=int, default=10, help="timed runs (best is printed)")
-    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--repeat", type=count_argument(1), default=10,
+                     help="timed runs (best is printed)")
+    run.add_argument("--seed", type=count_argument(0), default=0)
     run.set_defaults(run=_run)
 
     tune = sub.add_parser("tune", help="autotune a definition for some sizes and store the "
@@ -50,11 +53,12 @@ def add_commands(sub) -> None:
     tune.add_argument("--entry", help="the definition (default: the only one)")
     tune.add_argument("--sizes", default="", help="size values, e.g. M=512,N=512,K=512")
     _tuning_arguments(tune)
-    tune.add_argument("--budget", type=int, default=64, help="timed trials (default 64)")
+    tune.add_argument("--budget", type=count_argument(1), default=64,
+                      help="timed trials (default 64)")
     tune.add_argument("--strategy", default="evolution", choices=["evolution", "random"])
-    tune.add_argument("--time-limit", type=float, default=60.0,
+    tune.add_argument("--time-limit", type=positive_argument, default=60.0,
                       help="seconds per trial before it is killed (default 60)")
-    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--seed", type=count_argument(0), default=0)
     tune.set_defaults(run=_tune)
 
     compare = sub.add_parser(
@@ -67,12 +71,13 @@ def add_commands(sub) -> None:
                          help='a manual schedule, e.g. "tile=32x32x64,unroll=4" (sizes '
                               'joined by x, a loop order by colons: loop_order=k:m:n); '
                               'repeat for several')
-    compare.add_argument("--tune", type=int, default=0, metavar="N",
+    compare.add_argument("--tune", type=count_argument(0), default=0, metavar="N",
                          help="also tune with N trials (stored in the tuning database)")
     compare.add_argument("--peers", default="numpy,torch",
                          help="peers timed beside (where einsum can write the kernel)")
-    compare.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
-    compare.add_argument("--seed", type=int, default=0)
+    compare.add_argument("--rounds", type=count_argument(1), default=5,
+                         help="interleaved timing rounds")
+    compare.add_argument("--seed", type=count_argument(0), default=0)
     compare.add_argument("--out", default=".", help="folder for the chart "
                                                     "(compare-ENTRY.png)")
     compare.add_argument("--no-limits", action="store_true",
@@ -94,7 +99,8 @@ def add_commands(sub) -> None:
 
     demo = sub.add_parser("demo", help="matmul, an MLP layer and softmax: checked against "
                                        "NumPy and timed")
-    demo.add_argument("--size", type=int, default=512, help="problem size (default 512)")
+    demo.add_argument("--size", type=count_argument(1), default=512,
+                      help="problem size (default 512)")
     demo.set_defaults(run=_demo)
 
 
@@ -105,7 +111,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", default="cpu",
                    choices=["cpu", "cuda", "cuda-emulated", "reference"])
     p.add_argument("--fusion", choices=["max", "min", "preserve_parallel"])
-    p.add_argument("--tile", help="tile sizes, e.g. 32,32 (0 leaves a loop untiled)")
+    p.add_argument("--tile", type=integers_argument,
+                   help="tile sizes, e.g. 32,32 (0 leaves a loop untiled)")
     p.add_argument("--loop-order", help="loop order of the outer nest, e.g. k,m,n or 2,0,1")
     p.add_argument("--unroll", type=int)
     p.add_argument("--register-tile", help="the CPU micro-kernel's register tile, e.g. 4,16, "
@@ -117,7 +124,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def _options(args) -> Options:
-    tile = tuple(int(x) for x in args.tile.split(",")) if args.tile else None
+    tile = args.tile or None
     order = None
     if args.loop_order:
         order = tuple(int(x) if x.strip().lstrip("-").isdigit() else x.strip()
@@ -156,8 +163,14 @@ def _entry_and_inputs(args, module):
     kernel = module[entry]
     sizes = parse_sizes(args.sizes)
     check_sizes(kernel.definition, sizes)
+    check_input_memory(kernel.definition, sizes)
     seed = getattr(args, "seed", 0)
-    return kernel, random_inputs(kernel.definition, sizes, np.random.default_rng(seed))
+    try:
+        return kernel, random_inputs(kernel.definition, sizes, np.random.default_rng(seed))
+    except MemoryError as err:  # under the machine's memory, but not free now
+        raise TCArgumentError(f"--sizes {args.sizes}: {kernel.name}'s random inputs "
+                              f"({input_bytes(kernel.definition, sizes):,} bytes) cannot be "
+                              f"allocated ({err})", hint="choose smaller sizes") from None
 
 
 def _export(args) -> int:
@@ -240,7 +253,7 @@ def _explain_grad(args) -> int:
 
 
 def _tuning_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--jobs", type=int, default=None,
+    p.add_argument("--jobs", type=count_argument(1), default=None,
                    help="trials at once on this machine (default 2); compiles overlap, "
                         "timings never do")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",

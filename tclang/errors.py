@@ -29,11 +29,23 @@ class Span(NamedTuple):
         return Span(start[0], start[1], end[0], end[1])
 
 
+def one_line_end(text: str) -> str:
+    """`text` with every line ending written "\\n": "\\r\\n" (Windows) and a bare "\\r" (old
+    Mac files) each end one line, as in Python's universal newlines. The parser counts
+    lines in this text and errors show lines of it, so a caret is always under its token."""
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
+
+
+def source_lines(text: str) -> list[str]:
+    """The lines of a source as spans number them (1-based: `source_lines(s)[line - 1]`)."""
+    return one_line_end(text).split("\n")
+
+
 def render_location(source: str | None, span: Span | None) -> str:
     """The source line of `span` with a caret row underneath (empty without a source)."""
     if source is None or span is None:
         return ""
-    lines = source.split("\n")
+    lines = source_lines(source)
     if not 1 <= span.line <= len(lines):
         return ""
     text = lines[span.line - 1].expandtabs(1)
@@ -127,6 +139,11 @@ class TCScheduleError(_LocatedError, ValueError):
     """A manual schedule (`tclang.Options`) is invalid or would break a dependence."""
 
     kind = "schedule error"
+
+
+class TCConfigError(TCError, ValueError):
+    """A TCLANG_* environment variable holds a value tclang cannot use; the message names
+    the variable, the value and what it takes (tclang/environment.py)."""
 
 
 class TCWarning(UserWarning):

@@ -13,6 +13,11 @@ from dataclasses import dataclass, fields
 from tclang.errors import TCScheduleError
 
 FUSIONS = ("max", "min", "preserve_parallel")
+MAX_VECTOR_WIDTH = 64
+"""The widest vector_width the CPU backend takes: LLVM's loop vectorizer forces only
+power-of-two widths up to 64 (VectorizerParams::MaxVectorWidth) and silently ignores any
+other request; register tiles are checked against the target when scheduled
+(polyhedral/register_tiles.check_shape)."""
 
 
 @dataclass(frozen=True)
@@ -32,7 +37,8 @@ class Options:
     parallel: run the outermost parallel loop on several threads (CPU) or not; None lets
         a cost model decide.
     vectorize: mark innermost stride-1 loops for SIMD (CPU).
-    vector_width: SIMD lanes to ask for (CPU); None: the target's natural width.
+    vector_width: SIMD lanes to ask for (CPU), a power of two up to 64; None: the
+        target's natural width.
     block, grid: GPU threads per block and blocks per grid, (x, y, z) with x innermost.
     shared_memory, private_memory: promote reused tiles to shared memory / registers (GPU).
     reorder_reductions: reductions are associative, so by default their iterations may be
@@ -42,7 +48,9 @@ class Options:
         operation: bitwise reproducible, slower.
     register_tile: keep an mr x nr block of a contraction's result in vector registers
         through its reduction loops (CPU micro-kernel): None lets a model of the machine
-        choose (mr, nr), a pair (mr, nr) sets them, False turns it off.
+        choose (mr, nr), a pair (mr, nr) sets them, False turns it off. A pair whose
+        accumulators and operand vectors do not fit the CPU's vector registers is refused
+        when a contraction is scheduled with it.
     pack: copy the operand a register tile reads along its lanes into a contiguous
         per-thread buffer, one kc x nr sliver at a time (CPU, BLIS's packing): None packs
         where the sliver is reused by enough rows (and, with AVX-512, an operand the lanes
@@ -88,8 +96,15 @@ class Options:
                          allow_zero=True)
         for name in ("unroll", "vector_width"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
+            if value is not None and (not _is_int(value) or value < 1):
                 raise TCScheduleError(f"{name} must be a positive integer, not {value!r}")
+        if self.vector_width is not None and (self.vector_width > MAX_VECTOR_WIDTH or
+                                              self.vector_width & (self.vector_width - 1)):
+            raise TCScheduleError(f"vector_width must be a power of two up to "
+                                  f"{MAX_VECTOR_WIDTH}, not {self.vector_width}: LLVM's loop "
+                                  "vectorizer ignores any other width",
+                                  hint="for example vector_width=8 (8 float32 lanes fill a "
+                                       "256-bit AVX2 register)")
         for name in ("block", "grid"):
             value = getattr(self, name)
             if value is not None:

@@ -15,12 +15,10 @@ sequence lengths) while costing at most ~10 MB per kernel.
 
 from __future__ import annotations
 
-import os
 import threading
 import weakref
 from collections import OrderedDict
 
-from tclang.errors import TCError
 from tclang.locks import fork_safe
 
 DEFAULT_MAX_VARIANTS = 64
@@ -28,17 +26,8 @@ DEFAULT_MAX_VARIANTS = 64
 
 def max_variants() -> int:
     """TCLANG_MAX_VARIANTS, or 64: how many compiled variants a kernel keeps."""
-    text = os.environ.get("TCLANG_MAX_VARIANTS", "").strip()
-    if not text:
-        return DEFAULT_MAX_VARIANTS
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise TCError(f"TCLANG_MAX_VARIANTS must be a whole number of at least 1, not "
-                      f"{text!r}; unset it for the default {DEFAULT_MAX_VARIANTS}")
-    return value
+    from tclang.environment import whole_number
+    return whole_number("TCLANG_MAX_VARIANTS", DEFAULT_MAX_VARIANTS)
 
 
 class Recent:

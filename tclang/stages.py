@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from tclang import budget as _budget
-from tclang.errors import TCCompileError, TCError
+from tclang.errors import TCCompileError, TCConfigError, TCError
 
 #: every stage, in order, with what its text shows
 STAGES = {
@@ -44,10 +44,15 @@ STAGES = {
 
 
 def requested() -> frozenset[str]:
-    """The stages TCLANG_DUMP names ("all" for every one)."""
+    """The stages TCLANG_DUMP names ("all" for every one); a name that is no stage is a
+    TCConfigError (it was ignored: a typo dumped nothing, silently)."""
     names = {n.strip() for n in os.environ.get("TCLANG_DUMP", "").split(",") if n.strip()}
     if "all" in names:
         return frozenset(STAGES)
+    unknown = sorted(n for n in names if n not in STAGES)
+    if unknown:
+        raise TCConfigError(f"TCLANG_DUMP names {_unknown(unknown)}; the stages are "
+                            f"{', '.join(STAGES)}, or all")
     return frozenset(names)
 
 
@@ -55,6 +60,11 @@ def check_names(names) -> None:
     unknown = [n for n in names if n not in STAGES]
     if unknown:
         raise TCError(f"unknown stage {unknown[0]!r}; the stages are {', '.join(STAGES)}")
+
+
+def _unknown(names: list[str]) -> str:
+    quoted = ", ".join(repr(n) for n in names)
+    return f"no stage {quoted}" if len(names) == 1 else f"no stages {quoted}"
 
 
 class Stages:

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import signal
 import sys
 
+from tclang.environment import positive_number
 from tclang.errors import TCCompileError
 from tclang.forked_server import (ForkedServer, RequestFailed, ServerDied, ServerError,
                                   ServerUnavailable)
@@ -37,12 +37,7 @@ DEFAULT_MAX_IR_MB = 32  # O3 on more takes minutes and gigabytes
 def check_code_size(ir_text: str, kernel: str) -> None:
     """Refuse, before LLVM sees it, generated code too large to optimise in reasonable
     time and memory; the limit is TCLANG_MAX_LLVM_IR_MB (megabytes of IR text)."""
-    configured = os.environ.get("TCLANG_MAX_LLVM_IR_MB", "")
-    try:
-        limit = float(configured) if configured else DEFAULT_MAX_IR_MB
-    except ValueError:
-        raise TCCompileError(f"TCLANG_MAX_LLVM_IR_MB={configured!r} is not a number of "
-                             "megabytes") from None
+    limit = positive_number("TCLANG_MAX_LLVM_IR_MB", float(DEFAULT_MAX_IR_MB))
     size = len(ir_text) / 1e6
     if size > limit:
         raise TCCompileError(

@@ -11,7 +11,6 @@ calls its addresses keeps it.
 
 from __future__ import annotations
 
-import os
 import threading
 import weakref
 
@@ -64,7 +63,8 @@ def _released() -> None:
 
 def _mcjit_forced() -> bool:
     """TCLANG_LOADER=mcjit loads every object through LLVM (to compare the two loaders)."""
-    return os.environ.get("TCLANG_LOADER", "") == "mcjit"
+    from tclang.environment import choice
+    return choice("TCLANG_LOADER", ("elf", "mcjit")) == "mcjit"
 
 
 def live_objects() -> int:

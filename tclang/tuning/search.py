@@ -85,6 +85,13 @@ def _describe_options(options: Options) -> str:
     return ", ".join(f"{k}={v}" for k, v in d.items()) or "automatic"
 
 
+def check_seconds(name: str, value) -> None:
+    """A time a caller gives: a finite number of seconds above 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not math.isfinite(value) or value <= 0:
+        raise TCError(f"{name} must be a finite number of seconds above 0, not {value!r}")
+
+
 def autotune(kernel, *args, budget: int = 64, time_limit: float = 60.0,
              executor=None, jobs: int | None = None, seed: int = 0,
              strategy: str = "evolution", database=None, store: bool = True,
@@ -107,6 +114,10 @@ def autotune(kernel, *args, budget: int = 64, time_limit: float = 60.0,
         raise TCError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
     if budget < 1:
         raise TCError(f"budget must be at least 1 trial, not {budget}")
+    check_seconds("time_limit", time_limit)  # nan: each trial failed in the executor
+    check_seconds("min_time", min_time)
+    if jobs is not None and (not isinstance(jobs, int) or jobs < 1):
+        raise TCError(f"jobs must be None (the default) or at least 1, not {jobs!r}")
     module = kernel.module
     if module.on_device:
         raise TCError("tc.autotune runs on the CPU backends only for now (its trials fork, "

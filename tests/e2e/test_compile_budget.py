@@ -175,7 +175,7 @@ def test_the_budget_is_an_option_and_a_variable_checked_when_given(monkeypatch):
     assert tc.Options(compile_budget=5).key() == tc.Options().key()
     monkeypatch.setenv("TCLANG_COMPILE_BUDGET", "soon")
     _, kernel, args, _ = fresh_mlp()
-    with pytest.raises(tc.TCError, match="TCLANG_COMPILE_BUDGET must be a positive number"):
+    with pytest.raises(tc.TCConfigError, match="TCLANG_COMPILE_BUDGET must be a finite number above 0"):
         kernel.compile(*args)
     monkeypatch.setenv("TCLANG_COMPILE_BUDGET", "2.5")
     assert compile_budget.seconds_for(tc.Options()) == 2.5
