@@ -95,6 +95,11 @@ def add_commands(sub) -> None:
     demo = sub.add_parser("demo", help="matmul, an MLP layer and softmax: checked against "
                                        "NumPy and timed")
     demo.add_argument("--size", type=int, default=512, help="problem size (default 512)")
+    demo.add_argument("--rounds", type=int, default=9,
+                      help="interleaved timing rounds (default 9; the median is shown)")
+    demo.add_argument("--gap", type=float, default=0.25,
+                      help="seconds of rest after every timing sample (default 0.25: "
+                           "BLAS threads spin on after a call)")
     demo.set_defaults(run=_demo)
 
 
@@ -349,7 +354,13 @@ def softmax(float(N, D) X) -> (Y) {
 
 
 def _demo(args) -> int:
+    """Each operator compiled (or loaded from a cache: said so), checked against NumPy in
+    float64, then timed against NumPy by tclang.timing: interleaved rounds with rests,
+    medians with their spread, both writing into preallocated outputs. The speed column is
+    the median over the rounds of NumPy's time over tclang's in the same round, so load
+    that comes and goes between rounds cancels out of it."""
     import tclang
+    from tclang.timing import interleaved, spread
     n = args.size
     rng = np.random.default_rng(0)
     f32 = np.float32
@@ -358,37 +369,73 @@ def _demo(args) -> int:
         rng.standard_normal(n, f32)
     S = rng.standard_normal((4 * n, n), f32)
 
-    def softmax(x):
+    def softmax(x, out=None):
         e = np.exp(x - x.max(axis=1, keepdims=True))
-        return e / e.sum(axis=1, keepdims=True)
+        return np.divide(e, e.sum(axis=1, keepdims=True), out=out)
+
+    def f64(*arrays):
+        return [a.astype(np.float64) for a in arrays]
 
     module = tclang.define(DEMO)
-    cases = [("matmul", (A, B), lambda: A @ B),
-             ("mlp_layer", (X, W, bias), lambda: np.maximum(X @ W.T + bias, 0)),
-             ("softmax", (S,), lambda: softmax(S))]
-    print(f"tclang {tclang.__version__}: three one-line operators, size {n}, on the CPU\n")
-    print("| operator | compile (s) | max error vs NumPy | tclang (ms) | NumPy (ms) | "
-          "tclang / NumPy speed |")
+    cases = [("matmul", (A, B), lambda out: np.matmul(A, B, out=out),
+              lambda: np.matmul(*f64(A, B))),
+             ("mlp_layer", (X, W, bias), lambda out: np.maximum(X @ W.T + bias, 0, out=out),
+              lambda: np.maximum(f64(X)[0] @ f64(W)[0].T + bias, 0)),
+             ("softmax", (S,), lambda out: softmax(S, out=out), lambda: softmax(*f64(S)))]
+    print(f"tclang {tclang.__version__}: three one-line operators, size {n}, on the CPU; "
+          f"times are medians of {args.rounds} interleaved rounds with {args.gap:g} s "
+          f"rests, ± the interquartile range over the median")
+    print(_load_note() + "\n")
+    print("| operator | compile | max error vs NumPy (float64) | tclang (ms) | NumPy (ms) | "
+          "NumPy time / tclang time |")
     print("|---|---|---|---|---|---|")
     ok = True
-    for name, inputs, numpy_fn in cases:
-        start = time.perf_counter()
-        result = module[name](*inputs)
-        compile_s = time.perf_counter() - start
-        expected = numpy_fn()
-        error = float(np.max(np.abs(result - expected) / np.maximum(np.abs(expected), 1)))
-        ok &= error < 1e-3
-        ours, theirs = _best(lambda: module[name](*inputs)), _best(numpy_fn)
-        print(f"| {name} | {compile_s:.2f} | {error:.1e} | {ours * 1e3:.2f} | "
-              f"{theirs * 1e3:.2f} | {theirs / ours:.2f}x |")
+    bar = _demo_bar(len(cases) * 2 * args.rounds)
+    try:
+        for name, inputs, numpy_fn, expected_fn in cases:
+            kernel = module[name]
+            start = time.perf_counter()
+            compiled = kernel.compile(*inputs)
+            compile_s = time.perf_counter() - start
+            how = "compiled" if compiled.cache == "compiled" else \
+                f"loaded from the {compiled.cache} cache"
+            result = compiled(*inputs)
+            expected = expected_fn()
+            error = float(np.max(np.abs(result - expected) / np.maximum(np.abs(expected), 1)))
+            ok &= error < 1e-3
+            ours, theirs = np.empty_like(result), np.empty_like(result)
+            timings = interleaved({"tclang": lambda: compiled(*inputs, out=ours),
+                                   "numpy": lambda: numpy_fn(theirs)},
+                                  rounds=args.rounds, gap=args.gap, least=0.05,
+                                  after_sample=lambda *_: bar.update(1))
+            mine, peer = timings["tclang"], timings["numpy"]
+            ratios = [p / m for p, m in zip(peer.samples, mine.samples)]
+            bar.clear()
+            print(f"| {name} | {compile_s:.2f} s, {how} | {error:.1e} | {mine.text()} | "
+                  f"{peer.text()} | {float(np.median(ratios)):.2f}x ±{spread(ratios):.0%} |",
+                  flush=True)
+    finally:
+        bar.close()
     print("\nall results match NumPy" if ok else "\nSOME RESULTS DIFFER FROM NUMPY")
     return 0 if ok else 1
 
 
-def _best(fn, repeat: int = 5) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+def _load_note() -> str:
+    """What else is running: the figures are this machine's, now, and a loaded machine
+    slows multi-threaded code (tclang's and BLAS's alike) far more than its load says."""
+    import os
+    cores = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return f"{cores} cores"
+    note = f"{cores} cores, load average {load:.1f}"
+    if load > 0.5 * cores:
+        note += (": other programs are running, so both sides run slower than on a quiet "
+                 "machine and the spreads are wider")
+    return note
+
+
+def _demo_bar(total: int):
+    from tclang.tuning.search import progress_bar
+    return progress_bar(total, "timing", True, unit="sample")
