@@ -578,7 +578,7 @@ def _unguard(t, empty: float):
 
 def _is(value: float, empty: float) -> bool:
     if empty == -math.inf:
-        return value <= -1e30
+        return value <= -1e9
     return value == empty
 
 
@@ -740,10 +740,8 @@ def _convolution(term, shape, out, order) -> Operator | None:
         words.append(f"dilation {_tuple_text(dilation)}")
     if groups != 1:
         words.append(f"{groups} groups")
-    text = f"stride={tuple(stride)}, dilation={tuple(dilation)}, groups={groups}"
-    return Operator(", ".join(words), numpy, f"sliding windows + np.einsum (NumPy has no "
-                    f"convolution; {text})", torch_call,
-                    f"torch.nn.functional.conv{nd}d({text}, padded with F.pad)")
+    return Operator(", ".join(words), numpy, "NumPy sliding windows + np.einsum (it has "
+                    "no convolution)", torch_call, f"torch.nn.functional.conv{nd}d")
 
 
 def _tuple_text(values) -> str:
@@ -864,7 +862,8 @@ def _pooling(term, shape, out, order) -> Operator | None:
         words.append(f"dilation {_tuple_text(dilation)}")
     if scale != 1:
         words.append(f"times {scale:g}")
-    return Operator(", ".join(words), numpy, f"sliding windows + np.{'max' if kind == 'max' else 'sum'}",
+    return Operator(", ".join(words), numpy,
+                    f"NumPy sliding windows + np.{'max' if kind == 'max' else 'sum'}",
                     torch_call, f"torch.nn.functional.{kind}_pool{nd}d")
 
 
@@ -1072,7 +1071,7 @@ def _attention(term, shape, out, order) -> Operator | None:
         return None
     u = _unshift(u, j)
     if isinstance(u, Op) and u.name == "select" and isinstance(u.args[2], K) and \
-            u.args[2].value <= -1e30:
+            u.args[2].value <= -1e9:
         if mask is not None:
             return None
         mask, u = u.args[0], u.args[1]
