@@ -411,20 +411,18 @@ class Sampler:
         return points, expected
 
     def _points(self, rng, total: int, count: int) -> dict:
-        """`count` distinct points (all of them if count >= total): the first and the last
-        point of every sampled class, then random ones."""
+        """`count` points (every point if count >= total): the first and the last point of
+        every sampled class, then random ones, each class's coordinate drawn on its own
+        (the classes of several outputs multiply past any integer a flat index fits)."""
         shape = [self.extent[c] for c in self.sliced]
-        if count >= total:
-            flat = np.arange(total)
-        else:
-            chosen = {0, total - 1}
-            while len(chosen) < count:
-                chosen.update(int(x) for x in rng.integers(0, total, size=count - len(chosen)))
-            flat = np.array([0, total - 1] + sorted(chosen - {0, total - 1}), dtype=np.int64)
-            flat = np.concatenate([flat[:2], rng.permutation(flat[2:])])
-        coords = np.unravel_index(flat, shape)
         dtype = np.int32 if max(shape) < 2 ** 31 else np.int64
-        return {c: np.ascontiguousarray(x.astype(dtype)) for c, x in zip(self.sliced, coords)}
+        if count >= total:
+            coords = np.unravel_index(np.arange(total), shape)
+        else:
+            coords = [np.concatenate([[0, n - 1], rng.integers(0, n, size=max(0, count - 2))])
+                      [:max(1, count)] for n in shape]
+        return {c: np.ascontiguousarray(np.asarray(x).astype(dtype))
+                for c, x in zip(self.sliced, coords)}
 
     def _p_axis(self, tensor: str) -> int:
         return self.dims[tensor][0]

@@ -488,7 +488,7 @@ def recognise(defn: P.Definition, sizes: dict) -> Operator | None:
     out = P.evaluate_shape(defn.outputs[0].shape, sizes)
     order = [t.name for t in defn.inputs]
     for match in (_einsum, _convolution, _pooling, _cumsum, _softmax, _layernorm,
-                  _attention):
+                  _attention, _with_bias):
         try:
             found = match(term, shape, out, order)
         except NoMatch:
@@ -496,6 +496,55 @@ def recognise(defn: P.Definition, sizes: dict) -> Operator | None:
         if found is not None:
             return found
     return None
+
+
+def _with_bias(term, shape, out, order) -> Operator | None:
+    """A contraction or a convolution, plus a bias broadcast along the output, then
+    optionally a ReLU (`fmax(x, 0)`): an MLP layer, a convolution layer."""
+    relu = False
+    if isinstance(term, Op) and term.name in ("fmax", "max") and len(term.args) == 2:
+        zero = [a for a in term.args if isinstance(a, K) and a.value == 0]
+        if len(zero) == 1:
+            term = next(a for a in term.args if a is not zero[0])
+            relu = True
+    bias, core = None, term
+    if isinstance(term, Op) and term.name == "add":
+        for a, b in (term.args, term.args[::-1]):
+            subs = [x.var() for x in b.subs] if isinstance(b, In) else None
+            if subs is not None and None not in subs and len(set(subs)) == len(subs) and \
+                    set(subs) <= set(_outvars(out)) and isinstance(a, Red):
+                bias, core = b, a
+                break
+    if bias is None and not relu:
+        return None
+    found = None
+    for match in (_einsum, _convolution):
+        found = match(core, shape, out, order)
+        if found is not None:
+            break
+    if found is None:
+        return None
+    subs = [x.var() for x in bias.subs] if bias is not None else []
+    dims = [subs.index(v) if v in subs else None for v in _outvars(out)]
+    bi = order.index(bias.tensor) if bias is not None else None
+    inner_numpy, inner_torch = found.numpy, found.torch
+
+    def numpy(xs):
+        y = inner_numpy(xs)
+        if bi is not None:
+            y = y + _arrange(xs[bi], dims)
+        return np.maximum(y, 0) if relu else y
+
+    def torch_call(ts):
+        import torch
+        y = inner_torch(ts)
+        if bi is not None:
+            y = y + _arrange(ts[bi], dims)
+        return torch.relu(y) if relu else y
+
+    extra = (" + bias" if bias is not None else "") + (", then ReLU" if relu else "")
+    return Operator(found.name + extra, numpy, found.numpy_text + extra, torch_call,
+                    found.torch_text + extra)
 
 
 def _outvars(out) -> list[str]:
@@ -513,6 +562,7 @@ def _einsum(term, shape, out, order) -> Operator | None:
     coef, num, den = factors(body)
     if coef != 1 or den or not num or not _plain_reads(num):
         return None
+    num = sorted(num, key=lambda f: order.index(f.tensor))  # operands as the inputs come
     extent = dict(zip(_outvars(out), out))
     for v, lo, hi in axes:
         if lo != 0:

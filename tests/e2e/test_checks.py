@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 import tclang as tc
-from tclang.checking import Sampler, check
 from tclang.cli import main
 from tclang.inputs import random_inputs
 
@@ -37,6 +36,7 @@ def _run(source: str, sizes: dict, seed: int = 0):
     (MM, dict(M=12, K=9, N=7), "NumPy (einsum"),
 ])
 def test_a_point_perturbed_is_caught_with_check_full(source, sizes, against):
+    from tclang.checking import check
     kernel, inputs, out = _run(source, sizes)
     assert check(kernel, inputs, out, mode="full", progress=False).ok
     bad = out[0].copy()
@@ -53,6 +53,7 @@ def test_a_wrong_row_is_caught_by_a_sample():
     first chunk alone is ~100 random points (each with its full reduction), which meet a
     given wrong row with probability 1 - (19/20)^100 > 99%; the points are drawn from a
     fixed seed, so the test is deterministic."""
+    from tclang.checking import check
     kernel, inputs, out = _run(MLP, dict(B=20, I=64, O=50))
     for row in (3, 11, 17):
         bad = out[0].copy()
@@ -65,6 +66,7 @@ def test_a_wrong_row_is_caught_by_a_sample():
 
 
 def test_the_sampled_program_links_temporaries_to_their_rows():
+    from tclang.checking import Sampler, check
     kernel, inputs, out = _run(SOFTMAX, dict(N=6, D=5))
     sampler = Sampler(kernel.definition, dict(N=6, D=5))
     text = sampler.source(3)
@@ -78,6 +80,7 @@ def test_the_sampled_program_links_temporaries_to_their_rows():
 def test_numpy_disagreeing_is_settled_by_the_interpreter(monkeypatch):
     """A recognised operator whose NumPy call is wrong (a recognition bug) does not make a
     right kernel look wrong: the interpreter decides, and the result says both."""
+    from tclang.checking import check
     import tclang.peers as peers
     real = peers.recognise
 
@@ -93,6 +96,7 @@ def test_numpy_disagreeing_is_settled_by_the_interpreter(monkeypatch):
 
 
 def test_an_output_that_cannot_be_sampled_is_said_not_checked():
+    from tclang.checking import check
     total = "def total(float(N, M) A) -> (s) {\n  s +=! A(i, j) * A(i, j)\n}"
     kernel, inputs, out = _run(total, dict(N=300, M=300))
     result = check(kernel, inputs, out, mode="sample", budget=0.01, limit=0.05,

@@ -7,13 +7,13 @@ import re
 import sys
 from pathlib import Path
 
-import tclang.timing as timing
 from tclang.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_interleaved_takes_turns_and_rests_after_every_sample(monkeypatch):
+    import tclang.timing as timing
     events = []
     monkeypatch.setattr(timing.time, "sleep", lambda s: events.append(("rest", s)))
     calls = {"a": lambda: events.append("a"), "b": lambda: events.append("b")}
@@ -27,6 +27,7 @@ def test_interleaved_takes_turns_and_rests_after_every_sample(monkeypatch):
 
 
 def test_spread_and_median():
+    import tclang.timing as timing
     t = timing.Timing([1.0, 2.0, 3.0, 4.0, 100.0])
     assert t.median == 3.0 and abs(t.spread - 2 / 3) < 1e-12  # (4 - 2) / 3
     assert t.text(scale=1, digits=1) == "3.0 ±67%"
@@ -34,6 +35,7 @@ def test_spread_and_median():
 
 
 def test_benchmarks_use_the_package_timing():
+    import tclang.timing as timing
     sys.path.insert(0, str(ROOT))
     try:
         from benchmarks import run as bench

@@ -7,7 +7,6 @@ import pytest
 
 import tclang as tc
 from tclang.cli import main
-from tclang.peers import recognise
 from tclang.tuning.compare import parse_manual
 
 from pathlib import Path
@@ -31,6 +30,7 @@ def test_manual_specs_parse_into_options():
 
 
 def test_peers_are_what_the_structure_says():
+    from tclang.peers import recognise
     mod = tc.define(OPS)
     sizes = dict(M=8, K=8, N=8, B=4, I=8, O=8, D=8, C=2, H=6, W=6, KH=3, KW=3)
     assert recognise(mod.matmul.definition, sizes).numpy_text == \
@@ -39,7 +39,9 @@ def test_peers_are_what_the_structure_says():
     assert recognise(mod.conv2d.definition, sizes).torch_text == \
         "torch.nn.functional.conv2d"
     assert recognise(mod.maxpool2x2.definition, sizes).name.startswith("max_pool2d")
-    assert recognise(mod.mlp_layer.definition, sizes) is None  # bias and relu: no peer
+    assert recognise(mod.mlp_layer.definition, sizes).name == \
+        "einsum 'ij,kj->ik' + bias, then ReLU"
+    assert recognise(mod.embedding.definition, dict(E=4, D=3, B=2, L=2)) is None  # gather
 
 
 def test_compare_times_every_schedule_and_refuses_an_illegal_one():

@@ -81,6 +81,28 @@ CONVOLUTIONS = [
 ]
 
 
+LAYERS = [
+    ("def l(float(B,I) X, float(O,I) W, float(O) bias) -> (Y) {\n"
+     " Y(b,o) +=! X(b,i) * W(o,i)\n Y(b,o) = fmax(Y(b,o) + bias(o), 0)\n}",
+     dict(B=5, I=7, O=3), "einsum 'ij,kj->ik' + bias, then ReLU"),
+    ("def l(float(B,I) X, float(I,O) W, float(O) c) -> (Y) {\n"
+     " T(b,o) +=! W(i,o) * X(b,i)\n Y(b,o) = max(0.0, c(o) + T(b,o))\n}",
+     dict(B=5, I=7, O=3), "+ bias, then ReLU"),
+    ("def c(float(N,C,H,W) I, float(M,C,KH,KW) W1, float(M) B) -> (O) {\n"
+     " O(n,m,h,w) +=! I(n,c,h+kh,w+kw) * W1(m,c,kh,kw)\n O(n,m,h,w) = O(n,m,h,w) + B(m)\n}",
+     dict(N=2, C=3, H=6, W=5, M=4, KH=3, KW=2), "conv2d + bias"),
+    ("def c(float(N,G,C,H,W) I, float(G,F,C,KH,KW) W1, float(G,F) B) -> (O) {\n"
+     " O(n,g,f,h,w) +=! I(n,g,c,h+kh,w+kw) * W1(g,f,c,kh,kw)\n"
+     " O(n,g,f,h,w) = O(n,g,f,h,w) + B(g,f)\n}",
+     dict(N=1, G=2, C=2, H=3, W=7, F=3, KH=2, KW=3), "2 groups + bias"),
+]
+
+
+@pytest.mark.parametrize("source,sizes,expected", LAYERS)
+def test_layers_with_a_bias_and_relu(source, sizes, expected):
+    _check(source, sizes, expected)
+
+
 @pytest.mark.parametrize("source,sizes,expected", CONVOLUTIONS)
 def test_convolutions_are_recognised_in_any_layout(source, sizes, expected):
     _check(source, sizes, expected)
