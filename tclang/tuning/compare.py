@@ -431,7 +431,8 @@ def _peers(names, operator, inputs, reference) -> tuple[list, dict]:
             wrong = f"it raised {err!r}"
         if wrong:
             row.status = "differs"
-            row.message = f"recognised as {operator.name}, but {text} {wrong.replace('automatic schedule', 'kernel')}: not timed"
+            wrong = wrong.replace("the automatic schedule's", "tclang's")
+            row.message = f"recognised as {operator.name}, but {text}: {wrong}; not timed"
         else:
             calls[name] = call
         rows.append(row)

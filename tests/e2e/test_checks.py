@@ -68,7 +68,8 @@ def test_a_wrong_row_is_caught_by_a_sample():
 
 
 def test_the_sampled_program_links_temporaries_to_their_rows():
-    from tclang.checking import Sampler, check
+    from tclang.checking import check
+    from tclang.sampling import Sampler
     kernel, inputs, out = _run(SOFTMAX, dict(N=6, D=5))
     sampler = Sampler(kernel.definition, dict(N=6, D=5))
     text = sampler.source(3)

@@ -64,7 +64,8 @@ CONVOLUTIONS = [
     ("def c(float(N,C,H,W) I, float(M,C,3,3) Wt) -> (O) {\n"
      " O(n,m,h,w) +=! (2*h + kh >= 1 && 2*h + kh <= H && 2*w + kw >= 1 && 2*w + kw <= W)"
      " ? Wt(m,c,kh,kw) * I(n,c,2*h+kh-1,2*w+kw-1) : 0\n"
-     " where h in 0:(H+1)/2, w in 0:(W+1)/2, n in 0:N, m in 0:M, c in 0:C, kh in 0:3, kw in 0:3\n}",
+     " where h in 0:(H+1)/2, w in 0:(W+1)/2, n in 0:N, m in 0:M, c in 0:C,"
+     " kh in 0:3, kw in 0:3\n}",
      dict(N=2, C=3, H=8, W=7, M=4), "conv2d, stride 2, padding 1"),
     ("def c(float(N,H,W,C) I, float(KH,KW,C,M) Wt) -> (O) {\n"
      " O(n,y,x,m) +=! I(n,y+a,x+b,c) * Wt(a,b,c,m)\n}",
@@ -117,7 +118,8 @@ POOLS = [
      dict(N=2, H=7, W=9, C=3), "max_pool2d, window 3, stride 2"),
     ("def p(float(N,C,H,W) I) -> (O) {\n"
      " O(n,c,h,w) +=! (h+kh >= 1 && h+kh <= H && w+kw >= 1 && w+kw <= W) ?"
-     " I(n,c,h+kh-1,w+kw-1) / 9.0 : 0\n where kh in 0:3, kw in 0:3, h in 0:H, w in 0:W, n in 0:N, c in 0:C\n}",
+     " I(n,c,h+kh-1,w+kw-1) / 9.0 : 0\n"
+     " where kh in 0:3, kw in 0:3, h in 0:H, w in 0:W, n in 0:N, c in 0:C\n}",
      dict(N=1, C=2, H=5, W=6), "avg_pool2d, window 3, stride 1, padding 1"),
     ("def p(float(B,L) X) -> (O) {\n S(b,i) +=! X(b,2*i+k) where k in 0:2\n"
      " O(b,i) = S(b,i) * 0.5\n}", dict(B=3, L=10), "avg_pool1d, window 2"),
@@ -132,9 +134,11 @@ def test_pooling_is_recognised(source, sizes, expected):
 CUMSUMS = [
     ("def s(float(N) X) -> (O) { O(i) +=! (j <= i) ? X(j) : 0 where j in 0:N, i in 0:N }",
      dict(N=9), "cumsum over axis 0"),
-    ("def s(float(B,N) X) -> (O) {\n O(b,i) +=! (i >= j) ? X(b,j) : 0 where j in 0:N, i in 0:N, b in 0:B\n}",
+    ("def s(float(B,N) X) -> (O) {\n"
+     " O(b,i) +=! (i >= j) ? X(b,j) : 0 where j in 0:N, i in 0:N, b in 0:B\n}",
      dict(B=3, N=7), "cumsum over axis 1"),
-    ("def s(float(N,B) X) -> (O) {\n O(i,b) +=! (j < i + 1) ? X(j,b) : 0 where j in 0:N, i in 0:N, b in 0:B\n}",
+    ("def s(float(N,B) X) -> (O) {\n"
+     " O(i,b) +=! (j < i + 1) ? X(j,b) : 0 where j in 0:N, i in 0:N, b in 0:B\n}",
      dict(B=3, N=7), "cumsum over axis 0"),
 ]
 
