@@ -50,7 +50,6 @@ class Sampler:
                 self.dims.setdefault(t, []).append(d)
         self.extent = {c: next(self.shapes[t][d] for (t, d), k in self.classes.items()
                                if k == c) for c in self.sliced}
-        self._compiled = {}
 
     def _classes(self) -> dict:
         """(tensor, dim) -> class number, for the sampleable dimensions only."""
@@ -122,7 +121,7 @@ class Sampler:
         return c if c in self.sliced else None
 
     # -- running --
-    def run(self, kernel, inputs, rng, budget: float, limit: float, progress: bool):
+    def run(self, inputs, rng, budget: float, limit: float, progress: bool):
         """({class: coordinates}, sampled outputs) or None when even one point is over
         `limit`. Chunks of points run until `budget` seconds are spent (at least one)."""
         per_point = self.cost(2) - self.cost(1)
@@ -152,7 +151,7 @@ class Sampler:
                     part = {c: np.concatenate([v, np.repeat(v[-1:], chunk - n)])
                             for c, v in part.items()}
                 if compiled is None:
-                    compiled = self._kernel(kernel, chunk)
+                    compiled = self._kernel(chunk)
                 arrays = tuple(inputs) + tuple(part[c] for c in self.sliced)
                 got = compiled(*arrays)
                 got = got if isinstance(got, tuple) else (got,)
@@ -220,10 +219,17 @@ class Sampler:
             out.append(int(points[self.classes[(name, d)]][p]) if d in dims else next(it))
         return tuple(out)
 
-    def _kernel(self, kernel, points: int):
+    def _kernel(self, points: int):
+        """The sampled definition on the reference backend; a TCError if it cannot be
+        written or is refused (the caller then checks every point, or says why not)."""
         import tclang
-        source = self.source(points)
-        module = tclang.define(source, backend="reference")
+        from tclang.errors import TCError
+        try:
+            module = tclang.define(self.source(points), backend="reference")
+        except TCError:
+            raise
+        except Exception as err:  # noqa: BLE001 - a rewrite tclang cannot make: say so
+            raise TCError(f"the sampled definition could not be made: {err!r}") from err
         return module[module.names[0]]
 
     # -- the rewritten source --

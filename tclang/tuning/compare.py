@@ -192,13 +192,13 @@ def chart_layout(c: Comparison) -> ChartLayout:
             notes += textwrap.wrap(text, NOTE_WIDTH, subsequent_indent="    ")
     if notes:
         notes.insert(0, "Not timed:")
-    if not c.operator:
-        notes.append("No peer: tclang recognises no einsum or library operator here.")
     sizes = ", ".join(f"{k}={v}" for k, v in c.sizes.items())
+    peers = f"peers compute {c.operator}" if c.operator else \
+        "no peer: tclang recognises no einsum or library operator here"
     rounds = max((len(r.samples) for r in timed), default=0)
     scale = "log scale" if log else "linear scale"
     return ChartLayout(
-        title=textwrap.fill(f"{c.entry} ({sizes})", 70),
+        title=textwrap.fill(f"{c.entry} ({sizes})", 70) + "\n" + textwrap.fill(peers, 70),
         xlabel=f"time per call, {unit} ({scale}; shorter is faster): median of {rounds} "
                f"rounds, whiskers from the first to the third quartile",
         unit=unit, bars=bars, log=log, xlim=xlim,
@@ -250,9 +250,12 @@ def draw(layout: ChartLayout, plt):
     ax.set_yticks(centers, ["\n".join(b.label) for b in layout.bars], fontsize=9)
     ax.set_ylim(y, 0)
     if layout.log:
-        from matplotlib.ticker import FuncFormatter
+        from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
         ax.set_xscale("log")
+        decades = math.log10(layout.xlim[1] / layout.xlim[0])
+        ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0) if decades < 4 else (1.0,)))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
     ax.set_xlim(*layout.xlim)
     ax.set_xlabel(textwrap_fill(layout.xlabel, 70), fontsize=9)
     ax.set_title(layout.title, fontsize=11)

@@ -63,7 +63,9 @@ def test_refused_schedules_and_missing_peers_are_listed():
                                       "dependence of S1 on S0")], operator=None))
     text = "\n".join(layout.notes)
     assert text.startswith("Not timed:") and "loop_order=k:n:m: refused - breaks" in text
-    assert "No peer" in text
+    assert "no peer: tclang recognises no einsum or library operator" in layout.title
+    assert "peers compute einsum 'ij,jk->ik'" in chart_layout(comparison(
+        {"automatic": 1.0})).title
 
 
 def test_drawn_text_is_never_crossed_or_cut():
