@@ -201,8 +201,7 @@ def _with_progress(work, estimate: float, what: str, shown: bool):
             spent = time.perf_counter() - begun
             if spent > bar.total:
                 bar.total = round(spent * 1.5)
-            bar.n = round(spent)
-            bar.refresh()
+            bar.update(round(spent) - bar.n)  # shown once BAR_DELAY has passed
     finally:
         bar.close()
     if "error" in box:

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from tclang.checking import BAR_DELAY, INTERPRETER_RATE
+from tclang import checking
 from tclang.dtypes import DType
 from tclang.lang import program as P
 
@@ -124,22 +124,23 @@ class Sampler:
     def run(self, inputs, rng, budget: float, limit: float, progress: bool):
         """({class: coordinates}, sampled outputs) or None when even one point is over
         `limit`. Chunks of points run until `budget` seconds are spent (at least one)."""
+        rate = checking.INTERPRETER_RATE
         per_point = self.cost(2) - self.cost(1)
-        fixed = self.cost(1) - per_point
-        if (fixed + per_point) / INTERPRETER_RATE > limit:
+        fixed = self.cost(1) - per_point  # tensors with no sampled dimension, per call
+        if (fixed + per_point) / rate > limit:
             return None
         total = math.prod(self.extent[c] for c in self.sliced)
-        chunk = int(max(1, min(total, (0.25 * budget * INTERPRETER_RATE - fixed)
+        # a chunk (one call, one compile for all) takes about a quarter of the budget
+        chunk = int(max(1, min(total, 4096, (0.25 * budget * rate - fixed)
                                // max(per_point, 1))))
-        chunk = min(chunk, 4096)
-        planned = min(total, max(chunk, int(budget * INTERPRETER_RATE // max(per_point, 1))))
+        planned = min(total, max(chunk, int(budget * rate // max(per_point, 1))))
         points = self._points(rng, total, planned)
         compiled = None
         results: list = []
         done = 0
         from tqdm.auto import tqdm
         bar = tqdm(total=len(next(iter(points.values()))), unit="point", leave=False,
-                   delay=BAR_DELAY, disable=not progress,
+                   delay=checking.BAR_DELAY, disable=not progress,
                    desc="checking sampled points on the reference interpreter")
         begun = time.perf_counter()
         try:

@@ -107,6 +107,17 @@ def test_an_output_that_cannot_be_sampled_is_said_not_checked():
     assert result.ok is None and "--check=full waits for it" in result.against
 
 
+@pytest.mark.parametrize("mode", ["full", "sample"])
+def test_a_wait_shows_a_progress_bar(mode, monkeypatch, capsys):
+    """Never a silent wait: past BAR_DELAY seconds (2 s; 0 here) a check shows a bar."""
+    import tclang.checking as checking
+    monkeypatch.setattr(checking, "BAR_DELAY", 0.0)
+    kernel, inputs, out = _run(MLP, dict(B=20, I=30, O=10))
+    assert checking.check(kernel, inputs, out, mode=mode, budget=0.5).ok
+    err = capsys.readouterr().err
+    assert "on the reference interpreter" in err and ("point" in err or " s" in err)
+
+
 def _cli(tmp_path, capsys, source: str, *args):
     path = tmp_path / "k.tc"
     path.write_text(source)
