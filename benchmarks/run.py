@@ -3,19 +3,18 @@
     python benchmarks/run.py [--quick] [--rounds 9] [--only matmul,softmax] [--out DIR]
 
 Each operator is compiled first (the compile time is reported separately) and checked
-against NumPy. Then the implementations are timed in interleaved rounds, so that machine
-noise hits all of them alike: tclang writes into a preallocated `out=` array, NumPy does
-too where its API allows. A sample is as many calls back to back as take about 20 ms (the
-same count for every implementation; one call for slow kernels), timed after ~50 ms of
-untimed calls (this virtual machine comes back to speed slowly after a rest), and after every sample
-the runner waits `--gap` seconds, so every implementation starts from the same rest:
-OpenBLAS's threads spin on after a call and slow whatever runs next (on the 2-core test
-machine a 1024^2 MLP layer right after NumPy's matmul took 59 ms after a 0.1 s rest, 42 ms
-after 0.3 s, 40 ms with no NumPy call before it; hence the 0.5 s default). The table gives
-the median of the rounds with its spread (the interquartile range over the median), GFLOP/s or GB/s beside the machine's limits measured
-in the same run (sgemm at 2048^3 through NumPy's BLAS, a STREAM-style triad), and the
-ratio against the best peer (>1: tclang is faster). With matplotlib installed it saves a
-chart with a log axis. A measurement, never a pass/fail test.
+against NumPy. Then the implementations are timed by tclang.timing (the machinery `tclang
+demo` uses too; its docstring says why each rule is there): interleaved rounds, so that
+machine noise hits all of them alike; tclang writes into a preallocated `out=` array,
+NumPy does too where its API allows; a sample is as many calls back to back as take about
+20 ms (the same count for every implementation; one call for slow kernels), timed after
+~50 ms of untimed calls; after every sample the runner waits `--gap` seconds, so every
+implementation starts from the same rest (OpenBLAS's threads spin on after a call). The
+table gives the median of the rounds with its spread (the interquartile range over the
+median), GFLOP/s or GB/s beside the machine's limits measured in the same run (sgemm at
+2048^3 through NumPy's BLAS, a STREAM-style triad), and the ratio against the best peer
+(>1: tclang is faster). With matplotlib installed it saves a chart with a log axis.
+A measurement, never a pass/fail test.
 """
 
 from __future__ import annotations
@@ -35,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tclang  # noqa: E402
 from benchmarks import kernels as K  # noqa: E402
+from tclang.timing import interleaved  # noqa: E402
 from tclang.tuning.roofline import machine_limits  # noqa: E402
 
 try:  # optional peer
@@ -168,14 +168,6 @@ def benchmarks(quick: bool) -> list[Benchmark]:
     ]
 
 
-def _repeats(call, least: float = 0.02) -> int:
-    """Calls per timing sample: enough for `least` seconds (one call for slow kernels)."""
-    start = time.perf_counter()
-    call()
-    once = max(time.perf_counter() - start, 1e-6)
-    return max(1, min(1000, int(least / once)))
-
-
 def progress(k: int, total: int, label: str) -> None:
     width = 30
     done = int(width * k / total)
@@ -214,29 +206,11 @@ def run(args) -> tuple[list[dict], dict]:
                     b.torch(*torch_inputs)
             peers["torch"] = run_torch
         calls = {"tclang": lambda: compiled(*inputs, out=out_ours), **peers}
-        times = {name: [] for name in calls}
-        repeats = _repeats(calls["tclang"])
-        warmups = _repeats(calls["tclang"], least=0.05)
-        for _ in range(args.rounds):  # interleaved: noise hits every implementation alike
-            for name, call in calls.items():
-                # each sample: untimed calls for ~50 ms (after the rest this virtual
-                # machine takes tens of milliseconds to come back to speed: PyTorch's
-                # softmax ran 5.6 ms a call there against 1.25 after it, tclang's 64 x
-                # 128^3 bmm 3.6 ms a call over its first 25 ms and 1.8 over 60 ms), then
-                # `repeats` timed ones, then a rest for everyone: OpenBLAS's threads stop
-                # spinning, and every implementation starts alike
-                for _ in range(warmups):
-                    call()
-                start = time.perf_counter()
-                for _ in range(repeats):
-                    call()
-                times[name].append((time.perf_counter() - start) / repeats)
-                time.sleep(args.gap)
+        timings = interleaved(calls, rounds=args.rounds, gap=args.gap)
         row = {"name": b.name, "compile_s": compile_s, "error": error, "torch": None}
-        for name, samples in times.items():
-            q1, median, q3 = np.percentile(samples, [25, 50, 75])
-            row[name] = float(median)
-            row[name + "_spread"] = float((q3 - q1) / median)
+        for name, timing in timings.items():
+            row[name] = float(timing.median)
+            row[name + "_spread"] = timing.spread
         row["best_peer"] = min(peers, key=lambda p: row[p])
         row["vs_best"] = row[row["best_peer"]] / row["tclang"]
         if b.flops:

@@ -97,9 +97,10 @@ def autotune(kernel, *args, **kwargs):
 
 
 def compare(kernel, *args, **kwargs):
-    """Automatic vs manual vs tuned schedules of `kernel` for `args`, and NumPy: a
-    Comparison (its `table()` is markdown, `plot(path)` a chart). Keywords: manual (Options
-    or specs like "tile=32x32x64,unroll=4"), tune (trials), peers, rounds, limits
+    """Automatic vs manual vs tuned schedules of `kernel` for `args`, and NumPy and PyTorch
+    wherever tclang recognises the operator (tclang.peers): a Comparison (its `table()` is
+    markdown, `plot(path)` a chart). Keywords: manual (Options or specs like
+    "tile=32x32x64,unroll=4"), tune (trials), peers, rounds, limits
     (see tclang.tuning.compare.compare)."""
     from tclang.tuning.compare import compare as run
     return run(kernel, *args, **kwargs)

@@ -39,11 +39,16 @@ def add_commands(sub) -> None:
                               "e.g. A,B (default: every floating-point input)")
     explain.set_defaults(run=_explain)
 
-    run = sub.add_parser("run", help="run on random inputs, check against the reference "
-                                     "interpreter, print the time")
+    run = sub.add_parser("run", help="run on random inputs, check the result (NumPy or the "
+                                     "reference interpreter), print the time")
     _common(run)
+    run.add_argument("--check", default="auto", choices=["auto", "full", "sample", "none"],
+                     help="auto (default): NumPy where it computes the operator, else the "
+                          "reference interpreter, on a random sample of output points when "
+                          "the whole would take over ~2 s; full: every point however long; "
+                          "sample: the interpreter on a sample; none: no check")
     run.add_argument("--repeat", type=count_argument(1), default=10,
-                     help="timed runs (best is printed)")
+                     help="timed runs (the median is printed)")
     run.add_argument("--seed", type=count_argument(0), default=0)
     run.set_defaults(run=_run)
 
@@ -99,8 +104,12 @@ def add_commands(sub) -> None:
 
     demo = sub.add_parser("demo", help="matmul, an MLP layer and softmax: checked against "
                                        "NumPy and timed")
-    demo.add_argument("--size", type=count_argument(1), default=512,
-                      help="problem size (default 512)")
+    demo.add_argument("--size", type=count_argument(1), default=512, help="problem size (default 512)")
+    demo.add_argument("--rounds", type=count_argument(1), default=9,
+                      help="interleaved timing rounds (default 9; the median is shown)")
+    demo.add_argument("--gap", type=float, default=0.25,
+                      help="seconds of rest after every timing sample (default 0.25: "
+                           "BLAS threads spin on after a call)")
     demo.set_defaults(run=_demo)
 
 
@@ -321,41 +330,34 @@ def _section(title: str, text: str) -> None:
 
 
 def _run(args) -> int:
-    import tclang
-    source, kernel, inputs = _kernel_and_inputs(args)
+    """Compile, run once, check the result with a bounded wait (tclang.checking: NumPy
+    where it computes the operator, else the reference interpreter on all or a sample of
+    the output points, a progress bar past ~2 s), then time --repeat runs."""
+    from tclang.checking import check
+    from tclang.timing import spread
+    _, kernel, inputs = _kernel_and_inputs(args)
     start = time.perf_counter()
     compiled = kernel.compile(*inputs)
     compile_s = time.perf_counter() - start
     result = _as_tuple(compiled(*inputs))
-    reference = tclang.define(source, backend="reference", options=kernel.module.options)
-    expected = _as_tuple(reference[kernel.name](*inputs))
-    worst = max((_error(r, e) for r, e in zip(result, expected)), default=0.0)
+    checked = check(kernel, inputs, result, mode=args.check)
+    outs = result if len(result) > 1 else result[0]
     times = []
     for _ in range(max(1, args.repeat)):
         start = time.perf_counter()
-        compiled(*inputs)
+        compiled(*inputs, out=outs)
         times.append(time.perf_counter() - start)
-    status = "matches" if worst <= 1e-3 else "DIFFERS FROM"
-    print(f"{kernel.name} on {args.backend} ({compiled.cache}, compile {compile_s * 1e3:.0f} ms)"
-          f": {status} the reference interpreter (max relative error {worst:.2e}); "
-          f"best of {len(times)} runs: {min(times) * 1e3:.3f} ms")
-    return 0 if worst <= 1e-3 else 1
+    how = "compiled" if compiled.cache == "compiled" else f"loaded from the {compiled.cache} cache"
+    print(f"{kernel.name} on {args.backend} ({how} in {compile_s * 1e3:.0f} ms): "
+          f"{checked.text()}" + (f" [check: {checked.seconds:.1f} s]" if checked.seconds >= 1
+                                 else ""))
+    print(f"median of {len(times)} runs: {np.median(times) * 1e3:.3f} ms "
+          f"±{spread(times):.0%} (best {min(times) * 1e3:.3f} ms)")
+    return 1 if checked.ok is False else 0
 
 
 def _as_tuple(x):
     return x if isinstance(x, tuple) else (x,)
-
-
-def _error(actual, expected) -> float:
-    actual, expected = np.asarray(actual, dtype=np.float64), np.asarray(expected, np.float64)
-    if actual.shape != expected.shape:
-        return float("inf")
-    if actual.size == 0:
-        return 0.0
-    scale = np.maximum(np.abs(expected), 1.0)
-    both_nan = np.isnan(actual) & np.isnan(expected)
-    diff = np.where(both_nan, 0.0, np.abs(actual - expected) / scale)
-    return float(np.nanmax(np.where(np.isnan(diff), np.inf, diff)))
 
 
 DEMO = """
@@ -375,7 +377,13 @@ def softmax(float(N, D) X) -> (Y) {
 
 
 def _demo(args) -> int:
+    """Each operator compiled (or loaded from a cache: said so), checked against NumPy in
+    float64, then timed against NumPy by tclang.timing: interleaved rounds with rests,
+    medians with their spread, both writing into preallocated outputs. The speed column is
+    the median over the rounds of NumPy's time over tclang's in the same round, so load
+    that comes and goes between rounds cancels out of it."""
     import tclang
+    from tclang.timing import interleaved, spread
     n = args.size
     rng = np.random.default_rng(0)
     f32 = np.float32
@@ -384,37 +392,73 @@ def _demo(args) -> int:
         rng.standard_normal(n, f32)
     S = rng.standard_normal((4 * n, n), f32)
 
-    def softmax(x):
+    def softmax(x, out=None):
         e = np.exp(x - x.max(axis=1, keepdims=True))
-        return e / e.sum(axis=1, keepdims=True)
+        return np.divide(e, e.sum(axis=1, keepdims=True), out=out)
+
+    def f64(*arrays):
+        return [a.astype(np.float64) for a in arrays]
 
     module = tclang.define(DEMO)
-    cases = [("matmul", (A, B), lambda: A @ B),
-             ("mlp_layer", (X, W, bias), lambda: np.maximum(X @ W.T + bias, 0)),
-             ("softmax", (S,), lambda: softmax(S))]
-    print(f"tclang {tclang.__version__}: three one-line operators, size {n}, on the CPU\n")
-    print("| operator | compile (s) | max error vs NumPy | tclang (ms) | NumPy (ms) | "
-          "tclang / NumPy speed |")
+    cases = [("matmul", (A, B), lambda out: np.matmul(A, B, out=out),
+              lambda: np.matmul(*f64(A, B))),
+             ("mlp_layer", (X, W, bias), lambda out: np.maximum(X @ W.T + bias, 0, out=out),
+              lambda: np.maximum(f64(X)[0] @ f64(W)[0].T + bias, 0)),
+             ("softmax", (S,), lambda out: softmax(S, out=out), lambda: softmax(*f64(S)))]
+    print(f"tclang {tclang.__version__}: three one-line operators, size {n}, on the CPU; "
+          f"times are medians of {args.rounds} interleaved rounds with {args.gap:g} s "
+          f"rests, ± the interquartile range over the median")
+    print(_load_note() + "\n")
+    print("| operator | compile | max error vs NumPy (float64) | tclang (ms) | NumPy (ms) | "
+          "NumPy time / tclang time |")
     print("|---|---|---|---|---|---|")
     ok = True
-    for name, inputs, numpy_fn in cases:
-        start = time.perf_counter()
-        result = module[name](*inputs)
-        compile_s = time.perf_counter() - start
-        expected = numpy_fn()
-        error = float(np.max(np.abs(result - expected) / np.maximum(np.abs(expected), 1)))
-        ok &= error < 1e-3
-        ours, theirs = _best(lambda: module[name](*inputs)), _best(numpy_fn)
-        print(f"| {name} | {compile_s:.2f} | {error:.1e} | {ours * 1e3:.2f} | "
-              f"{theirs * 1e3:.2f} | {theirs / ours:.2f}x |")
+    bar = _demo_bar(len(cases) * 2 * args.rounds)
+    try:
+        for name, inputs, numpy_fn, expected_fn in cases:
+            kernel = module[name]
+            start = time.perf_counter()
+            compiled = kernel.compile(*inputs)
+            compile_s = time.perf_counter() - start
+            how = "compiled" if compiled.cache == "compiled" else \
+                f"loaded from the {compiled.cache} cache"
+            result = compiled(*inputs)
+            expected = expected_fn()
+            error = float(np.max(np.abs(result - expected) / np.maximum(np.abs(expected), 1)))
+            ok &= error < 1e-3
+            ours, theirs = np.empty_like(result), np.empty_like(result)
+            timings = interleaved({"tclang": lambda: compiled(*inputs, out=ours),
+                                   "numpy": lambda: numpy_fn(theirs)},
+                                  rounds=args.rounds, gap=args.gap, least=0.05,
+                                  after_sample=lambda *_: bar.update(1))
+            mine, peer = timings["tclang"], timings["numpy"]
+            ratios = [p / m for p, m in zip(peer.samples, mine.samples)]
+            bar.clear()
+            print(f"| {name} | {compile_s:.2f} s, {how} | {error:.1e} | {mine.text()} | "
+                  f"{peer.text()} | {float(np.median(ratios)):.2f}x ±{spread(ratios):.0%} |",
+                  flush=True)
+    finally:
+        bar.close()
     print("\nall results match NumPy" if ok else "\nSOME RESULTS DIFFER FROM NUMPY")
     return 0 if ok else 1
 
 
-def _best(fn, repeat: int = 5) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+def _load_note() -> str:
+    """What else is running: the figures are this machine's, now, and a loaded machine
+    slows multi-threaded code (tclang's and BLAS's alike) far more than its load says."""
+    import os
+    cores = os.cpu_count() or 1
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return f"{cores} cores"
+    note = f"{cores} cores, load average {load:.1f}"
+    if load > 0.5 * cores:
+        note += (": other programs are running, so both sides run slower than on a quiet "
+                 "machine and the spreads are wider")
+    return note
+
+
+def _demo_bar(total: int):
+    from tclang.tuning.search import progress_bar
+    return progress_bar(total, "timing", True, unit="sample")

@@ -2,14 +2,22 @@
 
 `compare(kernel, *args, manual=[...], tune=N)` (and `tclang compare`) times the
 automatic schedule, each manual one (written as tc.Options or as a spec such as
-"tile=32x32x64,unroll=4"), the options `tc.autotune` finds with N trials, and NumPy (and
-PyTorch, when installed) where the definition is a single contraction that einsum can
-write. Every schedule runs as a tuning trial does: in its own process, its outputs checked
-against the automatic schedule's, which are checked against NumPy; an illegal manual
-schedule is reported with the dependence it breaks, never timed. Rounds are interleaved
-(one timing of each per round; the median is reported) and the machine's limits are
-measured in the same run: time, GFLOP/s or GB/s, % of the roofline, ratio to automatic,
-cold compile time. `Comparison.table()` is markdown; `Comparison.plot(path)` a PNG.
+"tile=32x32x64,unroll=4"), the options `tc.autotune` finds with N trials, and peers:
+NumPy (einsum with optimize=True) and PyTorch (einsum, or the library operator) wherever
+tclang.peers recognises what the definition computes from its structure (a contraction,
+a convolution with stride, padding, dilation or groups, pooling, cumsum, softmax, layer
+norm, attention with or without a causal mask); the table says "no peer" where it
+recognises nothing. Every schedule runs as a tuning trial does: in its own process, its
+outputs checked against the automatic schedule's, which are checked with a bounded wait
+(tclang.checking: NumPy where a peer computes the operator, else the reference interpreter
+on all or a sample of the output points); a peer is timed only if its result matches the
+automatic schedule's; an illegal manual schedule is reported with the dependence it
+breaks, never timed. Rounds are interleaved (one timing of each per round; the median is
+reported) and the machine's limits are measured in the same run: time, GFLOP/s or GB/s,
+% of the roofline, ratio to automatic, cold compile time. `Comparison.table()` is
+markdown; `Comparison.plot(path)` a PNG whose layout (`chart_layout`) is decided as data:
+a log axis when times spread over more than 5x, labels in their own column so that
+whiskers never cross them, long labels wrapped, refused schedules listed under the bars.
 """
 
 from __future__ import annotations
@@ -23,7 +31,6 @@ import numpy as np
 
 from tclang.errors import TCError, TCScheduleError
 from tclang.options import FUSIONS, Options
-from tclang.lang.program import Read, reads_of
 from tclang.tuning import roofline
 from tclang.tuning import trials as T
 from tclang.tuning.space import candidate_of, describe
@@ -60,6 +67,7 @@ class Comparison:
     moved: float
     limits: dict | None
     check: str  # what the automatic schedule's outputs were checked against
+    operator: str | None = None  # what tclang.peers recognised, None: nothing
 
     def row(self, label: str) -> Row:
         return next(r for r in self.rows if r.label == label)
@@ -67,7 +75,10 @@ class Comparison:
     def table(self) -> str:
         automatic = self.row("automatic").seconds
         sizes = ", ".join(f"{k}={v}" for k, v in self.sizes.items())
-        head = [f"{self.entry} ({sizes}); outputs checked against {self.check}."]
+        head = [f"{self.entry} ({sizes}); outputs checked against {self.check}.",
+                f"Peers: {self.operator} (recognised from the definition's structure)."
+                if self.operator else "No peer: tclang recognises no einsum or library "
+                "operator in this definition."]
         if self.limits:
             head.append(f"Machine: sgemm {self.limits['sgemm_gflops']:.1f} GFLOP/s, triad "
                         f"{self.limits['triad_gbs']:.1f} GB/s (measured in this run). "
@@ -92,32 +103,176 @@ class Comparison:
     __str__ = table
 
     def plot(self, path: str) -> str | None:
-        """A bar chart of the times as a PNG; None without matplotlib."""
+        """The chart of `chart_layout` as a PNG; None without matplotlib."""
         try:
             import matplotlib
             matplotlib.use("Agg")
             import matplotlib.pyplot as plt
         except ImportError:
             return None
-        timed = [r for r in self.rows if r.seconds is not None]
-        colors = {"automatic": "tab:blue", "manual": "tab:orange", "tuned": "tab:green",
-                  "peer": "tab:gray"}
-        fig, ax = plt.subplots(figsize=(8, 0.5 * len(timed) + 1.5))
-        y = np.arange(len(timed))
-        ax.barh(y, [r.seconds * 1e3 for r in timed], color=[colors[r.kind] for r in timed],
-                xerr=[r.seconds * 1e3 * r.spread / 2 for r in timed])
-        automatic = self.row("automatic").seconds
-        for k, r in enumerate(timed):
-            ax.annotate(f" {automatic / r.seconds:.2f}x", (r.seconds * 1e3, k), va="center")
-        ax.set_yticks(y, [r.label[:48] for r in timed])
-        ax.invert_yaxis()
-        ax.set_xlim(0, max(r.seconds for r in timed) * 1e3 * 1.2)
-        ax.set_xlabel("time per call, ms (shorter is faster; labels: speed vs automatic)")
-        ax.set_title(f"{self.entry}: automatic vs manual vs tuned")
-        fig.tight_layout()
+        fig = draw(chart_layout(self), plt)
         fig.savefig(path, dpi=120)
         plt.close(fig)
         return path
+
+
+COLORS = {"automatic": "tab:blue", "manual": "tab:orange", "tuned": "tab:green",
+          "peer": "tab:gray"}
+LOG_SPREAD = 5.0  # times spread over more than this factor: a log axis
+LABEL_WIDTH = 34  # characters per line of a schedule's label
+NOTE_WIDTH = 100  # characters per line of the notes under the chart
+COLUMN_POINTS = 78  # width of a column right of the axes, in points (right-aligned)
+
+
+@dataclass
+class ChartBar:
+    label: list[str]  # the schedule's label, wrapped
+    time: float  # the median, in the layout's unit
+    low: float  # the whisker: first and third quartiles of the rounds, in the unit
+    high: float
+    columns: tuple[str, ...]  # right of the axes: speed vs automatic, % of roofline
+    color: str
+
+
+@dataclass
+class ChartLayout:
+    """What the chart shows and where, decided before anything is drawn (and tested as
+    data): the bars, whether the axis is logarithmic, its limits, the notes under it."""
+
+    title: str
+    xlabel: str
+    unit: str  # of the times: "s", "ms" or "µs"
+    bars: list[ChartBar]
+    log: bool
+    xlim: tuple[float, float]
+    headings: tuple[str, ...]  # of the columns right of the axes
+    notes: list[str]  # refused and failed schedules, "no peer", wrapped lines
+
+    @property
+    def label_lines(self) -> int:
+        return sum(max(1, len(b.label)) for b in self.bars)
+
+
+def chart_layout(c: Comparison) -> ChartLayout:
+    """The chart of a comparison: one bar per timed row (median, quartile whiskers), a
+    log axis when the slowest median is over 5x the fastest (a linear one squashed every
+    other bar when one schedule was 10x slower), the speed vs automatic and % of roofline
+    in a column right of the axes where no whisker can reach them, labels wrapped at
+    LABEL_WIDTH characters, rows that were not timed listed under the chart."""
+    import textwrap
+    timed = [r for r in c.rows if r.seconds is not None]
+    automatic = c.row("automatic").seconds
+    bars = []
+    for r in timed:
+        q1, q3 = np.percentile(r.samples, [25, 75])
+        columns = [f"{automatic / r.seconds:.2f}x" if automatic else "-"]
+        if c.limits:
+            roof = roofline.roofline_fraction(r.seconds, c.flops, c.moved, c.limits)
+            columns.append("-" if math.isnan(roof) else f"{roof:.0%}")
+        bars.append(ChartBar(wrap_label(r.label, LABEL_WIDTH), r.seconds, q1, q3,
+                             tuple(columns), COLORS.get(r.kind, "tab:gray")))
+    # the unit that keeps the figures between 0.1 and 1000 or so
+    slowest = max([b.time for b in bars] or [1e-3])
+    unit, factor = ("s", 1.0) if slowest >= 10 else ("ms", 1e3) if slowest >= 1e-4 else \
+        ("µs", 1e6)
+    for b in bars:
+        b.time, b.low, b.high = b.time * factor, b.low * factor, b.high * factor
+    values = [b.time for b in bars] or [1.0]
+    log = max(values) / min(values) > LOG_SPREAD if min(values) > 0 else False
+    top = max([b.high for b in bars] or [1.0])
+    if log:
+        bottom = min(b.low for b in bars)
+        xlim = (bottom / 1.5, top * 1.5)
+    else:
+        xlim = (0.0, top * 1.08)
+    notes = []
+    for r in c.rows:
+        if r.seconds is None:
+            text = f"{r.label}: {r.status}" + (f" - {r.message}" if r.message else "")
+            notes += textwrap.wrap(text, NOTE_WIDTH, subsequent_indent="    ")
+    if notes:
+        notes.insert(0, "Not timed:")
+    sizes = ", ".join(f"{k}={v}" for k, v in c.sizes.items())
+    peers = f"peers compute {c.operator}" if c.operator else \
+        "no peer: tclang recognises no einsum or library operator here"
+    rounds = max((len(r.samples) for r in timed), default=0)
+    scale = "log scale" if log else "linear scale"
+    return ChartLayout(
+        title=textwrap.fill(f"{c.entry} ({sizes})", 70) + "\n" + textwrap.fill(peers, 70),
+        xlabel=f"time per call, {unit} ({scale}; shorter is faster): median of {rounds} "
+               f"rounds, whiskers from the first to the third quartile",
+        unit=unit, bars=bars, log=log, xlim=xlim,
+        headings=("vs automatic",) + (("% of roofline",) if c.limits else ()),
+        notes=notes)
+
+
+def wrap_label(label: str, width: int) -> list[str]:
+    """`label` in lines of at most `width` characters, broken after a comma, a colon or a
+    space (a knob's name is never cut in two unless it alone is longer than a line)."""
+    import re
+    lines, line = [], ""
+    for token in re.findall(r"[^,: ]+[,: ]*|[,: ]+", label):
+        if line and len(line) + len(token.rstrip()) > width:
+            lines.append(line.rstrip())
+            line = ""
+        while len(token.rstrip()) > width:
+            lines.append(token[:width])
+            token = token[width:]
+        line += token
+    if line.strip():
+        lines.append(line.rstrip())
+    return lines or [label]
+
+
+def draw(layout: ChartLayout, plt):
+    """A matplotlib figure of `layout`: bars on the left axes, their notes in a column
+    right of the axes, the notes below."""
+    line = 0.22  # inches per text line
+    height = 1.4 + line * (layout.label_lines + len(layout.bars)) + \
+        line * len(layout.notes) + (0.3 if layout.notes else 0)
+    fig = plt.figure(figsize=(10, height))
+    bottom_in = 0.75 + line * len(layout.notes) + (0.3 if layout.notes else 0)
+    ax = fig.add_axes((0.28, bottom_in / height, 0.48, 1 - (bottom_in + 0.55) / height))
+    # rows as tall as their wrapped labels
+    y, centers = 0.0, []
+    for b in layout.bars:
+        h = max(1, len(b.label)) + 1
+        centers.append(y + h / 2)
+        y += h
+    for b, yc in zip(layout.bars, centers):
+        ax.barh(yc, b.time, height=1.2, color=b.color)
+        ax.errorbar(b.time, yc, xerr=[[b.time - b.low], [b.high - b.time]],
+                    fmt="none", ecolor="black", capsize=3, linewidth=1)
+        for k, text in enumerate(b.columns):
+            ax.annotate(text, xy=(1.0, yc), xycoords=("axes fraction", "data"),
+                        xytext=(COLUMN_POINTS * (k + 1), 0), textcoords="offset points",
+                        va="center", ha="right", fontsize=9)
+    ax.set_yticks(centers, ["\n".join(b.label) for b in layout.bars], fontsize=9)
+    ax.set_ylim(y, 0)
+    if layout.log:
+        from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+        ax.set_xscale("log")
+        decades = math.log10(layout.xlim[1] / layout.xlim[0])
+        ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0) if decades < 4 else (1.0,)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xlim(*layout.xlim)
+    ax.set_xlabel(textwrap_fill(layout.xlabel, 70), fontsize=9)
+    ax.set_title(layout.title, fontsize=11)
+    for k, heading in enumerate(layout.headings):
+        ax.annotate(heading, xy=(1.0, 1.0), xycoords="axes fraction",
+                    xytext=(COLUMN_POINTS * (k + 1), 4), textcoords="offset points",
+                    va="bottom", ha="right", fontsize=9, style="italic")
+    ax.grid(axis="x", which="both", alpha=0.3)
+    if layout.notes:
+        fig.text(0.02, (line * len(layout.notes) + 0.15) / height, "\n".join(layout.notes),
+                 va="top", fontsize=8.5, family="monospace")
+    return fig
+
+
+def textwrap_fill(text: str, width: int) -> str:
+    import textwrap
+    return textwrap.fill(text, width)
 
 
 def parse_manual(spec: str) -> Options:
@@ -205,10 +360,11 @@ def compare(kernel, *args, manual=(), tune: int = 0, peers=("numpy", "torch"),
         if found == "automatic":
             found = "automatic (nothing faster found)"
         rows.append(Row(f"tuned ({tune} trials): {found}", "tuned", tuned.best))
-    einsum = einsum_spec(definition)
-    peer_calls = _peers(peers, einsum, inputs, reference)
-    rows += [Row(name, "peer") for name in peer_calls]
-    check = _check_automatic(reference, einsum, inputs, source, entry, sizes, definition)
+    from tclang.peers import recognise
+    operator = recognise(definition, sizes)
+    check = _check_automatic(kernel, inputs, reference, progress)
+    peer_rows, peer_calls = _peers(peers, operator, inputs, reference)
+    rows += peer_rows
     task = T.Task(source, entry, backend, inputs, reference, time_limit=time_limit,
                   min_time=min_time)
     bar = _bar(rounds * len(rows), entry, progress)
@@ -233,13 +389,10 @@ def compare(kernel, *args, manual=(), tune: int = 0, peers=("numpy", "torch"),
                 bar.update(1)
     finally:
         bar.close()
-    for row in rows:
-        if row.kind == "peer" and row.status == "ok":
-            row.message = f"np.einsum({einsum!r})" if row.label == "numpy" else \
-                f"torch.einsum({einsum!r})"
     flops, moved = roofline.kernel_work(definition, sizes)
     measured = roofline.machine_limits(gap=0.3) if limits else None
-    return Comparison(entry, sizes, rows, flops, moved, measured, check)
+    return Comparison(entry, sizes, rows, flops, moved, measured, check,
+                      operator.name if operator is not None else None)
 
 
 def _cold(task: T.Task) -> T.Task:
@@ -256,82 +409,58 @@ def _manual(item) -> tuple[str, Options]:
     return label, options if isinstance(options, Options) else parse_manual(options)
 
 
-def einsum_spec(definition) -> str | None:
-    """"mk,kn->mn" when the definition is one sum (or plain product) of tensor reads with
-    one index name per subscript; else None (no einsum peer)."""
-    if len(definition.statements) != 1 or definition.temporaries:
-        return None
-    s = definition.statements[0]
-    if s.op not in ("=", "+") or (s.op == "+" and not s.reset) or \
-            (s.op == "=" and s.reduction_indices):
-        return None
-    reads = reads_of(s.rhs)
-    if not reads or not _is_product(s.rhs) or any(_plain(r) is None for r in reads):
-        return None
-    letters = {name: chr(ord("a") + k) for k, name in enumerate(s.all_indices)}
-    if len(letters) > 26:
-        return None
-    terms = ["".join(letters[i] for i in _plain(r)) for r in reads]
-    order = [t.name for t in definition.inputs]
-    if [r.tensor for r in reads] != order:
-        return None  # operands in another order than the arguments
-    return ",".join(terms) + "->" + "".join(letters[i] for i in s.indices)
-
-
-def _is_product(e) -> bool:
-    from tclang.lang.program import Binary
-    if isinstance(e, Read):
-        return True
-    return isinstance(e, Binary) and e.op == "mul" and _is_product(e.lhs) and \
-        _is_product(e.rhs)
-
-
-def _plain(read: Read):
-    from tclang.lang.program import IndexValue
-    if read.guard is not None or not all(isinstance(x, IndexValue) for x in read.subscripts):
-        return None
-    return tuple(x.name for x in read.subscripts)
-
-
-def _peers(names, einsum, inputs, reference) -> dict:
-    calls = {}
-    if einsum is None:
-        return calls
-    out = np.empty_like(reference[0])
+def _peers(names, operator, inputs, reference) -> tuple[list, dict]:
+    """The peer rows and their calls: NumPy and PyTorch computing the recognised
+    operator, each confirmed on these inputs against the automatic schedule's result
+    (a structure can look like an operator and compute something else: such a peer is
+    reported, never timed)."""
+    rows, calls = [], {}
+    if operator is None:
+        return rows, calls
+    makers = {}
     if "numpy" in names:
-        calls["numpy"] = lambda: np.einsum(einsum, *inputs, out=out, optimize=True)
-    if "torch" in names:
+        makers["numpy"] = (lambda: operator.numpy(inputs), operator.numpy_text)
+    if "torch" in names and operator.torch is not None:
         try:
             import torch
         except ImportError:
             torch = None
         if torch is not None:
             tensors = [torch.from_numpy(np.ascontiguousarray(a)) for a in inputs]
-            calls["torch"] = lambda: torch.einsum(einsum, *tensors)
-    return calls
+
+            def call():
+                with torch.no_grad():
+                    return operator.torch(tensors)
+            makers["torch"] = (call, operator.torch_text)
+    for name, (call, text) in makers.items():
+        row = Row(name, "peer", message=text)
+        try:
+            got = np.asarray(call())
+            wrong = T.mismatch((got.astype(reference[0].dtype),), reference[:1])
+        except Exception as err:  # noqa: BLE001 - a peer that fails is reported, not fatal
+            wrong = f"it raised {err!r}"
+        if wrong:
+            row.status = "differs"
+            wrong = wrong.replace("the automatic schedule's", "tclang's")
+            row.message = f"recognised as {operator.name}, but {text}: {wrong}; not timed"
+        else:
+            calls[name] = call
+        rows.append(row)
+    return rows, calls
 
 
-def _check_automatic(reference, einsum, inputs, source, entry, sizes, definition) -> str:
-    """Check the automatic schedule's outputs against NumPy: einsum where it can write the
-    definition, else the reference interpreter (when the problem is small enough for it)."""
-    if einsum is not None:
-        expected = (np.einsum(einsum, *[a.astype(np.float64) for a in inputs]),)
-        what = f"NumPy (np.einsum {einsum!r})"
-    else:
-        instances = sum(math.prod(max(0, r.extent.evaluate(sizes)) for r in s.domain)
-                        for s in definition.statements)
-        if instances > 5e7:
-            return "nothing (too big for the reference interpreter; the schedules are " \
-                "checked against each other)"
-        from tclang.tuning.search import kernel_outputs
-        expected = kernel_outputs(source, "reference", entry, inputs)
-        what = "the NumPy reference interpreter"
-    wrong = T.mismatch(reference, tuple(np.asarray(e, dtype=r.dtype)
-                                         for e, r in zip(expected, reference)))
-    if wrong:
-        raise TCError(f"the automatic schedule of {entry} disagrees with {what}: {wrong}; "
-                      f"this is a compiler bug, please report it")
-    return what
+def _check_automatic(kernel, inputs, reference, progress: bool) -> str:
+    """Check the automatic schedule's outputs with a bounded wait (tclang.checking: NumPy
+    where a peer computes the operator, else the reference interpreter on all or a sample
+    of the output points); a difference is a compiler bug."""
+    from tclang.checking import check
+    result = check(kernel, inputs, reference, mode="auto", progress=progress)
+    if result.ok is False:
+        raise TCError(f"the automatic schedule of {kernel.name} {result.text()}; this is a "
+                      f"compiler bug, please report it")
+    if result.ok is None:
+        return f"nothing ({result.against}; the schedules are checked against each other)"
+    return result.against
 
 
 def _time_peer(call, min_time: float) -> float:

@@ -7,7 +7,7 @@ import pytest
 
 import tclang as tc
 from tclang.cli import main
-from tclang.tuning.compare import einsum_spec, parse_manual
+from tclang.tuning.compare import parse_manual
 
 from pathlib import Path
 
@@ -29,12 +29,19 @@ def test_manual_specs_parse_into_options():
             parse_manual(bad)
 
 
-def test_einsum_peer_only_where_einsum_writes_the_definition():
+def test_peers_are_what_the_structure_says():
+    from tclang.peers import recognise
     mod = tc.define(OPS)
-    assert einsum_spec(mod.matmul.definition) == "ac,cb->ab"
-    assert einsum_spec(mod.softmax.definition) is None  # three statements
-    assert einsum_spec(mod.conv2d.definition) is None  # h + kh is not one index
-    assert einsum_spec(mod.mlp_layer.definition) is None
+    sizes = dict(M=8, K=8, N=8, B=4, I=8, O=8, D=8, C=2, H=6, W=6, KH=3, KW=3)
+    assert recognise(mod.matmul.definition, sizes).numpy_text == \
+        "np.einsum('ij,jk->ik', optimize=True)"
+    assert recognise(mod.softmax.definition, sizes).name == "softmax over axis 1"
+    assert recognise(mod.conv2d.definition, sizes).torch_text == \
+        "torch.nn.functional.conv2d"
+    assert recognise(mod.maxpool2x2.definition, sizes).name.startswith("max_pool2d")
+    assert recognise(mod.mlp_layer.definition, sizes).name == \
+        "einsum 'ij,kj->ik' + bias, then ReLU"
+    assert recognise(mod.embedding.definition, dict(E=4, D=3, B=2, L=2)) is None  # gather
 
 
 def test_compare_times_every_schedule_and_refuses_an_illegal_one():
@@ -54,7 +61,8 @@ def test_compare_times_every_schedule_and_refuses_an_illegal_one():
     assert len(timed) == 4 and all(len(r.samples) == 2 for r in timed)
     assert result.row("automatic").compile_seconds > 0  # compiled cold in round one
     table = result.table()
-    assert "| automatic |" in table and "refused: " in table and "np.einsum('ab->')" in table
+    assert "| automatic |" in table and "refused: " in table
+    assert "np.einsum('ij->', optimize=True)" in table
 
 
 def test_tclang_compare_on_the_examples_prints_the_table_and_draws_the_chart(tmp_path,
