@@ -81,8 +81,7 @@ class TuningResult:
 
 
 def _describe_options(options: Options) -> str:
-    d = options.to_dict()
-    return ", ".join(f"{k}={v}" for k, v in d.items()) or "automatic"
+    return options.describe()  # the knob grammar: what --options and --manual read
 
 
 def autotune(kernel, *args, budget: int = 64, time_limit: float = 60.0,
