@@ -328,7 +328,7 @@ def _temporary_line(plan: L.TemporaryPlan) -> str:
     if plan.contracted:
         return (f"{plan.buffer.name}: contracted to {plan.note}, one per iteration of "
                 f"{plan.loop} (per thread)")
-    return f"{plan.buffer.name}: kept as a full array ({plan.note})"
+    return f"{plan.buffer.name}: kept: {plan.note}"
 
 
 def _shape(shape) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import math
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -106,6 +107,7 @@ def autotune(kernel, *args, budget: int = 64, time_limit: float = 60.0,
         raise TCError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
     if budget < 1:
         raise TCError(f"budget must be at least 1 trial, not {budget}")
+    budget = min(budget, max_trials() or budget)
     module = kernel.module
     if module.on_device:
         raise TCError("tc.autotune runs on the CPU backends only for now (its trials fork, "
@@ -167,6 +169,17 @@ def autotune(kernel, *args, budget: int = 64, time_limit: float = 60.0,
                                 result.best_seconds, automatic_seconds, search.trials)
         result.database = str(db.path) if db.path is not None else None
     return result
+
+
+def max_trials() -> int | None:
+    """TCLANG_MAX_TRIALS: at most this many trials per tuning, whatever its budget (a smoke
+    test of a tuning script: the documentation's test runs its examples so)."""
+    text = os.environ.get("TCLANG_MAX_TRIALS", "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise TCError(f"TCLANG_MAX_TRIALS must be a positive number of trials, not {text!r}")
+    return int(text)
 
 
 def kernel_outputs(source: str, backend: str, entry: str, inputs: tuple) -> tuple:
