@@ -329,8 +329,12 @@ def _tuned_usage(args, entry: str, result) -> str:
 
     from tclang.tuning.database import default_path
     sizes = f" --sizes {args.sizes}" if args.sizes else ""
+    try:
+        default = default_path().resolve()
+    except (TCError, OSError):  # no usable cache directory: only --database can be used
+        default = None
     env = ""
-    if Path(result.database).resolve() != default_path().resolve():
+    if Path(result.database).resolve() != default:
         env = f"TCLANG_TUNING_DB={shlex.quote(result.database)} "
     return (f"\nstored for {entry} at these sizes on this machine; use them with\n"
             f"  {env}tclang run {shlex.quote(args.file)} --entry {entry}{sizes} --tuned   "
@@ -352,9 +356,9 @@ def _compare(args) -> int:
     if args.tuned:
         stored = kernel.tuned_options(*inputs, database=args.database)
         if stored is None:
-            raise TCError(f"no tuned options of {kernel.name} are stored for these sizes "
-                          "on this machine", hint="tune them first (tclang tune, or "
-                          "--tune N here)")
+            raise TCArgumentError(f"no tuned options of {kernel.name} are stored for these "
+                                  "sizes on this machine", hint="tune them first (tclang "
+                                  "tune, or --tune N here)")
         manual.append((f"tuned (stored): {stored.describe()}", stored))
     executor = _executor(args)
     try:

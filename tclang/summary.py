@@ -90,14 +90,18 @@ class Summary:
         rows = [("options", self.options),
                 ("fusion", self.strategy + (f" (requested one replaced: {self.fallback})"
                                             if self.fallback else ""))]
-        rows += [("tiles", t) for t in _counted(_band_lines(self.bands), lines=True)]
+        if self.launches and not self.bands:
+            rows.append(("tiles", "the GPU mapping's: blocks and threads (GPU below)"))
+        else:
+            rows += [("tiles", t) for t in _counted(_band_lines(self.bands), lines=True)]
         rows += [("registers", _register_line(r)) for r in self.register_tiles] or \
             [("registers", "no register tile")]
         rows += [("packing", f"{p.tensor} -> {p.buffer}{_shape(p.shape)} per thread"
                   + (f", filled in {p.inside}" if p.inside else "")) for p in self.packed]
-        rows.append(("threads", _counted(loop.name() for loop in self.threads) +
-                     " (outermost parallel loops)" if self.threads else "none (no parallel "
-                     "loop: runs on one thread)"))
+        if not self.launches:
+            rows.append(("threads", _counted(loop.name() for loop in self.threads) +
+                         " (outermost parallel loops)" if self.threads else "none (no "
+                         "parallel loop: runs on one thread)"))
         rows.append(("vector", _counted(loop.name() for loop in self.vector) or "none"))
         rows += [("GPU", f"{g.name}: grid ({', '.join(map(format_index, g.grid))}), "
                   f"block {g.block}" + (f", buffers {', '.join(b.name for b in g.buffers)}"
@@ -163,9 +167,10 @@ class _Walk:
                 if node.parallel and launch is None and runs and \
                         not any(outer.parallel for _, outer in around):
                     self.threads.append(loop)
-                if node.vectorize and runs and not node.unrolled and not any(
-                        isinstance(n, L.For) and n.unrolled and n.vectorize
-                        for n in L.walk_nodes(body)):  # (a register tile's lanes: below)
+                lanes_below = any(isinstance(n, L.For) and n.unrolled and n.vectorize
+                                  for n in L.walk_nodes(body))  # a register tile's lanes
+                if node.vectorize and runs and launch is None and not node.unrolled and \
+                        not lanes_below:  # (those are in the register tile's line)
                     self.vector.append(loop)
                 if node.unrolled and not (around and around[-1][0].unrolled):
                     self._register_tile(node)
@@ -226,8 +231,10 @@ class _Walk:
             self.tiles.append(tile)
 
     def _guard(self, cond: L.IExpr, node: L.If, loop: Loop) -> None:
-        statements = tuple(dict.fromkeys(_statement_name(self.kernel.statement(r.statement))
-                                         for r in _runs(node)))
+        statements = tuple(dict.fromkeys(
+            [_statement_name(self.kernel.statement(r.statement)) for r in _runs(node)] +
+            [f"the copy of {n.tensor} {'into' if n.direction == 'in' else 'from'} "
+             f"{n.buffer}" for n in L.walk_nodes(node) if isinstance(n, L.Copy)]))
         guard = Guard(format_index(cond), loop.name(), statements)
         if guard not in self.guards:
             self.guards.append(guard)

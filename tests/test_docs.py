@@ -5,10 +5,10 @@ Each file's snippets run in order, in one namespace, in a fresh interpreter with
 temporary working directory and tuning database; every tuning is capped at two trials
 (TCLANG_MAX_TRIALS, a documented switch) and timed as briefly as it can be (one round of
 tc.compare, 10 ms a timing, the machine's limits measured on small arrays), so the tuning
-examples run in seconds. A snippet that imports torch is skipped where PyTorch is not installed. A snippet
-marked `<!-- raises: TCScheduleError -->` on the line before it must raise that error (the
-docs show refusals too); one marked `<!-- not-run: reason -->` is not run, and such
-snippets are kept few.
+examples run in seconds. A snippet that imports torch is skipped where PyTorch is not
+installed. A snippet marked `<!-- raises: TCScheduleError -->` on the line before it must
+raise that error (the docs show refusals too); one marked `<!-- not-run: reason -->` is
+not run, and such snippets are kept few.
 """
 
 from __future__ import annotations
