@@ -8,7 +8,7 @@ checked when that program is scheduled, with an error naming the dependence.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from tclang.errors import TCScheduleError, api_boundary
 
@@ -230,12 +230,11 @@ def parse_knobs(text: str, what: str = "knob string") -> Options:
 def knobs_options(pairs, base: Options | None = None, where: str = "") -> Options:
     """`base` (default: automatic) with each (knob name, value text) of `pairs` set, later
     pairs overriding earlier ones: the CLI's --options string, then its knob flags."""
-    values = dict(base.to_dict() if base is not None else {})
-    values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
+    changes = {}
     for name, text in pairs:
         knob = knob_name(name, where)
-        values[knob] = parse_knob(knob, text, where)
-    return Options(**values)
+        changes[knob] = parse_knob(knob, text, where)
+    return replace(base if base is not None else AUTOMATIC, **changes)
 
 
 def knob_name(name: str, where: str = "") -> str:

@@ -98,11 +98,11 @@ class Summary:
             [("registers", "no register tile")]
         rows += [("packing", f"{p.tensor} -> {p.buffer}{_shape(p.shape)} per thread"
                   + (f", filled in {p.inside}" if p.inside else "")) for p in self.packed]
-        if not self.launches:
+        if not self.launches:  # (a GPU's parallel loops are its blocks and threads)
             rows.append(("threads", _counted(loop.name() for loop in self.threads) +
                          " (outermost parallel loops)" if self.threads else "none (no "
                          "parallel loop: runs on one thread)"))
-        rows.append(("vector", _counted(loop.name() for loop in self.vector) or "none"))
+            rows.append(("vector", _counted(loop.name() for loop in self.vector) or "none"))
         rows += [("GPU", f"{g.name}: grid ({', '.join(map(format_index, g.grid))}), "
                   f"block {g.block}" + (f", buffers {', '.join(b.name for b in g.buffers)}"
                                         if g.buffers else "")) for g in self.launches]
@@ -136,10 +136,9 @@ def summarize(kernel: L.Kernel, *, strategy: str, fallback: str | None, options:
     """The decisions of one scheduled kernel (see the module doc)."""
     walk = _Walk(kernel)
     walk.visit(kernel.body, (), None)
-    temporaries = kernel.temporaries
     return Summary(kernel.name, strategy, fallback, options, bands, tuple(walk.loops),
                    tuple(walk.threads), tuple(walk.vector), tuple(walk.tiles),
-                   tuple(walk.packed), tuple(walk.guards), temporaries,
+                   tuple(walk.packed), tuple(walk.guards), kernel.temporaries,
                    tuple(walk.launches), flops, moved, limits)
 
 

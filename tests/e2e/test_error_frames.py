@@ -51,10 +51,12 @@ def bad_gradient_call():
     (lambda: tc.define(TOO_BIG), tc.TCSyntaxError),  # 9 of Lark's frames before
     (mismatched_call, tc.TCArgumentError),
     (bad_gradient_call, tc.TCArgumentError),
+    (lambda: tc.grad(tc.define(ADD).add, wrt="Z"), tc.TCGradError),
     (lambda: tc.define(ADD)["sub"], tc.TCError),
     (lambda: tc.Options(tile="big"), tc.TCScheduleError),
     (lambda: tc.define(ADD, options=tc.Options.parse("tiles=3")), tc.TCScheduleError),
-], ids=["define", "kernel-call", "grad-call", "getitem", "options", "options-parse"])
+], ids=["define", "kernel-call", "grad-call", "grad", "getitem", "options",
+        "options-parse"])
 def test_an_error_shows_the_callers_frame_not_tclangs(monkeypatch, call, error):
     monkeypatch.delenv("TCLANG_TRACEBACK", raising=False)
     err = raised(call)

@@ -43,6 +43,15 @@ options = st.builds(
     **{k: maybe(st.booleans()) for k in SWITCHES})
 
 
+def test_every_field_of_options_is_a_knob_with_a_flag_on_every_command():
+    assert list(KNOBS) == [f.name for f in fields(Options)]
+    subcommands = PARSER._subparsers._group_actions[0].choices
+    for command in ("explain", "run", "export", "compare"):
+        flags = {a.dest: a.option_strings for a in subcommands[command]._actions}
+        for knob in KNOBS:
+            assert flags[f"knob_{knob}"] == ["--" + knob.replace("_", "-")], command
+
+
 def set_knobs(o: Options) -> list[str]:
     return [f.name for f in fields(o) if getattr(o, f.name) != f.default]
 
