@@ -8,13 +8,13 @@ from typing import Mapping, Sequence
 import islpy as isl
 
 from polyhedral import loop_ir as L
+from polyhedral.isl_callbacks import pieces as pieces_of
 
 
 def pw_aff_expr(pa: isl.PwAff, inputs: Sequence[L.IExpr],
                 params: Mapping[str, L.IExpr]) -> L.IExpr:
     """A single-piece PwAff as an expression of `inputs` and parameters."""
-    pieces: list[isl.Aff] = []
-    pa.foreach_piece(lambda _set, aff: pieces.append(aff))
+    pieces = [aff for _, aff in pieces_of(pa)]
     if len(pieces) != 1:
         raise ValueError(f"expected one affine piece, got {len(pieces)}: {pa}")
     return aff_expr(pieces[0], inputs, params)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import islpy as isl
 
 from polyhedral.scop import Scop
+from polyhedral.isl_callbacks import pieces as pieces_of, pw_affs, sets
 from tclang.lang.affine import Affine
 
 
@@ -42,8 +43,7 @@ def _indices(upa: isl.UnionPwAff, scop: Scop) -> dict[str, str | None]:
     def visit(pa: isl.PwAff) -> None:
         sid = pa.get_space().get_tuple_name(isl.dim_type.in_)
         st = scop.statement(sid)
-        pieces = []
-        pa.foreach_piece(lambda _set, aff: pieces.append(aff))
+        pieces = [aff for _, aff in pieces_of(pa)]
         index = None
         if len(pieces) == 1:
             aff = pieces[0]
@@ -53,7 +53,8 @@ def _indices(upa: isl.UnionPwAff, scop: Scop) -> dict[str, str | None]:
                 index = used[0]
         found[sid] = index
 
-    upa.foreach_pw_aff(visit)
+    for pa in pw_affs(upa):
+        visit(pa)
     return found
 
 
@@ -134,9 +135,7 @@ def _stride_effect(subscripts, index: str) -> int:
 
 
 def in_domain(node: isl.ScheduleNode, sid: str) -> bool:
-    names = []
-    node.get_domain().foreach_set(lambda s: names.append(s.get_tuple_name()))
-    return sid in names
+    return sid in [s.get_tuple_name() for s in sets(node.get_domain())]
 
 
 def reads_reuse(node: isl.ScheduleNode, scop: Scop, band: list[Member]) -> bool:

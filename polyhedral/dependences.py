@@ -38,6 +38,8 @@ from functools import cached_property
 import islpy as isl
 
 from polyhedral.scop import Scop
+from polyhedral.isl_callbacks import maps, sets
+from tclang import budget as compile_budget
 
 FLOW_OPERATIONS_PER_STATEMENT = 500_000
 """isl's exact dataflow analysis, past this many counted operations per statement, gives
@@ -105,6 +107,7 @@ def compute_dependences(scop: Scop, reorder_reductions: bool = True) -> Dependen
     empty = isl.UnionMap.empty(flow.get_space())
     reduction, fences = empty, empty
     for own in updates:
+        compile_budget.check()  # the stage's long loop (issue 34): the budget's deadline
         reduction = reduction.union(_order_free_pairs(scop, own))
         fences = fences.union(_fences(scop, own))
     return Dependences(flow=flow, false=false, reduction=reduction.coalesce(),
@@ -137,10 +140,7 @@ def _dataflow(ctx: isl.Context, writes: isl.UnionMap, reads: isl.UnionMap,
 
 def _pieces(*umaps: isl.UnionMap) -> int:
     """How many basic maps `umaps` have in all."""
-    count = [0]
-    for umap in umaps:
-        umap.foreach_map(lambda m: count.__setitem__(0, count[0] + m.n_basic_map()))
-    return count[0]
+    return sum(m.n_basic_map() for umap in umaps for m in maps(umap))
 
 
 def _memory_based(writes: isl.UnionMap, reads: isl.UnionMap,
@@ -189,7 +189,5 @@ def _fences(scop: Scop, own: isl.UnionSet) -> isl.UnionMap:
 
 
 def _space_of(scop: Scop, sid: str) -> isl.Space | None:
-    found = []
-    scop.domain.foreach_set(lambda s: found.append(s.get_space())
-                            if s.get_tuple_name() == sid else None)
+    found = [s.get_space() for s in sets(scop.domain) if s.get_tuple_name() == sid]
     return found[0] if found else None

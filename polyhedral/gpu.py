@@ -23,6 +23,7 @@ import islpy as isl
 
 from polyhedral import bands as B
 from polyhedral import loop_ir as L
+from polyhedral.isl_callbacks import sets
 from polyhedral.promotion import SharedTile, plan_shared
 from polyhedral.reductions import plan_block_reduction
 from polyhedral.scop import Scop
@@ -71,9 +72,7 @@ def _visit(node, scop, options, target, plans, absorbed: set[str]):
 
 
 def _statements(node: isl.ScheduleNode) -> list[str]:
-    names: list[str] = []
-    node.get_domain().foreach_set(lambda s: names.append(s.get_tuple_name()))
-    return names
+    return [s.get_tuple_name() for s in sets(node.get_domain())]
 
 
 def _next_band_statements(node: isl.ScheduleNode) -> list[str]:
@@ -143,10 +142,9 @@ def _graft_copies(point: isl.ScheduleNode, kernel: str) -> isl.ScheduleNode:
     one instance per tile: isl keeps every thread-dependent guard below them. Returns the
     kernel's mark."""
     tiles = point.get_prefix_schedule_union_map().range()
-    sets: list[isl.Set] = []
-    tiles.foreach_set(sets.append)
-    tile_set = sets[0]
-    for s in sets[1:]:
+    found = sets(tiles)
+    tile_set = found[0]
+    for s in found[1:]:
         tile_set = tile_set.union(s)
     identity = isl.Map.identity(tile_set.get_space().map_from_set()).intersect_domain(tile_set)
     before = identity.set_tuple_name(isl.dim_type.out, f"tc_copy_{kernel}")
@@ -265,12 +263,11 @@ def _grid(tile, scop: Scop, first: int, mapped: int, options: Options, target: T
 def _tile_count(upa: isl.UnionPwAff, domain: isl.UnionSet, scop: Scop) -> L.IExpr:
     """1 + the largest tile index of a member, as an index expression in the sizes."""
     values = isl.UnionMap.from_union_pw_aff(upa).intersect_domain(domain).range()
-    sets: list[isl.Set] = []
-    values.foreach_set(sets.append)
-    if not sets:
+    found = sets(values)
+    if not found:
         return L.Int(1)
-    highest = sets[0]
-    for s in sets[1:]:
+    highest = found[0]
+    for s in found[1:]:
         highest = highest.union(s)
     from polyhedral.lowering import pw_aff_index
     return L.add(pw_aff_index(highest.dim_max(0), scop), L.Int(1))

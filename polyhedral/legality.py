@@ -11,6 +11,7 @@ from __future__ import annotations
 import islpy as isl
 
 from polyhedral.dependences import Dependences
+from polyhedral.isl_callbacks import maps
 from polyhedral.scop import Scop
 from tclang.errors import TCScheduleError
 
@@ -18,9 +19,7 @@ from tclang.errors import TCScheduleError
 def check_legality(schedule: isl.Schedule, deps: Dependences, scop: Scop,
                    cause: str = "the schedule") -> None:
     timing = schedule.get_map().intersect_domain(scop.domain)
-    problems: list[isl.Map] = []
-    deps.validity.foreach_map(problems.append)
-    for dep in problems:
+    for dep in maps(deps.validity):
         source = timing.extract_map(dep.get_space().domain().map_from_domain_and_range(
             _time_space(timing)))
         sink = timing.extract_map(dep.get_space().range().map_from_domain_and_range(
@@ -33,9 +32,7 @@ def check_legality(schedule: isl.Schedule, deps: Dependences, scop: Scop,
 
 
 def _time_space(timing: isl.UnionMap) -> isl.Space:
-    spaces = []
-    timing.foreach_map(lambda m: spaces.append(m.get_space().range()))
-    return spaces[0]
+    return maps(timing)[0].get_space().range()
 
 
 def _violation(dep: isl.Map, source: isl.Map, sink: isl.Map, backward: isl.Map,

@@ -18,6 +18,7 @@ import islpy as isl
 from polyhedral import loop_ir as L
 from polyhedral.affexpr import pw_aff_expr
 from polyhedral.dependences import Dependences
+from polyhedral.isl_callbacks import build_ast, descendants, map_bottom_up, pieces, pw_affs
 from polyhedral.packing import PACK_MARK, PACK_STATEMENT, PackPlan
 from polyhedral.register_tiles import UNROLL_MARK
 from polyhedral.scop import Scop, tensor_box
@@ -74,9 +75,12 @@ class _Lowering:
             reduction = ordered_ok and not parallel
             return isl.Id(f"loop_p{int(parallel)}_r{int(reduction)}", context=ctx)
 
-        build, self._keep = build.set_before_each_for(before_for)
+        def serial(build: isl.AstBuild) -> isl.Id:  # isl's answer after a failure (raised)
+            return isl.Id("loop_p0_r0", context=ctx)
+
         self.promoting: dict[str, tuple] = {}  # kernel -> its shared tiles, while inside it
-        return build.node_from_schedule(drop_members_after_injective_prefix(schedule))
+        return build_ast(build, drop_members_after_injective_prefix(schedule), before_for,
+                         serial)
 
     # ---- AST -> loop IR ----
     def node(self, ast: isl.AstNode) -> L.Node:
@@ -297,28 +301,22 @@ def drop_members_after_injective_prefix(schedule: isl.Schedule) -> isl.Schedule:
             return node.band_split(needed).child(0).delete().parent()
         return node
 
-    return schedule.map_schedule_node_bottom_up(visit)
+    return map_bottom_up(schedule, visit)
 
 
 def _combines_indices(schedule: isl.Schedule) -> bool:
     """Whether some band member is a function of two or more indices of a statement."""
-    found = []
-
-    def piece(_: isl.Set, aff: isl.Aff) -> None:
-        used = sum(aff.involves_dims(isl.dim_type.in_, k, 1)
-                   for k in range(aff.dim(isl.dim_type.in_)))
-        if used > 1:
-            found.append(aff)
-
-    def visit(node: isl.ScheduleNode) -> bool:
-        if not found and node.get_type() == isl.schedule_node_type.band:
-            partial = node.band_get_partial_schedule()
-            for k in range(node.band_n_member()):
-                partial.get_at(k).foreach_pw_aff(lambda pa: pa.foreach_piece(piece))
-        return not found
-
-    schedule.get_root().foreach_descendant_top_down(visit)
-    return bool(found)
+    for node in descendants(schedule.get_root()):
+        if node.get_type() != isl.schedule_node_type.band:
+            continue
+        partial = node.band_get_partial_schedule()
+        for k in range(node.band_n_member()):
+            for pa in pw_affs(partial.get_at(k)):
+                for _, aff in pieces(pa):
+                    if sum(aff.involves_dims(isl.dim_type.in_, j, 1)
+                           for j in range(aff.dim(isl.dim_type.in_))) > 1:
+                        return True
+    return False
 
 
 def _members_needed(band: isl.ScheduleNode) -> int:

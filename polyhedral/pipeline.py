@@ -4,6 +4,7 @@
     definition = store_reduction_terms(definition)  # CPU: softmax's exp once (then contracted)
     definition = widen_half_reductions(definition)  # half sums and products in float32
     definition = factor_out_scales(definition, sizes)  # X +=! e * c -> X +=! e; X = X * c
+    check_names(definition, ...)                    # no rewrite moved a name out of scope
     scop = build_scop(widen_indices(definition), sizes)  # int64 index values; domains, accesses
     check_bounds(scop)                              # exact, for the concrete sizes
     deps = compute_dependences(scop)                # flow, false, reduction self-deps
@@ -21,7 +22,7 @@ names the stage.
 
 from __future__ import annotations
 
-import os
+import time
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
@@ -37,13 +38,16 @@ from polyhedral.loop_format import format_kernel
 from polyhedral.lowering import lower_to_loops
 from polyhedral.packing import graft_copies
 from polyhedral.row_fusion import fuse_rows
-from polyhedral.scheduler import compute_schedule, schedule_text
+from polyhedral.scheduler import RETRY_AFTER, compute_schedule, schedule_text
 from polyhedral.scop import build_scop
 from polyhedral.gpu import map_to_gpu
 from polyhedral.tiling import BandReport, apply_loop_order, transform_bands
+from tclang import budget as compile_budget
 from tclang.lang import program as P
 from tclang.lang.passes import finish, optimize, passes_text
+from tclang.lang.passes.rewrite import check_names
 from tclang.lang.passes.stored_terms import STORED_TERMS, store_reduction_terms
+from tclang.environment import switch
 from tclang.stages import Stages
 from tclang.options import Options
 from tclang.target import Target
@@ -63,11 +67,13 @@ class ScheduledKernel:
     bands: tuple[BandReport, ...] = ()
     timings: dict[str, float] = field(default_factory=dict, compare=False)
     stored_terms: tuple[str, ...] = ()  # temporaries of tclang/lang/passes/stored_terms.py
+    # a degraded schedule (polyhedral/scheduler.py): when to try the full one again
+    retry_at: float | None = None
 
 
 def verify_enabled() -> bool:
     """Legality of every schedule is re-checked with TCLANG_VERIFY=1 (the tests set it)."""
-    return os.environ.get("TCLANG_VERIFY", "") not in ("", "0")
+    return switch("TCLANG_VERIFY", False)
 
 
 def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
@@ -81,11 +87,12 @@ def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
     `collect` receives each stage's text (tclang explain); TCLANG_DUMP prints them."""
     store = (options.passes is not False and not target.is_grid and rows_automatic(options)
              and sizes is not None)
-    scheduled = _schedule(defn, sizes, options, target, layouts, collect, store)
-    stored = scheduled.stored_terms
-    if stored and not all(p.contracted for p in scheduled.kernel.temporaries
-                          if p.buffer.name in stored):  # a full array: recompute instead
-        scheduled = _schedule(defn, sizes, options, target, layouts, collect, False)
+    with compile_budget.compiling(defn.name, options):  # the driver's, or one of its own
+        scheduled = _schedule(defn, sizes, options, target, layouts, collect, store)
+        stored = scheduled.stored_terms
+        if stored and not all(p.contracted for p in scheduled.kernel.temporaries
+                              if p.buffer.name in stored):  # a full array: recompute instead
+            scheduled = _schedule(defn, sizes, options, target, layouts, collect, False)
     return scheduled
 
 
@@ -95,25 +102,11 @@ def _schedule(defn: P.Definition, sizes: Mapping[str, int] | None, options: Opti
     """schedule_definition's stages; `store`: store row reductions' costly terms for their
     consumers (tclang/lang/passes/stored_terms.py)."""
     stages = Stages(defn.name, failures=(isl.Error, ValueError, KeyError), collect=collect)
-    run_passes = options.passes is not False
-    report = []
-    stored: tuple[str, ...] = ()
+    verify = verify_enabled()
     with stages("passes"):
-        if run_passes:  # dead code, folding, exact identities, shared values, hoisting
-            defn, report = optimize(defn, sizes)
-        if store:
-            defn, notes, stored = store_reduction_terms(defn, sizes, SLICE_BYTES)
-            if notes:
-                report.append((STORED_TERMS, notes))
+        defn, report, stored = run_passes(defn, sizes, options, store, verify=verify)
     with stages("scop"):
-        defn = widen_half_reductions(defn)  # half sums accumulate in float32
-        if run_passes:  # a sum of `affine ? e : 0` runs over the points where it holds
-            defn = restrict_guarded_sums(defn)
-        if options.reorder_reductions is not False:  # scale a sum once, not every term
-            defn = factor_out_scales(defn, sizes)
-        defn = widen_indices(defn)  # index values exact in int64
-        if run_passes:  # last: what the scop is built from, Lets and all
-            defn = finish(defn, report)
+        defn = scop_definition(defn, sizes, options, report, verify=verify)
         scop = build_scop(defn, sizes)
         if sizes is not None:
             check_bounds(scop)
@@ -125,30 +118,35 @@ def _schedule(defn: P.Definition, sizes: Mapping[str, int] | None, options: Opti
     with stages("dependences"):
         deps = compute_dependences(scop, options.reorder_reductions is not False)
     stages.show("dependences", lambda: dependences_text(deps))
-    with stages("schedule"):
+    budget = compile_budget.current()
+    with stages("schedule", check=False):  # a spent budget: program order (scheduler.py)
         result = compute_schedule(scop, deps, options.fusion or "preserve_parallel")
+    fallback, retry_at = result.fallback, result.retry_at
+    budget.scheduled = True  # from here a spent budget never loses the schedule
+    if budget.exceeded() and budget.fell_back is None:  # the stages left get a grace
+        budget.fall_back(fallback or "the compile budget ran out in the schedule stage")
     stages.show("schedule", lambda: schedule_text(result.schedule))
-    with stages("transform"):
+    with stages("transform", check=False):
         reports: list[BandReport] = []
-        tree, plans, packs = result.schedule, None, {}
-        strategy = result.strategy
-        if options.loop_order is not None:
-            tree = apply_loop_order(tree, scop, options.loop_order)
-        check = options.loop_order is not None or verify_enabled()
-        cause = f"loop_order={options.loop_order!r}" if options.loop_order else "the schedule"
-        if target.is_grid:
-            if check:  # mapping only spreads coincident members over blocks and threads
-                check_legality(tree, deps, scop, cause)
-            tree, plans = map_to_gpu(tree, scop, options, target)
-        else:
-            if rows_automatic(options):  # reductions and their consumers, one pass a row
-                fused = fuse_rows(tree, scop, deps, target)
-                strategy += " + rows" if fused is not tree else ""
-                tree = fused
-            tree = transform_bands(tree, scop, options, target, reports, packs)
-            if check:
-                check_legality(tree, deps, scop, cause)
-            tree = graft_copies(tree, packs)  # only adds copies of read-only operands
+        tree, plans, packs, strategy = result.schedule, None, {}, result.strategy
+        try:
+            if budget.fell_back is not None and not target.is_grid:
+                raise compile_budget.BudgetExceeded(budget, "schedule")
+            tree, plans, strategy = _transform(result, scop, deps, options, target,
+                                               reports, packs)
+        except compile_budget.BudgetExceeded as spent:
+            if target.is_grid:  # a GPU kernel cannot run without its mapping
+                raise
+            # the cheapest way out: the schedule as it came, untiled and untransformed
+            reports, tree, plans, packs, strategy = [], result.schedule, None, {}, \
+                result.strategy
+            if budget.fell_back is None:
+                budget.fall_back(str(spent))
+            if retry_at is None:  # degraded: never stored, compiled in full later
+                retry_at = time.monotonic() + RETRY_AFTER
+            fallback = "; ".join(filter(None, (
+                fallback, f"the compile budget of {budget.seconds:g} s ran out: the "
+                          f"schedule is neither tiled nor transformed")))
         final_schedule = schedule_text(tree)
     stages.show("transform", final_schedule)
     with stages("loops"):
@@ -159,8 +157,75 @@ def _schedule(defn: P.Definition, sizes: Mapping[str, int] | None, options: Opti
             kernel = contract_temporaries(kernel)
         kernel = with_choices(kernel, options, target, layouts)
     stages.show("loops", lambda: format_kernel(kernel))
-    return ScheduledKernel(kernel, final_schedule, strategy, result.fallback,
-                           bounds, tuple(reports), stages.timings, stored)
+    return ScheduledKernel(kernel, final_schedule, strategy, fallback,
+                           bounds, tuple(reports), stages.timings, stored, retry_at)
+
+
+def _transform(result, scop, deps, options: Options, target: Target,
+               reports: list[BandReport], packs: dict) -> tuple:
+    """The transform stage's work on the scheduler's `result`: (tree, GPU launch plans,
+    strategy). Checks the compile budget band by band (polyhedral/tiling.py)."""
+    tree, plans, strategy = result.schedule, None, result.strategy
+    if options.loop_order is not None:
+        tree = apply_loop_order(tree, scop, options.loop_order)
+    check = options.loop_order is not None or verify_enabled()
+    cause = f"loop_order={options.loop_order!r}" if options.loop_order else "the schedule"
+    if target.is_grid:
+        if check:  # mapping only spreads coincident members over blocks and threads
+            check_legality(tree, deps, scop, cause)
+        tree, plans = map_to_gpu(tree, scop, options, target)
+    else:
+        if rows_automatic(options):  # reductions and their consumers, one pass a row
+            fused = fuse_rows(tree, scop, deps, target)
+            strategy += " + rows" if fused is not tree else ""
+            tree = fused
+        tree = transform_bands(tree, scop, options, target, reports, packs)
+        if check:
+            check_legality(tree, deps, scop, cause)
+        tree = graft_copies(tree, packs)  # only adds copies of read-only operands
+    return tree, plans, strategy
+
+
+def run_passes(defn: P.Definition, sizes: Mapping[str, int] | None, options: Options,
+               store: bool, *, verify: bool = False):
+    """The passes stage: (the definition after the passes, explain's report of them, the
+    temporaries that store row reductions' terms). `verify`: every pass's output is
+    checked to name only what its statements have (tclang/lang/passes/rewrite.py,
+    `check_names`), so a misplaced name is blamed on the pass that misplaced it."""
+    report: list = []
+    stored: tuple[str, ...] = ()
+    if verify:
+        check_names(defn, "the front end")
+    if options.passes is not False:  # dead code, folding, exact identities, shared values
+        defn, report = optimize(defn, sizes, verify=verify)
+    if store:
+        defn, notes, stored = store_reduction_terms(defn, sizes, SLICE_BYTES)
+        defn = _checked(defn, STORED_TERMS, verify)
+        if notes:
+            report.append((STORED_TERMS, notes))
+    return defn, report, stored
+
+
+def scop_definition(defn: P.Definition, sizes: Mapping[str, int] | None, options: Options,
+                    report: list, *, verify: bool = False) -> P.Definition:
+    """The rewrites between the passes and the scop: exactly what `build_scop` gets.
+    Its names are checked always (one linear walk): a rewrite that moved a name where it
+    means nothing is a `TCCompileError` that says so, not isl's syntax error."""
+    passes = options.passes is not False
+    defn = widen_half_reductions(defn)  # half sums accumulate in float32
+    defn = _checked(defn, "float32 accumulators of half sums", verify)
+    if passes:  # a sum of `affine ? e : 0` runs over the points where it holds
+        defn = _checked(restrict_guarded_sums(defn), "guarded sums", verify)
+    if options.reorder_reductions is not False:  # scale a sum once, not every term
+        defn = _checked(factor_out_scales(defn, sizes), "factoring out sums' scales", verify)
+    defn = _checked(widen_indices(defn), "wide index values", verify)  # exact, in int64
+    if passes:  # last: what the scop is built from, Lets and all
+        defn = finish(defn, report, verify=verify)
+    return check_names(defn, "the rewrites before the scop")
+
+
+def _checked(defn: P.Definition, rewrite: str, verify: bool) -> P.Definition:
+    return check_names(defn, rewrite) if verify else defn
 
 
 def rows_automatic(options: Options) -> bool:

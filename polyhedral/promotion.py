@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import islpy as isl
 
 from polyhedral.scop import Scop
+from polyhedral.isl_callbacks import maps, sets
 from tclang.options import Options
 from tclang.target import Target
 
@@ -102,11 +103,10 @@ def footprint_box(prefix: isl.UnionMap, access: isl.UnionMap):
     points that touch anything). None when it is not such a box (the footprint is not one
     map, a lowest element has several pieces, an extent is unbounded)."""
     scoped = prefix.reverse().apply_range(access)
-    maps = []
-    scoped.foreach_map(maps.append)
-    if len(maps) != 1:
+    found = maps(scoped)
+    if len(found) != 1:
         return None
-    footprint = maps[0]
+    footprint = found[0]
     rank = footprint.dim(isl.dim_type.out)
     offsets, box = [], []
     for d in range(rank):
@@ -125,9 +125,7 @@ def footprint_box(prefix: isl.UnionMap, access: isl.UnionMap):
 
 
 def _sets(u: isl.UnionSet) -> list[isl.Set]:
-    out: list[isl.Set] = []
-    u.foreach_set(out.append)
-    return out
+    return sets(u)
 
 
 def _in(domain: isl.UnionSet, sid: str) -> bool:

@@ -14,6 +14,11 @@ thread per point would read with a stride of a whole row and no reuse across poi
 a block per point reads the row coalesced. Several reductions of one band over the same
 left side (softmax's max then sum) run one after the other for each point, which is legal
 because each reads the earlier ones' results only at its own point.
+
+The loops built here walk boxes (each statement's index ranges, flattened and strided
+over the threads), not the statements' domains that isl's own loops walk: every instance
+is run through `_instance`, under the condition its domain adds to the box (a guarded
+sum's `c ? e : 0` is in the domain, not in the value: tclang/lang/guarded_sums.py).
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from __future__ import annotations
 import islpy as isl
 
 from polyhedral import loop_ir as L
-from polyhedral.scop import Scop, ScopStatement
+from polyhedral.lowering import ast_expr
+from polyhedral.isl_callbacks import sets
+from polyhedral.scop import Scop, ScopStatement, statement_box
 from polyhedral.subscripts import size_index
 from tclang.lang import program as P
 from tclang.lang.affine import Affine
@@ -109,8 +116,7 @@ def _reductions(node, scop: Scop) -> list[ScopStatement] | None:
     *, min, max) over one left side, their inits, assignments to points of that left side
     (a mean's division by the count, moved out of its reduction), and reads of each other's
     results only at the reading statement's own point."""
-    names = []
-    node.get_domain().foreach_set(lambda s: names.append(s.get_tuple_name()))
+    names = [s.get_tuple_name() for s in sets(node.get_domain())]
     statements = [scop.statement(n) for n in names]
     steps = sorted((s for s in statements if s.kind != "init"),
                    key=lambda s: s.source.position)
@@ -180,7 +186,7 @@ def _build(steps: list[ScopStatement], lhs, scop: Scop, threads: int, target: Ta
     for st in steps:
         s = st.source
         if st.kind == "assign":  # one thread computes the point; the others wait for it
-            body += [L.If(L.Op("eq", (t, L.Int(0))), L.Run(st.id, tuple(lhs_values), ())),
+            body += [L.If(L.Op("eq", (t, L.Int(0))), _instance(scop, st, lhs_values)),
                      L.Barrier()]
             continue
         dtype = scop.definition.tensor(s.target).dtype
@@ -195,7 +201,7 @@ def _build(steps: list[ScopStatement], lhs, scop: Scop, threads: int, target: Ta
         body += [
             L.Run(ident_id, tuple(lhs_values), to_acc),
             L.For(r.name, t, _count(red, sizes), threads,
-                  L.Run(st.id, tuple(lhs_values) + tuple(_decompose(r, red, sizes)), to_acc)),
+                  _instance(scop, st, lhs_values + _decompose(r, red, sizes), to_acc)),
             L.Combine(None, dtype, partial, (t,), acc, (L.Int(0),) * max(1, len(lhs))),
             L.Barrier(),
         ]
@@ -218,12 +224,45 @@ def _build(steps: list[ScopStatement], lhs, scop: Scop, threads: int, target: Ta
         rest = [f.source.range_of(i) for i in f.source.indices[len(lhs):]]
         e = L.Var("re")
         body.append(L.For(e.name, t, _count(rest, sizes), threads,
-                          L.Run(f.id, tuple(lhs_values) + tuple(_decompose(e, rest, sizes)),
-                                ())))
+                          _instance(scop, f, lhs_values + _decompose(e, rest, sizes))))
     if followers:
         body.append(L.Barrier())  # (the next row's first step overwrites nothing they read)
     loop = L.For(q.name, L.Var("b0"), points, grid_cap, L.Block(tuple(body)))
     return loop, tuple(buffers), tuple(identities), (grid,), (threads,)
+
+
+def _instance(scop: Scop, st: ScopStatement, values: list[L.IExpr],
+              promoted: tuple[L.Promotion, ...] = ()) -> L.Node:
+    """A run of `st` at `values` (its indices as the launch's loops compute them: a point
+    of the box of its ranges) under the condition its domain adds to that box. A run
+    outside the domain is an instance the source does not have: `Z(i) +=! (j <= i) ?
+    S(i, j) : 0` would add S(i, j) for every j."""
+    run = L.Run(st.id, tuple(values), promoted)
+    guard = _domain_guard(scop, st)
+    if guard is None:
+        return run
+    at = {L.index_var(name).name: value for name, value in zip(st.indices, values)}
+    return L.If(L.substitute(guard, at), run)
+
+
+def _domain_guard(scop: Scop, st: ScopStatement) -> L.IExpr | None:
+    """What the domain of `st` adds to the box of its ranges, as a test of its index
+    variables (`L.index_var`) and the sizes, written by isl's AST generator; None where
+    the domain is the whole box. Taken from the domain itself, whatever put the
+    constraint there."""
+    box = statement_box(scop, st)
+    domain = scop.domain.extract_set(box.get_space())
+    if box.is_subset(domain):
+        return None
+    extra = domain.gist(box)
+    for k, name in enumerate(st.indices):  # parameters now: no size has these names
+        extra = extra.set_dim_id(isl.dim_type.set, k,
+                                 isl.Id(L.index_var(name).name, context=scop.ctx))
+    extra = extra.move_dims(isl.dim_type.param, extra.dim(isl.dim_type.param),
+                            isl.dim_type.set, 0, len(st.indices)).params()
+    build = isl.AstBuild.from_context(isl.Set.universe(extra.get_space()))
+    derived = {name: size_index(e, None) for name, e in scop.derived.items()}
+    return ast_expr(build.expr_from_set(extra), derived)
 
 
 def _identity_statement(sid: str, s: P.Statement, dtype, st: ScopStatement) -> L.StatementDef:

@@ -31,6 +31,7 @@ import islpy as isl
 
 from polyhedral import bands as B
 from polyhedral.scop import Scop
+from tclang.errors import TCScheduleError
 from tclang.target import Target
 
 UNROLL_MARK = "tclang_unroll"
@@ -211,6 +212,9 @@ def plan(node: isl.ScheduleNode, scop: Scop, target: Target,
         return None
     if kind == "lanes" and any(_uses(r.affine, index_of[best.position]) for r in strided):
         return plan(node, scop, target, shape, pack=False)  # not one sliver per mr rows
+    if shape is not None:
+        check_shape(shape, kind, target, element_bytes, st.source.span,
+                    scop.definition.source)
     extents = {m.position: m.extent for m in band}
     steps = 1  # the reduction's length, where known
     for k in reductions:
@@ -226,6 +230,35 @@ def plan(node: isl.ScheduleNode, scop: Scop, target: Target,
     return RegisterTile(best.position, j, reductions, mr, nr, st.id, element_bytes, kind,
                         index_of[best.position], lanes_name,
                         transposed if kind == "lanes" else ())
+
+
+def check_shape(shape: tuple[int, int], kind: str, target: Target, element_bytes: int,
+                span=None, source: str | None = None) -> None:
+    """Refuse the user's register_tile=(mr, nr) where its accumulators and the operand
+    vectors each step loads do not fit the target's vector registers, two left for
+    broadcasts (the rule of the model's shapes and of the tuner's): LLVM would spill them
+    on every FMA, and (100, 100) unrolled 10,000 updates. `span`, `source`: the
+    contraction statement's place, for the error."""
+    mr, nr = shape
+    registers = target.vector_registers
+    lanes = max(1, target.vector_bytes // element_bytes)
+    if kind == "lanes":  # mr rows of nr lanes: ceil(nr / lanes) vectors a row
+        vectors = -(-nr // lanes)
+        needed = mr * vectors + vectors
+        what = (f"{mr} x {vectors} vectors of accumulators and {vectors} of the operand "
+                f"along the lanes ({lanes} {element_bytes * 8}-bit lanes a vector)")
+        fits = shape_for(target, element_bytes)
+    else:  # mr x nr results, each a vector of partial sums along the reduction
+        needed = mr * nr + mr + nr
+        what = (f"{mr * nr} accumulators (this contraction keeps each result as a vector "
+                f"of partial sums along its reduction) and {mr + nr} operand vectors")
+        fits = dot_shape_for(target)
+    if needed > registers - 2:
+        raise TCScheduleError(
+            f"register_tile {shape} needs {what}: {needed} vector registers, but this "
+            f"CPU has {registers}, two of them kept for broadcasts", span, source,
+            hint=f"a tile that fits here is register_tile={fits}; or leave register_tile "
+                 "unset for the model's choice")
 
 
 def _dot_across(band, index_of, lhs, reads, reductions, statement: str,

@@ -30,6 +30,7 @@ import islpy as isl
 
 from polyhedral import bands as B
 from polyhedral.dependences import Dependences
+from polyhedral.isl_callbacks import sets
 from polyhedral.scop import Scop
 from tclang.lang.affine import Affine
 from tclang.target import Target
@@ -120,10 +121,8 @@ def _instances(child: isl.ScheduleNode) -> isl.UnionSet:
 
 def _all_zero(distances: isl.UnionSet) -> bool:
     """Whether every distance along the one-member row schedule is 0."""
-    sets = []
-    distances.foreach_set(sets.append)
     return all(s.is_subset(isl.Set.universe(s.get_space()).fix_dim_si(0, 0))
-               for s in sets)
+               for s in sets(distances))
 
 
 def _pays(children, scop: Scop, target: Target) -> bool:

@@ -17,6 +17,14 @@ statement, which cannot blow up this way, is scheduled in-process under the oper
 limit and saves the round trip. On a timeout or an isl error the chain falls
 back to "min", then to the original program order, and records why. isl errors never
 reach the user.
+
+A fallback forced by circumstance (the time limit on a loaded machine, a scheduling
+process killed or not started) is *degraded*: `ScheduleResult.retry_at` says when the
+full schedule may be tried again. The compile driver stores no degraded kernel on disk
+(the next process tries again) and keeps it in memory only until then (RETRY_AFTER,
+doubled for each failure again): a load spike at compile time slowed every later process,
+and the process itself for its life (issue 31). isl refusing a strategy is the program's
+doing, the same every time: that fallback is final.
 """
 
 from __future__ import annotations
@@ -29,7 +37,9 @@ import islpy as isl
 from polyhedral.isl_context import compilation_context
 
 from polyhedral.dependences import Dependences
+from polyhedral.isl_callbacks import sets
 from polyhedral.scop import Scop
+from tclang import budget as compile_budget
 from tclang.forked_server import ForkedServer, RequestFailed, ServerError, ServerTimeout
 from tclang.recent import Recent
 
@@ -41,6 +51,15 @@ the 11 slowest programs of 2,000 needed 2.2 s when it finished at all, while PPC
 (and "max") on program 1864's shape-generic scop run for 40 s ("min": 0.1 s). Waiting
 longer buys no schedule, and a fuzzed program's 10 s cover about six compilations."""
 FALLBACK_LIMIT = 2.0  # seconds at least for each fallback strategy
+RETRY_AFTER = 60.0
+"""Seconds before this process tries again a strategy that ran past its time limit or
+whose scheduling process died; doubled for each failure in a row, MAX_RETRY_AFTER at
+most. A program that always blows up then costs its time limit again about once an hour
+(not at every compile), and a load spike costs a minute of the degraded kernel."""
+MAX_RETRY_AFTER = 3600.0
+MIN_BUDGET_LIMIT = 0.05
+"""Seconds of the compile budget (tclang/budget.py) below which a strategy is not tried:
+the scheduling process's round trip alone costs a few milliseconds, a schedule more."""
 MAX_OPERATIONS = 20_000_000  # in-process guard (isl's counter, reset before scheduling)
 LEXMIN_OPERATIONS = 200_000  # for the nearest-consumer proximity (see _nearest_proximity)
 
@@ -51,6 +70,9 @@ class ScheduleResult:
     strategy: str  # the strategy that produced it: one of the fusions, or "original"
     fallback: str | None  # why the requested strategy was not used, if it was not
     seconds: float
+    # degraded (a fallback forced by circumstance, not by the program): the time.monotonic()
+    # after which a better strategy may be tried again; None when the result is final
+    retry_at: float | None = None
 
 
 MAX_COEFFICIENT = 8
@@ -108,33 +130,55 @@ def _nearest_proximity(sc: isl.ScheduleConstraints) -> isl.ScheduleConstraints:
 
 
 def compute_schedule(scop: Scop, deps: Dependences, fusion: str,
-                     time_limit: float = TIME_LIMIT) -> ScheduleResult:
-    """The first strategy of the chain gets `time_limit`; the fallbacks share what is left
-    of it, at least FALLBACK_LIMIT each, so a program that blows up costs about
-    `time_limit` in all rather than `time_limit` per strategy."""
+                     time_limit: float | None = None) -> ScheduleResult:
+    """The first strategy of the chain gets `time_limit` (TIME_LIMIT when None); the
+    fallbacks share what is left of it, at least FALLBACK_LIMIT each, so a program that
+    blows up costs about `time_limit` in all rather than `time_limit` per strategy. Every
+    limit is capped by what is left of the compile's budget (tclang/budget.py); once it is
+    spent, the chain ends in program order, degraded like any failure by circumstance.
+    The result's `retry_at` is the earliest retry of a strategy that failed by
+    circumstance."""
+    time_limit = TIME_LIMIT if time_limit is None else time_limit
     start = time.perf_counter()
     chain = [fusion] + [f for f in ("min",) if f != fusion]
-    reasons = []
+    reasons, retries = [], []
+    budget = compile_budget.current()  # every limit capped by what is left of it
     for step, strategy in enumerate(chain):
         limit = time_limit if step == 0 else \
             max(FALLBACK_LIMIT, time_limit - (time.perf_counter() - start))
+        capped = ""
+        if budget is not None and budget.remaining() < limit:
+            limit, capped = budget.remaining(), " (capped by the compile budget)"
+            if limit < MIN_BUDGET_LIMIT:  # spent: program order, tried in full later
+                reasons.append(f"{strategy}: not tried, the compile budget of "
+                               f"{budget.seconds:g} s was spent")
+                retries.append(time.monotonic() + RETRY_AFTER)
+                continue
         try:
             if scop.domain.n_set() > 1:
                 schedule = _in_worker(scop, deps, strategy, limit)
             else:
                 schedule = _in_process(scop, deps, strategy)
         except _Failed as failure:
-            reasons.append(f"{strategy}: {failure}")
+            reasons.append(f"{strategy}: {failure}{capped}")
+            if failure.retry_at is not None:
+                retries.append(failure.retry_at)
             continue
         fallback = "; ".join(reasons) if reasons else None
-        return ScheduleResult(schedule, strategy, fallback, time.perf_counter() - start)
+        return ScheduleResult(schedule, strategy, fallback, time.perf_counter() - start,
+                              min(retries, default=None))
     schedule = original_schedule(scop)
     return ScheduleResult(schedule, "original", "; ".join(reasons),
-                          time.perf_counter() - start)
+                          time.perf_counter() - start, min(retries, default=None))
 
 
 class _Failed(Exception):
-    pass
+    """A strategy gave no schedule; `retry_at` as ScheduleResult's (None: isl refused it,
+    and would again)."""
+
+    def __init__(self, why: str, retry_at: float | None = None):
+        super().__init__(why)
+        self.retry_at = retry_at
 
 
 def _in_process(scop: Scop, deps: Dependences, strategy: str) -> isl.Schedule:
@@ -167,40 +211,51 @@ def _schedule_text(request: tuple[str, str]) -> str:
 _scheduler = ForkedServer(_schedule_text, "scheduler")
 
 
+@dataclass(frozen=True)
+class _Answer:
+    status: str  # "ok", "error" (isl refused), "timeout" or "died" (no answer this time)
+    text: str  # the schedule, or why not
+    limit: float  # the time limit it was asked under
+    retry_at: float | None = None  # "timeout", "died": when to ask again
+    failures: int = 0  # "timeout", "died": how many times in a row
+
+
 _answers = Recent(256)
-"""(constraints text, strategy) -> (status, schedule text or why not, time limit): the
-scheduling process's answers. One scop is scheduled again for every backend it is compiled
-for, for manual options that keep its fusion (tile sizes, unrolling: what tuning varies)
-and after a kernel's variant was evicted; isl's scheduler is deterministic, so its answer
-is kept, and so is running out of time (again for no longer a limit). A process that died
-is not an answer."""
+"""(constraints text, strategy) -> _Answer: the scheduling process's answers. One scop is
+scheduled again for every backend it is compiled for, for manual options that keep its
+fusion (tile sizes, unrolling: what tuning varies) and after a kernel's variant was
+evicted; isl's scheduler is deterministic, so its answer is kept. Running out of time
+and a process that died are kept too, but only until their `retry_at` (and a time-out
+until a longer limit is asked for): they say more about the machine than the program."""
 
 
 def _in_worker(scop: Scop, deps: Dependences, strategy: str, limit: float) -> isl.Schedule:
     """Run the scheduler in the scheduling process, given up after `limit` seconds."""
     text = _constraints(scop, deps).to_str()
     answer = _answers.get((text, strategy))
-    if answer is None or (answer[0] == "timeout" and answer[2] < limit):
-        try:
-            answer = _ask(text, strategy, limit)
-        except ServerError as failure:  # died, or could not be forked
-            raise _Failed(str(failure)) from None
+    if answer is None or (answer.retry_at is not None and (
+            time.monotonic() >= answer.retry_at
+            or (answer.status == "timeout" and answer.limit < limit))):
+        answer = _ask(text, strategy, limit, answer)
         _answers.put((text, strategy), answer)
-    status, payload, _ = answer
-    if status != "ok":
-        raise _Failed(payload)
-    return isl.Schedule.read_from_str(scop.ctx, payload)
+    if answer.status != "ok":
+        raise _Failed(answer.text, answer.retry_at)
+    return isl.Schedule.read_from_str(scop.ctx, answer.text)
 
 
-def _ask(text: str, strategy: str, limit: float) -> tuple[str, str, float]:
-    """(status, schedule text or why not, limit); ServerError (not an answer to keep) when
-    the process died or could not be forked."""
+def _ask(text: str, strategy: str, limit: float, last: _Answer | None) -> _Answer:
+    """The scheduling process's answer; a failure by circumstance is retried after
+    RETRY_AFTER, doubled for each one in a row since `last`."""
+    failures = 1 + (last.failures if last is not None else 0)
+    retry_at = time.monotonic() + min(MAX_RETRY_AFTER, RETRY_AFTER * 2 ** (failures - 1))
     try:
-        return "ok", _scheduler.call((text, strategy), limit), limit
+        return _Answer("ok", _scheduler.call((text, strategy), limit), limit)
     except ServerTimeout as failure:
-        return "timeout", str(failure), limit
+        return _Answer("timeout", str(failure), limit, retry_at, failures)
     except RequestFailed as failure:
-        return "error", f"isl gave up ({str(failure)[:120]})", limit
+        return _Answer("error", f"isl gave up ({str(failure)[:120]})", limit)
+    except ServerError as failure:  # died twice in a row, or could not be forked
+        return _Answer("died", str(failure), limit, retry_at, failures)
 
 
 def original_schedule(scop: Scop) -> isl.Schedule:
@@ -226,8 +281,7 @@ def original_schedule(scop: Scop) -> isl.Schedule:
 
 
 def _statement_domain(scop: Scop, sid: str) -> isl.UnionSet | None:
-    found = []
-    scop.domain.foreach_set(lambda s: found.append(s) if s.get_tuple_name() == sid else None)
+    found = [s for s in sets(scop.domain) if s.get_tuple_name() == sid]
     return isl.UnionSet.from_set(found[0]) if found else None
 
 

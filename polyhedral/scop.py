@@ -188,12 +188,16 @@ def _statements(defn: P.Definition):
 
 
 def _domain_text(st: ScopStatement, r: _Renderer) -> str:
-    bounds = [f"{r.size(rng.lo)} <= {rng.name} < {r.size(rng.hi)}"
-              for rng in st.source.domain if rng.name in st.indices]
+    bounds = _box_bounds(st, r)
     if st.kind == "reduce" and st.source.condition is not None:  # a guarded sum
         bounds.append(f"({r.condition(st.source.condition)})")
     constraint = " and ".join(bounds) if bounds else "true"
     return f"{st.id}[{', '.join(st.indices)}] : {constraint}"
+
+
+def _box_bounds(st: ScopStatement, r: _Renderer) -> list[str]:
+    return [f"{r.size(rng.lo)} <= {rng.name} < {r.size(rng.hi)}"
+            for rng in st.source.domain if rng.name in st.indices]
 
 
 def _read_text(st: ScopStatement, read: P.Read, extent: tuple[Z.SizeExpr, ...],
@@ -228,3 +232,15 @@ def tensor_box(scop: Scop, tensor: str) -> isl.Set:
     body = " and ".join(f"0 <= o{k} < {r.size(e)}" for k, e in enumerate(extent)) or "true"
     prefix = f"[{', '.join(scop.params)}] -> " if scop.params else ""
     return isl.Set(f"{prefix}{{ {tensor}[{', '.join(outs)}] : {body} }}", context=scop.ctx)
+
+
+def statement_box(scop: Scop, st: ScopStatement) -> isl.Set:
+    """The box of a statement's index ranges, its domain before any condition: what loops
+    over the ranges alone walk (polyhedral/reductions.py builds such loops by hand, and
+    guards each instance by what the domain adds to this box)."""
+    r = _Renderer(scop.sizes)
+    r.derived = dict(scop.derived)
+    body = " and ".join(_box_bounds(st, r)) or "true"
+    prefix = f"[{', '.join(scop.params)}] -> " if scop.params else ""
+    return isl.Set(f"{prefix}{{ {st.id}[{', '.join(st.indices)}] : {body} }}",
+                   context=scop.ctx).intersect_params(scop.context)

@@ -20,6 +20,7 @@ from polyhedral import packing as P
 from polyhedral import register_tiles as R
 from polyhedral.row_fusion import ROW_MARK
 from polyhedral.scop import Scop
+from tclang import budget as compile_budget
 from tclang.errors import TCScheduleError
 from tclang.options import Options
 from tclang.target import Target
@@ -55,6 +56,7 @@ def transform_bands(schedule: isl.Schedule, scop: Scop, options: Options, target
 
 
 def _visit(node, scop, options, target, reports, packs, in_band):
+    compile_budget.check()  # once a node: the stage's long walk (issue 34)
     if node.get_type() == isl.schedule_node_type.band and not in_band:
         node = _transform_band(node, scop, options, target, reports, packs)
         return _below_rows(node, scop, options, target, reports, packs)

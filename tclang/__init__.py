@@ -11,8 +11,9 @@ __version__ = "0.1.0"
 
 from typing import TYPE_CHECKING
 
-from tclang.errors import (TCArgumentError, TCCompileError, TCError, TCGradError,
-                           TCIndexError, TCLaunchError, TCScheduleError, TCSemanticError, TCSyntaxError, TCWarning)
+from tclang.errors import (TCArgumentError, TCCompileError, TCConfigError, TCError,
+                           TCGradError, TCIndexError, TCLaunchError, TCScheduleError,
+                           TCSemanticError, TCSyntaxError, TCWarning)
 from tclang.errors import api_boundary as _api_boundary
 
 if TYPE_CHECKING:
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["define", "compile", "autotune", "compare", "grad", "Options", "TCError",
            "TCSyntaxError", "TCGradError",
            "TCSemanticError", "TCArgumentError", "TCIndexError", "TCCompileError", "TCScheduleError",
-           "TCLaunchError", "TCWarning", "__version__"]
+           "TCLaunchError", "TCConfigError", "TCWarning", "__version__"]
 
 
 @_api_boundary

@@ -24,23 +24,16 @@ CACHE_FORMAT = 3  # bump when the layout of cache entries changes
 
 
 def canonical_source(defn: Definition) -> str:
-    """The definition's text as a token sequence: independent of comments and layout."""
-    from tclang.lang.parser import _lark_parser
+    """The definition's text as a token sequence: independent of comments and layout.
 
-    lines = defn.source.split("\n")
-    start = defn.span.line - 1
-    text = "\n".join(lines[start:])
-    tokens = []
-    depth = 0
-    for tok in _lark_parser().lex(text):
-        tokens.append(str(tok))
-        if tok == "{":
-            depth += 1
-        elif tok == "}":
-            depth -= 1
-            if depth == 0:
-                break
-    return " ".join(tokens)
+    The tokens its own parse read, from its `def` to its `}` (tclang/lang/parser.py), never
+    text read again from the source: a definition that shares a line with another, or
+    lines ended by a bare "\\r", once took the tokens of the first definition on its line,
+    and with them that one's compiled kernel."""
+    if not defn.tokens:
+        raise ValueError(f"definition {defn.name} was not made by the parser: it has no "
+                         "tokens to key it by")
+    return defn.tokens
 
 
 @lru_cache(maxsize=1)

@@ -42,8 +42,8 @@ FORMAT = 1  # bump when a record's layout changes
 def enabled() -> bool:
     """Records are written and read unless TCLANG_CALL_RECORDS=0 (or the disk cache is
     off): every first call then takes the full path, as when debugging the cache."""
-    return os.environ.get("TCLANG_CALL_RECORDS", "1") not in ("0", "off", "false") \
-        and diskcache.enabled()
+    from tclang.environment import switch
+    return switch("TCLANG_CALL_RECORDS", True) and diskcache.enabled()
 
 
 @lru_cache(maxsize=1)

@@ -17,8 +17,9 @@ import time
 import numpy as np
 
 from tclang.errors import TCArgumentError, TCError
-from tclang.inputs import check_sizes, parse_sizes, random_inputs, read_source
-from tclang.options import KNOBS, Options, knobs_options, parse_knobs
+from tclang.inputs import (check_input_memory, check_sizes, count_argument, input_bytes,
+                           parse_sizes, positive_argument, random_inputs, read_source)
+from tclang.options import FUSIONS, KNOBS, Options, knobs_options, parse_knob, parse_knobs
 
 
 def add_commands(sub) -> None:
@@ -42,8 +43,9 @@ def add_commands(sub) -> None:
     run = sub.add_parser("run", help="run on random inputs, check against the reference "
                                      "interpreter, print the time")
     _common(run)
-    run.add_argument("--repeat", type=int, default=10, help="timed runs (best is printed)")
-    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--repeat", type=count_argument(1), default=10,
+                     help="timed runs (best is printed)")
+    run.add_argument("--seed", type=count_argument(0), default=0)
     run.set_defaults(run=_run)
 
     tune = sub.add_parser("tune", help="autotune a definition for some sizes and store the "
@@ -52,11 +54,12 @@ def add_commands(sub) -> None:
     tune.add_argument("--entry", help="the definition (default: the only one)")
     tune.add_argument("--sizes", default="", help="size values, e.g. M=512,N=512,K=512")
     _tuning_arguments(tune)
-    tune.add_argument("--budget", type=int, default=64, help="timed trials (default 64)")
+    tune.add_argument("--budget", type=count_argument(1), default=64,
+                      help="timed trials (default 64)")
     tune.add_argument("--strategy", default="evolution", choices=["evolution", "random"])
-    tune.add_argument("--time-limit", type=float, default=60.0,
+    tune.add_argument("--time-limit", type=positive_argument, default=60.0,
                       help="seconds per trial before it is killed (default 60)")
-    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--seed", type=count_argument(0), default=0)
     tune.set_defaults(run=_tune)
 
     compare = sub.add_parser(
@@ -69,12 +72,13 @@ def add_commands(sub) -> None:
                          help='a manual schedule, e.g. "tile=32x32x64,unroll=4" (sizes '
                               'joined by x, a loop order by colons: loop_order=k:m:n); '
                               'repeat for several')
-    compare.add_argument("--tune", type=int, default=0, metavar="N",
+    compare.add_argument("--tune", type=count_argument(0), default=0, metavar="N",
                          help="also tune with N trials (stored in the tuning database)")
     compare.add_argument("--peers", default="numpy,torch",
                          help="peers timed beside (where einsum can write the kernel)")
-    compare.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
-    compare.add_argument("--seed", type=int, default=0)
+    compare.add_argument("--rounds", type=count_argument(1), default=5,
+                         help="interleaved timing rounds")
+    compare.add_argument("--seed", type=count_argument(0), default=0)
     compare.add_argument("--out", default=".", help="folder for the chart "
                                                     "(compare-ENTRY.png)")
     compare.add_argument("--no-limits", action="store_true",
@@ -99,7 +103,8 @@ def add_commands(sub) -> None:
 
     demo = sub.add_parser("demo", help="matmul, an MLP layer and softmax: checked against "
                                        "NumPy and timed")
-    demo.add_argument("--size", type=int, default=512, help="problem size (default 512)")
+    demo.add_argument("--size", type=count_argument(1), default=512,
+                      help="problem size (default 512)")
     demo.set_defaults(run=_demo)
 
 
@@ -131,7 +136,35 @@ _KNOB_HELP = {
     "register_tile": "the CPU micro-kernel's register tile, e.g. 6x16, or off",
     "pack": "on or off: pack the micro-kernel's lane operand (default: where reused)",
     "passes": "off: no passes on the definition before scheduling",
+    "compile_budget": "seconds for the whole compile (default: TCLANG_COMPILE_BUDGET, else 60)",
 }
+
+#: what each kind of knob value looks like, for a flag's usage error
+_KNOB_EXPECTED = {
+    "sizes": "sizes such as 32x32x64 or 32,32,64",
+    "pair": "a pair of sizes such as 6x16, or off",
+    "order": "a loop order such as k:m:n, k,m,n or 2,0,1",
+    "count": "a whole number",
+    "choice": "one of " + ", ".join(FUSIONS),
+    "switch": "on or off",
+    "seconds": "a number of seconds",
+}
+
+
+def _knob_argument(knob: str):
+    """The argparse type of a knob flag: its value as the knob grammar reads it, else a
+    usage error (exit 2, as for every number a flag does not take); the text itself is
+    kept, for knobs_options to read after --options. A value Options refuses (a tile of
+    -1, --fusion most) is a usage error too, as main's argparse choices made it.)"""
+    def check(text: str) -> str:
+        try:
+            Options(**{knob: parse_knob(knob, text)})
+        except TCError as err:
+            raise argparse.ArgumentTypeError(
+                f"expected {_KNOB_EXPECTED[KNOBS[knob]]}, not {text!r} ({err})") from None
+        return text
+    check.__name__ = knob  # what argparse names in its message
+    return check
 
 
 def _knob_arguments(p: argparse.ArgumentParser, whole: bool = True) -> None:
@@ -152,7 +185,7 @@ def _knob_arguments(p: argparse.ArgumentParser, whole: bool = True) -> None:
         extra = dict(nargs="?", const="on", metavar="on|off") if kind == "switch" else \
             dict(metavar=knob.upper())
         group.add_argument("--" + knob.replace("_", "-"), dest=f"knob_{knob}",
-                           help=_KNOB_HELP[knob], **extra)
+                           type=_knob_argument(knob), help=_KNOB_HELP[knob], **extra)
     group.add_argument("--generic", action="store_true",
                        help="shape-generic code (--specialize off)")
 
@@ -194,8 +227,14 @@ def _entry_and_inputs(args, module):
     kernel = module[entry]
     sizes = parse_sizes(args.sizes)
     check_sizes(kernel.definition, sizes)
+    check_input_memory(kernel.definition, sizes)
     seed = getattr(args, "seed", 0)
-    return kernel, random_inputs(kernel.definition, sizes, np.random.default_rng(seed))
+    try:
+        return kernel, random_inputs(kernel.definition, sizes, np.random.default_rng(seed))
+    except MemoryError as err:  # under the machine's memory, but not free now
+        raise TCArgumentError(f"--sizes {args.sizes}: {kernel.name}'s random inputs "
+                              f"({input_bytes(kernel.definition, sizes):,} bytes) cannot be "
+                              f"allocated ({err})", hint="choose smaller sizes") from None
 
 
 def _export(args) -> int:
@@ -252,14 +291,27 @@ def _explain(args) -> int:
     _section("summary", compiled.summary(sizes, limits).text())
     for stage in chosen:
         if stage == "timings":
-            _section("compile time (a fresh compile, no cache)",
-                     "\n".join(f"{k:>12}: {v * 1e3:8.1f} ms"
-                               for k, v in compiled.timings.items()))
+            _section("compile time (a fresh compile, no cache)", _timings_text(compiled))
         else:
             _section(f"{stage}: {STAGES[stage]}", compiled.stage_text(stage))
     if not chosen:
         print("\n(more with --stage " + ",".join(STAGES) + ",timings)")
     return 0
+
+
+def _timings_text(compiled) -> str:
+    """Each stage's time for a compile of the kernel: a kernel that came from a cache is
+    compiled again for the asking (its own timing is the load's alone)."""
+    lines = []
+    if compiled.cache != "compiled":
+        load = compiled.timings.get("cache load")
+        lines.append(f"(this kernel came from the {compiled.cache} cache"
+                     + (f" in {load * 1e3:.1f} ms" if load is not None else "")
+                     + "; a compile of it, timed now without the caches:)")
+    timings = compiled.compile_timings()
+    lines += [f"{k:>12}: {v * 1e3:8.1f} ms" for k, v in timings.items()]
+    lines.append(f"{'total':>12}: {sum(timings.values()) * 1e3:8.1f} ms")
+    return "\n".join(lines)
 
 
 def _explain_grad(args) -> int:
@@ -278,7 +330,7 @@ def _explain_grad(args) -> int:
 
 
 def _tuning_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--jobs", type=int, default=None,
+    p.add_argument("--jobs", type=count_argument(1), default=None,
                    help="trials at once on this machine (default 2); compiles overlap, "
                         "timings never do")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",

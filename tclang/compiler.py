@@ -7,8 +7,13 @@ layer and a backend together.
 
 in front of two caches: an in-memory map (same key, same process: nothing is redone) and
 the disk cache (another process compiled it: the object code is loaded, nothing is
-compiled). Backends are imported on first use, so a machine without CUDA imports tclang
-fine and only `backend="cuda"` needs PyCUDA.
+compiled). A kernel on a degraded schedule (the scheduler's fallback forced by the time
+limit or a killed scheduling process, polyhedral/scheduler.py) goes in neither as if it
+were the full one: never to disk (the next process tries the full schedule), and in
+memory only until its `retry_at` (then the next lookup compiles again). Backends are
+imported on first use, so a machine without CUDA imports tclang fine and only
+`backend="cuda"` needs PyCUDA. The middle end runs in a helper process that
+is replaced every 200 compilations (tclang/middle_end.py: islpy leaks on every compile).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import numpy as np
 
 from backends.contract import Artifact, Backend
 from polyhedral import loop_ir as L
-from tclang import diskcache
+from tclang import budget as compile_budget, diskcache
 from tclang.registry import BACKENDS, get_backend  # noqa: F401 (BACKENDS: for the CLI)
 from tclang.cachekey import key_digest
 from tclang.dtypes import DType
@@ -100,6 +105,22 @@ class Compiled:
     #: the tiling's report of each band (polyhedral/tiling.py BandReport): what tclang
     #: explain's summary says of tiles; None after a cache hit (not kept on disk)
     bands: tuple | None = None
+    # a degraded schedule: the time.monotonic() after which to compile again (None: full)
+    retry_at: float | None = None
+    made_at: float = dataclasses.field(default_factory=time.monotonic)
+    retry_after: float | None = None  # a degraded one's wait before its retry, in seconds
+
+    def __post_init__(self) -> None:
+        if self.retry_at is not None and self.retry_after is None:
+            self.retry_after = max(0.0, self.retry_at - self.made_at)
+
+    @property
+    def degraded(self) -> bool:
+        return self.retry_at is not None
+
+    def due(self) -> bool:
+        """Whether this degraded compilation should give way to a new compile now."""
+        return self.retry_at is not None and time.monotonic() >= self.retry_at
 
     def loop_ir(self) -> L.Kernel | None:
         """The loop IR, read back from the disk cache's bytes if need be (no isl, no
@@ -132,8 +153,9 @@ def compile_definition(defn: Definition, sizes: dict[str, int] | None, options: 
     when specialized (the key includes them), else None. `fresh`: compile even when a
     cache has it (and replace the entries): tclang explain times every stage this way."""
     hit = None if fresh else _memory.get(key)
-    if hit is not None:
-        return Compiled(hit.info, hit.artifact, None, {}, "memory", shares=hit)
+    if hit is not None and not hit.due():
+        return Compiled(hit.info, hit.artifact, None, {}, "memory", shares=hit,
+                        retry_at=hit.retry_at)
     backend = get_backend(backend_name)
     digest = key_digest(key)
     start = time.perf_counter()
@@ -150,13 +172,38 @@ def compile_definition(defn: Definition, sizes: dict[str, int] | None, options: 
     if prepare is not None:  # e.g. LLVM loads in its own process while isl schedules
         prepare()
     compiled = _compile(defn, sizes, options, backend, target, layouts)
-    blobs = {**compiled.artifact.blobs, "info": compiled.info.to_json()}
-    loop_ir = _serialized(compiled.kernel)
-    if loop_ir is not None:
-        blobs["loop-ir"] = loop_ir
-    diskcache.store(digest, key, blobs)
+    if compiled.degraded and hit is not None and hit.degraded:
+        _back_off(compiled, hit)
+    if not compiled.degraded:  # under the key of the full schedule: only the full one
+        blobs = {**compiled.artifact.blobs, "info": compiled.info.to_json()}
+        loop_ir = _serialized(compiled.kernel)
+        if loop_ir is not None:
+            blobs["loop-ir"] = loop_ir
+        diskcache.store(digest, key, blobs)
     _remember(key, compiled)
     return compiled
+
+
+def _back_off(compiled: Compiled, last: Compiled) -> None:
+    """Degraded again when its retry came: wait twice as long as last time before the
+    next try (MAX_RETRY_AFTER at most). A program whose dependences alone spend the
+    compile budget would otherwise cost this process the whole budget every RETRY_AFTER
+    (the scheduler backs off its own time-outs, not a budget spent before it)."""
+    from polyhedral.scheduler import MAX_RETRY_AFTER
+    wait = min(MAX_RETRY_AFTER, 2 * (last.retry_after or 0.0))
+    if compiled.retry_after < wait:
+        compiled.retry_at, compiled.retry_after = compiled.made_at + wait, wait
+
+
+def compile_uncached(defn: Definition, sizes: dict[str, int] | None, options: Options,
+                     backend_name: str, target: Target, layouts) -> Compiled:
+    """A compile that neither caches read nor fill: what `explain --stage timings` times
+    for a kernel that came from a cache."""
+    backend = get_backend(backend_name)
+    prepare = getattr(backend, "prepare", None)
+    if prepare is not None:
+        prepare()
+    return _compile(defn, sizes, options, backend, target, layouts)
 
 
 def _serialized(kernel: L.Kernel) -> bytes | None:
@@ -233,10 +280,12 @@ def _check_buffer(buffer: L.Buffer, shape: tuple) -> None:
 def _compile(defn: Definition, sizes, options: Options, backend: Backend, target: Target,
              layouts) -> Compiled:
     from polyhedral.loop_format import format_kernel
-    from polyhedral.pipeline import schedule_definition  # isl loads on the first compile
+    from tclang import middle_end  # isl loads on the first compile
 
-    with recursion_room():  # lowering, code generation and the printer recurse per level
-        scheduled = schedule_definition(defn, sizes, options, target, layouts)
+    # one budget for the whole compile (tclang/budget.py): scheduling (in the middle end's
+    # helper process, replaced now and then: islpy leaks on every compile) and code generation
+    with recursion_room(), compile_budget.compiling(defn.name, options):
+        scheduled = middle_end.schedule(defn, sizes, options, target, layouts)
         kernel = scheduled.kernel
         stages = Stages(defn.name)
         with stages("code"):
@@ -252,7 +301,8 @@ def _compile(defn: Definition, sizes, options: Options, backend: Backend, target
         statements=tuple((s.id, s.text, s.line) for s in kernel.statements),
         loops=loops, schedule=scheduled.schedule,
         strategy=scheduled.strategy, fallback=scheduled.fallback, bounds=scheduled.bounds)
-    return Compiled(info, artifact, kernel, timings, "compiled", bands=scheduled.bands)
+    return Compiled(info, artifact, kernel, timings, "compiled", bands=scheduled.bands,
+                    retry_at=scheduled.retry_at)
 
 
 def allocate(buffer: L.Buffer, shape: tuple[int, ...], zero: bool) -> np.ndarray:

@@ -179,7 +179,10 @@ def _warn_once(message: str) -> None:
 
 
 def enabled() -> bool:
-    return os.environ.get("TCLANG_DISK_CACHE", "1") not in ("0", "off", "false")
+    """TCLANG_DISK_CACHE: on unless set to 0, false, no or off (anything else unknown is
+    refused: tclang/environment.py)."""
+    from tclang.environment import switch
+    return switch("TCLANG_DISK_CACHE", True)
 
 
 def load(digest: str, key: tuple) -> dict[str, bytes] | None:
@@ -273,6 +276,7 @@ def store(digest: str, key: tuple, blobs: dict[str, bytes], warn: bool = True) -
     time, like a call record)."""
     if not enabled():
         return
+    limit = max_bytes()  # a bad TCLANG_CACHE_MAX_BYTES is refused before anything is written
     try:
         trusted = _trusted()
         if trusted is None:
@@ -284,7 +288,7 @@ def store(digest: str, key: tuple, blobs: dict[str, bytes], warn: bool = True) -
         body = _body(key, blobs)
         write_atomic(Path(directory) / f"{digest}.tck",
                      MAGIC + _tag(secret, digest, body) + body)
-        evict(directory, max_bytes())
+        evict(directory, limit)
     except OSError as err:
         if not warn:
             return
@@ -320,20 +324,9 @@ def _body(key: tuple, blobs: dict[str, bytes]) -> bytes:
 
 
 def max_bytes() -> int:
-    """TCLANG_CACHE_MAX_BYTES, or the default (with a warning) when it is not a
-    non-negative integer."""
-    configured = os.environ.get("TCLANG_CACHE_MAX_BYTES", "").strip()
-    if not configured:
-        return DEFAULT_MAX_BYTES
-    try:
-        value = int(configured)
-    except ValueError:
-        value = -1
-    if value < 0:
-        _warn_once(f"TCLANG_CACHE_MAX_BYTES={configured!r} is not a non-negative number of "
-                   f"bytes; using the default {DEFAULT_MAX_BYTES}")
-        return DEFAULT_MAX_BYTES
-    return value
+    """TCLANG_CACHE_MAX_BYTES (a whole number of bytes, at least 1), or the default."""
+    from tclang.environment import whole_number
+    return whole_number("TCLANG_CACHE_MAX_BYTES", DEFAULT_MAX_BYTES)
 
 
 def evict(directory, limit: int) -> None:

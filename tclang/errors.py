@@ -31,11 +31,23 @@ class Span(NamedTuple):
         return Span(start[0], start[1], end[0], end[1])
 
 
+def one_line_end(text: str) -> str:
+    """`text` with every line ending written "\\n": "\\r\\n" (Windows) and a bare "\\r" (old
+    Mac files) each end one line, as in Python's universal newlines. The parser counts
+    lines in this text and errors show lines of it, so a caret is always under its token."""
+    return text.replace("\r\n", "\n").replace("\r", "\n") if "\r" in text else text
+
+
+def source_lines(text: str) -> list[str]:
+    """The lines of a source as spans number them (1-based: `source_lines(s)[line - 1]`)."""
+    return one_line_end(text).split("\n")
+
+
 def render_location(source: str | None, span: Span | None) -> str:
     """The source line of `span` with a caret row underneath (empty without a source)."""
     if source is None or span is None:
         return ""
-    lines = source.split("\n")
+    lines = source_lines(source)
     if not 1 <= span.line <= len(lines):
         return ""
     text = lines[span.line - 1].expandtabs(1)
@@ -138,6 +150,11 @@ class TCScheduleError(_LocatedError, ValueError):
     kind = "schedule error"
 
 
+class TCConfigError(TCError, ValueError):
+    """A TCLANG_* environment variable holds a value tclang cannot use; the message names
+    the variable, the value and what it takes (tclang/environment.py)."""
+
+
 class TCWarning(UserWarning):
     """Something legal but probably not what the author meant, or a recovered fault."""
 
@@ -171,7 +188,8 @@ _ROOTS: tuple[str, ...] | None = None
 
 def full_tracebacks() -> bool:
     """TCLANG_TRACEBACK=full: errors keep every frame (read at each error, not cached)."""
-    return os.environ.get("TCLANG_TRACEBACK", "").strip().lower() == "full"
+    from tclang import environment  # lazily: errors.py is a ground module
+    return environment.choice("TCLANG_TRACEBACK", ("full",)) == "full"
 
 
 def hide_internal_frames(err: BaseException) -> None:

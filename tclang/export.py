@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tclang.errors import TCArgumentError, TCError
+from tclang.errors import TCArgumentError, TCCompileError, TCError
 from tclang.export_abi import STATUS, Wrapper, parameters, shape_parameters
 from tclang.lang.program import Definition
 
@@ -65,12 +65,15 @@ def export_kernel(kernel, directory, sizes: dict[str, int] | None, target: str =
     defn = kernel.definition
     if target == "cuda":
         from tclang.export_cuda import schedule_for_gpu
-        info, kernel_source = schedule_for_gpu(kernel, sizes)
+        info, kernel_source, retry_at = schedule_for_gpu(kernel, sizes)
         static = sizes is not None  # specialized CUDA code has the strides as constants
     else:
         compiled = _compile(kernel, sizes)
         info = compiled._c.info
+        retry_at = compiled._c.retry_at
         static = compiled._c.artifact.blobs.get("static") == b"1"
+    if retry_at is not None:
+        _refuse_degraded(defn.name, info.fallback)
     for condition in info.bounds:
         if condition.predicate is None:
             raise TCError(f"{defn.name}: a bounds condition of this definition can only "
@@ -97,6 +100,19 @@ def export_kernel(kernel, directory, sizes: dict[str, int] | None, target: str =
     return ExportedLibrary(library, header, source,
                            (folder / f"{name}.o", folder / "tclang_runtime.o"), name,
                            dict(sizes) if sizes is not None else None)
+
+
+def _refuse_degraded(name: str, fallback: str | None) -> None:
+    """A degraded schedule (the scheduler ran past its time limit on a loaded machine, or
+    its process died: polyhedral/scheduler.py) is only a stopgap in a process, replaced by
+    the full schedule later; a library keeps it for good, slower and without a word. So
+    it is refused, with the way to ask for the fallback's schedule on purpose (a program
+    whose full schedule always runs past the limit is degraded every time)."""
+    raise TCCompileError(
+        f"{name}: not exported: the scheduler gave no full schedule this time "
+        f"({fallback}), and the library would keep its slower fallback for good. Export "
+        "again when the machine is less loaded; if this program's scheduling always runs "
+        "past the limit, ask for the fallback on purpose with tc.Options(fusion='min')")
 
 
 def _compile(kernel, sizes: dict[str, int] | None):

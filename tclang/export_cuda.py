@@ -106,8 +106,9 @@ def nvcc() -> str:
 
 
 def schedule_for_gpu(kernel, sizes: dict[str, int] | None):
-    """(KernelInfo, KernelSource): the kernel scheduled for the GPU limits of
-    backend='cuda-emulated' and printed as CUDA C, nothing compiled (no GPU, no g++)."""
+    """(KernelInfo, KernelSource, retry_at): the kernel scheduled for the GPU limits of
+    backend='cuda-emulated' and printed as CUDA C, nothing compiled (no GPU, no g++);
+    retry_at is the schedule's (not None: degraded, which export refuses)."""
     import dataclasses
 
     from backends.cuda.codegen import generate
@@ -130,7 +131,7 @@ def schedule_for_gpu(kernel, sizes: dict[str, int] | None):
                       tuple((s.id, s.text, s.line) for s in k.statements), "",
                       scheduled.schedule, scheduled.strategy, scheduled.fallback,
                       scheduled.bounds)
-    return info, source
+    return info, source, scheduled.retry_at
 
 
 def write_cuda(wrapper: Wrapper, kernel_source, folder: Path, arch: str, header: Path):

@@ -9,6 +9,10 @@ Guarantees, for every user of ForkedServer:
   request the compiler gave up (Ctrl-C while it waited) never answers another request.
 - On any BaseException while waiting (time limit, Ctrl-C, the process died) the process is
   killed and reaped; the next request forks a new one.
+- A process that dies while it works (the OOM killer's SIGKILL, a crash) is replaced and
+  the request sent once more to a fresh one, within what is left of its time limit: a
+  memory spike elsewhere on the machine costs one retry, not the compile. A second death
+  is ServerDied, which says how the process ended (signal or exit status).
 - Ctrl-C reaches the whole process group: the helper ignores it, the compiler decides.
 - The helper ends with the compiler's process: it closes its copy of the parent's end of
   the pipe (else no EOF ever comes) and checks its parent every second (a process forked
@@ -44,6 +48,16 @@ class ServerUnavailable(ServerError):
     """The helper process could not be forked (no memory, process limit)."""
 
 
+class ServerDied(ServerError):
+    """The helper process ended while it worked on the request, and so did a fresh one it
+    was sent to again. `signal`: the signal that ended the last one (SIGKILL: the OOM
+    killer, or someone's kill -9), None if it exited or nobody knows."""
+
+    def __init__(self, message: str, signal: int | None):
+        super().__init__(message)
+        self.signal = signal
+
+
 class RequestFailed(ServerError):
     """The handler raised: `kind` is its exception's class name, `message` its text."""
 
@@ -56,9 +70,17 @@ _servers: weakref.WeakSet = weakref.WeakSet()
 
 
 def helper_pids() -> list[int]:
-    """The helper processes running now (tclang fuzz adds their peak memory to its
-    worker's: a program's LLVM and isl work happens in them)."""
-    return [server.pid for server in list(_servers) if server.pid is not None]
+    """The helper processes running now, and the helpers they run (the middle end's
+    scheduling process, where /proc lists children): tclang fuzz adds their peak memory
+    to its worker's, since a program's LLVM and isl work happens in them."""
+    pids = [server.pid for server in list(_servers) if server.pid is not None]
+    for pid in pids:  # the list grows as it goes: children of children
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as children:
+                pids += [int(child) for child in children.read().split()]
+        except (OSError, ValueError):
+            pass
+    return pids
 
 
 class ForkedServer:
@@ -88,18 +110,22 @@ class ForkedServer:
 
     def call(self, request: Any, limit: float | None = None) -> Any:
         """The handler's result; ServerError when there is none (RequestFailed when the
-        handler raised). `limit` is in seconds of wall-clock time, None for no limit."""
+        handler raised, ServerDied when two processes in a row died working on it).
+        `limit` is in seconds of wall-clock time, None for no limit."""
+        deadline = None if limit is None else time.monotonic() + limit
         with self.lock:
-            self._running()
-            request_id = next(self.requests)
             try:
-                self.conn.send((request_id, request))
-                status, payload = self._reply(request_id, limit)
-            except BaseException as err:  # past the limit, died, or Ctrl-C: work abandoned
-                self._stop()
-                if isinstance(err, (EOFError, OSError)):
-                    raise ServerError(f"the {self.name} process died") from None
-                raise
+                status, payload = self._attempt(request, deadline, limit)
+            except _Died as died:  # a fresh process, sent the same request once more
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise ServerTimeout(f"the {self.name} ran past {limit:g} s (its process "
+                                        f"died: {died.how})") from None
+                try:
+                    status, payload = self._attempt(request, deadline, limit)
+                except _Died as again:
+                    raise ServerDied(f"the {self.name} process died ({died.how}), and so did "
+                                     f"a fresh one ({again.how})", again.signal) from None
             self.served += 1
             if self.max_requests is not None and self.served >= self.max_requests:
                 self._stop()
@@ -107,15 +133,29 @@ class ForkedServer:
                 raise RequestFailed(*payload)
             return payload
 
+    def _attempt(self, request: Any, deadline: float | None,
+                 limit: float | None) -> tuple[str, Any]:
+        """One try: (status, payload) from a running process; _Died if it died on it."""
+        self._running()
+        request_id = next(self.requests)
+        try:
+            self.conn.send((request_id, request))
+            return self._reply(request_id, deadline, limit)
+        except (EOFError, OSError):  # its end of the pipe closed: it ended
+            raise _Died(*self._ended()) from None
+        except BaseException:  # past the limit, or Ctrl-C: work abandoned
+            self._stop()
+            raise
+
     def _running(self) -> None:
         if self.pid is not None and self._exited():
             self._drop()
         if self.pid is None:
             self._start()
 
-    def _reply(self, request_id: int, limit: float | None) -> tuple[str, Any]:
+    def _reply(self, request_id: int, deadline: float | None,
+               limit: float | None) -> tuple[str, Any]:
         """The reply to `request_id`; replies to earlier requests are dropped."""
-        deadline = None if limit is None else time.monotonic() + limit
         while True:
             wait = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not self.conn.poll(wait):
@@ -160,6 +200,33 @@ class ForkedServer:
             pass  # reaped by someone else
         self._drop()
 
+    def _ended(self) -> tuple[str, int | None]:
+        """How the process that closed its end of the pipe ended ("killed by SIGKILL,
+        signal 9", "exited with status 1", "how, unknown"), and its signal; it is reaped,
+        after a second at most (then killed: it closed the pipe but lingered)."""
+        status = None
+        try:
+            for _ in range(100):
+                done, status = os.waitpid(self.pid, os.WNOHANG)
+                if done:
+                    break
+                status = None
+                time.sleep(0.01)
+        except ChildProcessError:
+            pass  # reaped by someone else (os.wait in the application)
+        if status is None:
+            self._stop()
+            return "how, unknown", None
+        self._drop()
+        if os.WIFSIGNALED(status):
+            number = os.WTERMSIG(status)
+            try:
+                name = signal.Signals(number).name
+            except ValueError:
+                name = "an unknown signal"
+            return f"killed by {name}, signal {number}", number
+        return f"exited with status {os.waitstatus_to_exitcode(status)}", None
+
     def _drop(self) -> None:
         self.conn.close()
         self.pid = self.conn = None
@@ -173,11 +240,22 @@ class ForkedServer:
         self.pid = self.conn = None
 
 
+class _Died(Exception):
+    """The process ended while working on a request: `how`, and the `signal` that ended it."""
+
+    def __init__(self, how: str, signal: int | None):
+        super().__init__(how)
+        self.how, self.signal = how, signal
+
+
 def _serve(handler, conn, parent_end, parent: int, prepare) -> None:
     """The helper's loop: (request id, request) in, (request id, "ok", result) or (request
     id, "error", (exception class name, text)) out, until the parent goes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     parent_end.close()
+    # a process this helper forks (the middle end's scheduling process) must not hold the
+    # pipe: the compiler would see no EOF when this helper dies while that one works on
+    os.register_at_fork(after_in_child=conn.close)
     if prepare is not None:
         try:
             prepare()

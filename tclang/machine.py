@@ -9,15 +9,14 @@ import hashlib
 import os
 from functools import lru_cache
 
+from tclang.environment import switch, whole_number
+
 
 def available_cores() -> int:
     """CPU cores this process may use (`TCLANG_NUM_THREADS` overrides the affinity mask)."""
-    env = os.environ.get("TCLANG_NUM_THREADS")
-    if env:
-        try:
-            return max(1, int(env))
-        except ValueError:
-            pass
+    configured = whole_number("TCLANG_NUM_THREADS", None)
+    if configured is not None:
+        return configured
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not on Linux
@@ -123,4 +122,4 @@ def bounds_checking(options=None) -> bool:
     TCLANG_CHECK_BOUNDS=1."""
     if options is not None and options.check_bounds is not None:
         return bool(options.check_bounds)
-    return os.environ.get("TCLANG_CHECK_BOUNDS", "") not in ("", "0")
+    return switch("TCLANG_CHECK_BOUNDS", False)

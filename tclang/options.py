@@ -13,6 +13,11 @@ from dataclasses import dataclass, fields, replace
 from tclang.errors import TCScheduleError, api_boundary
 
 FUSIONS = ("max", "min", "preserve_parallel")
+MAX_VECTOR_WIDTH = 64
+"""The widest vector_width the CPU backend takes: LLVM's loop vectorizer forces only
+power-of-two widths up to 64 (VectorizerParams::MaxVectorWidth) and silently ignores any
+other request; register tiles are checked against the target when scheduled
+(polyhedral/register_tiles.check_shape)."""
 
 
 @dataclass(frozen=True)
@@ -32,7 +37,8 @@ class Options:
     parallel: run the outermost parallel loop on several threads (CPU) or not; None lets
         a cost model decide.
     vectorize: mark innermost stride-1 loops for SIMD (CPU).
-    vector_width: SIMD lanes to ask for (CPU); None: the target's natural width.
+    vector_width: SIMD lanes to ask for (CPU), a power of two up to 64; None: the
+        target's natural width.
     block, grid: GPU threads per block and blocks per grid, (x, y, z) with x innermost.
     shared_memory, private_memory: promote reused tiles to shared memory / registers (GPU).
     reorder_reductions: reductions are associative, so by default their iterations may be
@@ -42,7 +48,9 @@ class Options:
         operation: bitwise reproducible, slower.
     register_tile: keep an mr x nr block of a contraction's result in vector registers
         through its reduction loops (CPU micro-kernel): None lets a model of the machine
-        choose (mr, nr), a pair (mr, nr) sets them, False turns it off.
+        choose (mr, nr), a pair (mr, nr) sets them, False turns it off. A pair whose
+        accumulators and operand vectors do not fit the CPU's vector registers is refused
+        when a contraction is scheduled with it.
     pack: copy the operand a register tile reads along its lanes into a contiguous
         per-thread buffer, one kc x nr sliver at a time (CPU, BLIS's packing): None packs
         where the sliver is reused by enough rows (and, with AVX-512, an operand the lanes
@@ -53,6 +61,11 @@ class Options:
     passes: run the passes on the checked program (dead code, constant folding, exact
         algebraic simplification, common subexpressions, hoisting; docs/passes.md) before
         scheduling: None or True runs them, False compiles the definition as written.
+    compile_budget: seconds of wall-clock time for a whole compile (tclang/budget.py);
+        None: TCLANG_COMPILE_BUDGET, else 60. Past it the compile takes the cheapest legal
+        schedule (degraded: not stored, compiled again later) or, before any schedule
+        exists, fails with a TCCompileError naming the stage. Not part of the cache key:
+        it changes how long a compile may take, never what a full compile produces.
     """
 
     fusion: str | None = None
@@ -72,6 +85,7 @@ class Options:
     register_tile: bool | tuple[int, int] | None = None
     pack: bool | None = None
     passes: bool | None = None
+    compile_budget: float | None = None
 
     def __post_init__(self) -> None:
         if self.fusion is not None and self.fusion not in FUSIONS:
@@ -82,8 +96,15 @@ class Options:
                          allow_zero=True)
         for name in ("unroll", "vector_width"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, int) or value < 1):
+            if value is not None and (not _is_int(value) or value < 1):
                 raise TCScheduleError(f"{name} must be a positive integer, not {value!r}")
+        if self.vector_width is not None and (self.vector_width > MAX_VECTOR_WIDTH or
+                                              self.vector_width & (self.vector_width - 1)):
+            raise TCScheduleError(f"vector_width must be a power of two up to "
+                                  f"{MAX_VECTOR_WIDTH}, not {self.vector_width}: LLVM's loop "
+                                  "vectorizer ignores any other width",
+                                  hint="for example vector_width=8 (8 float32 lanes fill a "
+                                       "256-bit AVX2 register)")
         for name in ("block", "grid"):
             value = getattr(self, name)
             if value is not None:
@@ -109,6 +130,12 @@ class Options:
             raise TCScheduleError(f"passes must be None, True or False, not {self.passes!r}")
         if self.pack not in (None, True, False):
             raise TCScheduleError(f"pack must be None, True or False, not {self.pack!r}")
+        if self.compile_budget is not None and (
+                isinstance(self.compile_budget, bool)
+                or not isinstance(self.compile_budget, (int, float))
+                or not 0 < self.compile_budget < float("inf")):
+            raise TCScheduleError(f"compile_budget must be a positive number of seconds, "
+                                  f"not {self.compile_budget!r}")
         if not isinstance(self.specialize, bool):
             raise TCScheduleError(f"specialize must be True or False, not {self.specialize!r}")
 
@@ -121,8 +148,10 @@ class Options:
         return tuple(self.tile[:members]) + (0,) * max(0, members - len(self.tile))
 
     def key(self) -> tuple:
-        """A plain tuple of every knob, for cache keys."""
-        return tuple((f.name, getattr(self, f.name)) for f in fields(self))
+        """A plain tuple of every knob that decides the code, for cache keys (not the
+        compile budget: a compile that ran out of it is never stored)."""
+        return tuple((f.name, getattr(self, f.name)) for f in fields(self)
+                     if f.name != "compile_budget")
 
     def to_dict(self) -> dict:
         """The knobs that differ from automatic, JSON-ready (tuples as lists): what the
@@ -193,6 +222,7 @@ AUTOMATIC = Options()
 #   order    loop_order            k:m:n or 2:0:1 (index names or positions)
 #   count    unroll, vector_width  a positive integer
 #   choice   fusion                max, min or preserve_parallel
+#   seconds  compile_budget        a finite number of seconds above 0, e.g. 30 or 2.5
 #   switch   the others            on or off (true/false, yes/no, 1/0 too)
 #
 # Lists may also be separated by commas (`--tile 32,32,64`, the older spelling): inside a
@@ -205,7 +235,7 @@ KNOBS = {"fusion": "choice", "tile": "sizes", "unroll": "count", "specialize": "
          "vector_width": "count", "block": "sizes", "grid": "sizes",
          "shared_memory": "switch", "private_memory": "switch",
          "reorder_reductions": "switch", "check_bounds": "switch", "register_tile": "pair",
-         "pack": "switch", "passes": "switch"}
+         "pack": "switch", "passes": "switch", "compile_budget": "seconds"}
 _ON, _OFF = ("on", "true", "yes", "1"), ("off", "false", "no", "0", "none")
 _EVERY = "..."  # "32x...": an int tile, the same size on every member
 
@@ -262,6 +292,11 @@ def parse_knob(knob: str, text: str, where: str = ""):
         return low.replace("-", "_")
     if kind == "count":
         return _integer(say, value)
+    if kind == "seconds":  # Options checks the range (finite, above 0)
+        try:
+            return float(value)
+        except ValueError:
+            raise TCScheduleError(f"{say}: {value!r} is not a number of seconds") from None
     if kind == "order":
         items = [x.strip() for x in value.replace(",", ":").split(":")]
         return tuple(int(x) if x.lstrip("-").isdigit() else x for x in items)

@@ -15,29 +15,19 @@ sequence lengths) while costing at most ~10 MB per kernel.
 
 from __future__ import annotations
 
-import os
 import threading
 import weakref
 from collections import OrderedDict
 
-from tclang.errors import TCError
+from tclang.locks import fork_safe
 
 DEFAULT_MAX_VARIANTS = 64
 
 
 def max_variants() -> int:
     """TCLANG_MAX_VARIANTS, or 64: how many compiled variants a kernel keeps."""
-    text = os.environ.get("TCLANG_MAX_VARIANTS", "").strip()
-    if not text:
-        return DEFAULT_MAX_VARIANTS
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise TCError(f"TCLANG_MAX_VARIANTS must be a whole number of at least 1, not "
-                      f"{text!r}; unset it for the default {DEFAULT_MAX_VARIANTS}")
-    return value
+    from tclang.environment import whole_number
+    return whole_number("TCLANG_MAX_VARIANTS", DEFAULT_MAX_VARIANTS)
 
 
 class Recent:
@@ -53,7 +43,7 @@ class Recent:
     def __init__(self, limit: int):
         self.entries: OrderedDict = OrderedDict()
         self.limit = limit
-        self._lock = threading.Lock()
+        self._lock = fork_safe(threading.Lock())
 
     def get(self, key):
         """The value for `key` (now the most recently used), or None."""
@@ -94,7 +84,7 @@ class HeldWhileUsed:
     def __init__(self, limit: int):
         self._used: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
         self._recent = Recent(limit)
-        self._lock = threading.Lock()
+        self._lock = fork_safe(threading.Lock())
 
     def get(self, key):
         with self._lock:

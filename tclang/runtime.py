@@ -27,6 +27,7 @@ import numpy as np
 from tclang import call_records
 from tclang.errors import TCArgumentError, TCError, api_boundary, hide_internal_frames
 from tclang.host_tensors import like_the_caller, modified_in_place
+from tclang.locks import fork_safe
 from tclang.recent import Recent, max_variants
 from tclang.registry import get_backend
 
@@ -161,12 +162,34 @@ class CompiledKernel:
 
     @property
     def timings(self) -> dict[str, float]:
+        """Seconds per stage of what this call did: a compile's stages, or "cache load"
+        (a disk hit), or nothing (in memory already). `compile_timings()` always times
+        a compile."""
         return dict(self._c.timings)
+
+    def compile_timings(self) -> dict[str, float]:
+        """Seconds per stage of a compile of this kernel: this one's, or, when it came
+        from a cache (which times only its load), those of a compile made now for the
+        asking, that reads and writes neither cache (explain --stage timings)."""
+        if self._c.cache == "compiled":
+            return dict(self._c.timings)
+        from tclang.compiler import compile_target, compile_uncached
+        target = self._target or compile_target(self.backend, self.options)
+        return compile_uncached(self.definition, self.sizes, self.options, self.backend,
+                                target, self._layouts).timings
 
     @property
     def cache(self) -> str:
         """Where this kernel came from: "compiled", "memory" or "disk" (the disk cache)."""
         return self._c.cache
+
+    @property
+    def degraded(self) -> bool:
+        """Whether its schedule is a fallback forced by circumstance (the scheduler ran
+        past its time limit, or its process died): `fallback` says which. The kernel's
+        `Kernel` compiles it again after a while (polyhedral/scheduler.py, RETRY_AFTER),
+        and no disk-cache entry or call record holds it."""
+        return self._c.degraded
 
     # ---- running ----
     def __call__(self, *args, out=None):
@@ -376,20 +399,23 @@ class HotCalls:
                 self.fastest_out = entry[2]
         return _HotCall(key, arrays, outs, entry)
 
-    def remember(self, call: "_HotCall", args, binding: Binding, compiled) -> tuple | None:
+    def remember(self, call: "_HotCall", args, binding: Binding, compiled,
+                 fastest: bool = True) -> tuple | None:
         """Keep the entry of a call checked in full; its `prepared` part, or None when the
         call is not one the hot path may repeat."""
         if not _bound_as_given(args, binding):
             return None
         prepared = compiled.prepare(binding)
-        self.keep(call, compiled, prepared, compiled._c.artifact)
+        self.keep(call, compiled, prepared, compiled._c.artifact, fastest)
         return prepared
 
-    def keep(self, call: "_HotCall", runner, prepared: tuple, artifact) -> None:
+    def keep(self, call: "_HotCall", runner, prepared: tuple, artifact,
+             fastest_path: bool = True) -> None:
         """Keep the entry of this call (`runner.run_prepared` runs it; a CompiledKernel,
-        or a call record's runner), for its repeats."""
+        or a call record's runner), for its repeats; with `fastest_path`, also as the
+        native call that repeats skip every lookup for (Artifact.bind)."""
         fastest = None
-        if artifact.bind is not None:
+        if fastest_path and artifact.bind is not None:
             if call.outs is None:
                 fastest = _fastest(artifact.bind(call.arrays), prepared)
             else:
@@ -402,6 +428,13 @@ class HotCalls:
                 self.fastest = fastest
             else:
                 self.fastest_out = fastest
+
+
+def _retry_due(runner) -> bool:
+    """Whether a hot entry's runner is a degraded kernel whose retry has come (then the
+    checked path compiles again, and its call replaces the entry)."""
+    compiled = getattr(runner, "_c", None)
+    return compiled is not None and compiled.due()
 
 
 def _fastest(call, prepared: tuple):
@@ -541,7 +574,7 @@ def _device_call(kernel, hot_calls, args, out, compiled_for):
     binding = bind_arguments(kernel.definition, args, True)
     compiled = compiled_for(binding)
     result = compiled.run(binding, out)
-    if hot is not None:
+    if hot is not None and not compiled.degraded:  # see Kernel.__call__
         hot_calls.remember(hot, binding, compiled)
     return like_the_caller(result, args, out)
 
@@ -571,7 +604,7 @@ class Kernel:
         self.name = name
         limit = max_variants()
         self._compiled = Recent(limit)  # what the code depends on -> CompiledKernel
-        self._lock = threading.Lock()
+        self._lock = fork_safe(threading.Lock())  # held for a whole compile
         # the hot path: a call like one already checked in full -> (CompiledKernel, what
         # running it again needs)
         self._hot = HotCalls(expected, out_dtypes)
@@ -595,7 +628,7 @@ class Kernel:
             if hot is not None:
                 if hot.entry is None and self.module.records:
                     self._recorded(hot)
-                if hot.entry is not None:
+                if hot.entry is not None and not _retry_due(hot.entry[0]):
                     try:
                         return hot.run()
                     except _AllocationFailed:
@@ -604,8 +637,11 @@ class Kernel:
             compiled = self._for(binding)
             result = compiled.run(binding, out)
             if hot is not None:  # only once the whole call, out= included, was found right
-                prepared = self._hot.remember(hot, args, binding, compiled)
-                if prepared is not None and self.module.records:
+                # a degraded kernel (CompiledKernel.degraded) gets no fastest path, which
+                # would keep it past its retry, and no call record, which would keep it for good
+                degraded = compiled.degraded
+                prepared = self._hot.remember(hot, args, binding, compiled, fastest=not degraded)
+                if prepared is not None and self.module.records and not degraded:
                     module = self.module
                     call_records.remember_call(module.source, self.name, module.backend_object,
                                                module.backend, module.options_key(), hot.key,
@@ -651,11 +687,11 @@ class Kernel:
     def _for(self, binding: Binding) -> CompiledKernel:
         fast = self._fast_key(binding)
         found = self._compiled.get(fast)
-        if found is not None:
+        if found is not None and not found._c.due():
             return found
         with self._lock:  # two threads asking for the same shapes compile once
             found = self._compiled.get(fast)
-            if found is None:
+            if found is None or found._c.due():  # or a degraded one's retry has come
                 found = self._compile(binding, fast)
                 self._compiled.put(fast, found)
         return found

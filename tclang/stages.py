@@ -6,6 +6,10 @@ dump (TCLANG_DUMP) and `tclang explain --stage`.
         scop = build_scop(...)                # "the polyhedral scop stage failed for mm"
     stages.show("scop", lambda: text(scop))   # printed if TCLANG_DUMP names it
 
+Each stage also enters the compile's budget (tclang/budget.py): past it, a stage that has no
+cheaper way out fails with a TCCompileError naming the stage that spent it, and after ~2 s
+a progress bar names the stage running.
+
 TCLANG_DUMP=scop,schedule,loops,llvm-opt (or "all") writes each named stage's text to
 stderr as it is made, headed by the kernel's name; with TCLANG_DUMP_DIR set, to the file
 <dir>/<kernel>.<stage>.txt instead.
@@ -20,7 +24,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from tclang.errors import TCCompileError, TCError
+from tclang import budget as _budget
+from tclang.errors import TCCompileError, TCConfigError, TCError
 
 #: every stage, in order, with what its text shows
 STAGES = {
@@ -39,10 +44,15 @@ STAGES = {
 
 
 def requested() -> frozenset[str]:
-    """The stages TCLANG_DUMP names ("all" for every one)."""
+    """The stages TCLANG_DUMP names ("all" for every one); a name that is no stage is a
+    TCConfigError (it was ignored: a typo dumped nothing, silently)."""
     names = {n.strip() for n in os.environ.get("TCLANG_DUMP", "").split(",") if n.strip()}
     if "all" in names:
         return frozenset(STAGES)
+    unknown = sorted(n for n in names if n not in STAGES)
+    if unknown:
+        raise TCConfigError(f"TCLANG_DUMP names {_unknown(unknown)}; the stages are "
+                            f"{', '.join(STAGES)}, or all")
     return frozenset(names)
 
 
@@ -50,6 +60,11 @@ def check_names(names) -> None:
     unknown = [n for n in names if n not in STAGES]
     if unknown:
         raise TCError(f"unknown stage {unknown[0]!r}; the stages are {', '.join(STAGES)}")
+
+
+def _unknown(names: list[str]) -> str:
+    quoted = ", ".join(repr(n) for n in names)
+    return f"no stage {quoted}" if len(names) == 1 else f"no stages {quoted}"
 
 
 class Stages:
@@ -66,7 +81,12 @@ class Stages:
         self.dump = requested()
 
     @contextmanager
-    def __call__(self, name: str) -> Iterator[None]:
+    def __call__(self, name: str, check: bool = True) -> Iterator[None]:
+        """Time, name and guard one stage. `check=False`: a stage that has its own way out
+        of a spent budget (the schedule stage's cheapest schedule) starts even past it."""
+        budget = _budget.current()
+        if budget is not None:
+            budget.enter(name, check)
         start = time.perf_counter()
         try:
             yield
@@ -76,7 +96,10 @@ class Stages:
             first = str(err).splitlines()[0] if str(err) else type(err).__name__
             raise TCCompileError(f"the polyhedral {name} stage failed for {self.kernel}: "
                                  f"{first}") from err
-        self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - start
+        spent = time.perf_counter() - start
+        self.timings[name] = self.timings.get(name, 0.0) + spent
+        if budget is not None:
+            budget.leave(name, spent)
 
     def wanted(self, name: str) -> bool:
         return self.collect is not None or name in self.dump

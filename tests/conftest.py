@@ -51,3 +51,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def fresh_middle_end():
+    """The middle end's helper process (tclang/middle_end.py) is forked on a compile and
+    kept: stop it before and after, so that a test's patches of the polyhedral layer reach
+    the process that compiles and leave with it."""
+    from tclang import middle_end
+    middle_end.stop()
+    yield middle_end
+    middle_end.stop()

@@ -145,5 +145,5 @@ def test_max_trials_caps_a_tuning(monkeypatch):
     monkeypatch.setenv("TCLANG_MAX_TRIALS", "3")
     assert max_trials() == 3
     monkeypatch.setenv("TCLANG_MAX_TRIALS", "many")
-    with pytest.raises(tc.TCError, match="TCLANG_MAX_TRIALS must be a positive number"):
+    with pytest.raises(tc.TCError, match="TCLANG_MAX_TRIALS must be a whole number of at least 1"):
         max_trials()

@@ -21,10 +21,11 @@ import weakref
 import llvmlite.binding as llvm
 
 from tclang.errors import TCCompileError
+from tclang.locks import fork_safe
 
 # LLVM's global state (one context for every module) is not thread-safe. Reentrant: the
 # garbage collector may free an engine (which takes the lock) inside a locked section.
-_lock = threading.RLock()
+_lock = fork_safe(threading.RLock())
 _live_engines = 0
 
 

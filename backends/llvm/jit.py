@@ -7,7 +7,8 @@ O3 and code generation (codegen.py) run in a forked optimizer process
 a process that compiles thousands of kernels would grow by hundreds of megabytes. The
 compiler's process sends the IR (after check_code_size) and gets the optimised IR and the
 object code back; LLVM rejecting the IR is still a TCCompileError with LLVM's message, an
-interrupted optimization kills the process (the next compile forks a new one), and where no
+interrupted optimization kills the process (the next compile forks a new one), a process
+killed while it works (the OOM killer) is replaced and asked again once, and where no
 process can be forked the work runs in-process.
 
 The optimizer process also answers what else needs LLVM: the host's triple and data layout
@@ -22,11 +23,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
+import signal
 import sys
 
+from tclang.environment import positive_number
 from tclang.errors import TCCompileError
-from tclang.forked_server import ForkedServer, RequestFailed, ServerError, ServerUnavailable
+from tclang.forked_server import (ForkedServer, RequestFailed, ServerDied, ServerError,
+                                  ServerUnavailable)
 
 DEFAULT_MAX_IR_MB = 32  # O3 on more takes minutes and gigabytes
 
@@ -34,12 +37,7 @@ DEFAULT_MAX_IR_MB = 32  # O3 on more takes minutes and gigabytes
 def check_code_size(ir_text: str, kernel: str) -> None:
     """Refuse, before LLVM sees it, generated code too large to optimise in reasonable
     time and memory; the limit is TCLANG_MAX_LLVM_IR_MB (megabytes of IR text)."""
-    configured = os.environ.get("TCLANG_MAX_LLVM_IR_MB", "")
-    try:
-        limit = float(configured) if configured else DEFAULT_MAX_IR_MB
-    except ValueError:
-        raise TCCompileError(f"TCLANG_MAX_LLVM_IR_MB={configured!r} is not a number of "
-                             "megabytes") from None
+    limit = positive_number("TCLANG_MAX_LLVM_IR_MB", float(DEFAULT_MAX_IR_MB))
     size = len(ir_text) / 1e6
     if size > limit:
         raise TCCompileError(
@@ -105,7 +103,17 @@ def _ask(request: tuple):
                                  "report it with the definition") from None
         except ServerUnavailable:
             return _answer(request)
-        except ServerError as failure:  # LLVM crashed (an assertion, a signal)
+        except ServerDied as died:  # twice: the server tried a fresh process once
+            if died.signal == signal.SIGKILL:  # not LLVM's doing: nothing to report
+                raise TCCompileError(
+                    f"{died} while optimizing the generated IR: out of memory? (the OOM "
+                    "killer ends processes with SIGKILL; `dmesg` says whether it did) Free "
+                    "memory and compile again, or split the definition into smaller ones") \
+                    from None
+            raise TCCompileError(f"{died} while optimizing the generated IR: LLVM crashed; "
+                                 "please report it with the definition, and try "
+                                 "Options(vectorize=False)") from None
+        except ServerError as failure:  # it could not be reached at all
             raise TCCompileError(f"{failure} while optimizing the generated IR: please "
                                  "report it with the definition, and try "
                                  "Options(vectorize=False)") from None

@@ -11,14 +11,14 @@ calls its addresses keeps it.
 
 from __future__ import annotations
 
-import os
 import threading
 import weakref
 
 from backends.llvm import elf_loader
 from tclang.errors import TCCompileError
+from tclang.locks import fork_safe
 
-_lock = threading.Lock()
+_lock = fork_safe(threading.Lock())
 _live = 0
 
 
@@ -63,7 +63,8 @@ def _released() -> None:
 
 def _mcjit_forced() -> bool:
     """TCLANG_LOADER=mcjit loads every object through LLVM (to compare the two loaders)."""
-    return os.environ.get("TCLANG_LOADER", "") == "mcjit"
+    from tclang.environment import choice
+    return choice("TCLANG_LOADER", ("elf", "mcjit")) == "mcjit"
 
 
 def live_objects() -> int:

@@ -23,9 +23,10 @@ import os
 import threading
 
 from backends.llvm.loading import LoadedCode
+from tclang.locks import fork_safe
 from tclang.machine import available_cores
 
-_lock = threading.Lock()
+_lock = fork_safe(threading.Lock())
 _runtime: dict[str, int] | None = None  # symbol -> address, once loaded
 _kept: list[LoadedCode] = []  # its code runs until the process exits
 _EXPORTED = ("tclang_parallel_for", "tclang_pool_configure", "tclang_pool_forget",

@@ -27,24 +27,25 @@ PROGRAM_MEMORY_MB = 1024.0  # and so is one that takes its worker's memory past 
 
 def add_command(sub) -> None:
     """Register `fuzz` on an argparse subparsers object (tclang/cli.py calls this)."""
+    from tclang.inputs import count_argument, positive_argument
     p = sub.add_parser("fuzz", help="differential fuzzing: random programs on every backend "
                                     "and schedule, checked against the reference")
-    p.add_argument("--programs", type=int, help="how many programs (default 100 unless "
-                                                "--seconds is given)")
-    p.add_argument("--seconds", type=float, help="stop after this long")
+    p.add_argument("--programs", type=count_argument(1),
+                   help="how many programs (default 100 unless --seconds is given)")
+    p.add_argument("--seconds", type=positive_argument, help="stop after this long")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--backends", help="comma-separated (default: cpu,reference and "
                                       "cuda-emulated where g++ is available)")
     p.add_argument("--out", default="fuzz-failures", help="where shrunk failing programs go")
     p.add_argument("--regressions", action="store_true",
                    help="also append failing programs to tests/fuzzing/regressions.py")
-    p.add_argument("--jobs", type=int, default=1,
+    p.add_argument("--jobs", type=count_argument(1), default=1,
                    help="worker processes running programs at once (default 1)")
     p.add_argument("--no-shrink", action="store_true")
-    p.add_argument("--program-seconds", type=float, default=PROGRAM_SECONDS,
+    p.add_argument("--program-seconds", type=positive_argument, default=PROGRAM_SECONDS,
                    help="a program taking longer (compiles and runs, every configuration) "
                         f"fails as 'slow' (default {PROGRAM_SECONDS:g})")
-    p.add_argument("--program-memory-mb", type=float, default=PROGRAM_MEMORY_MB,
+    p.add_argument("--program-memory-mb", type=positive_argument, default=PROGRAM_MEMORY_MB,
                    help="a program taking its worker's peak memory past this fails as "
                         f"'memory' (default {PROGRAM_MEMORY_MB:g})")
     p.add_argument("--include-known", action="store_true",
@@ -333,7 +334,7 @@ def check_define(source: str, rng: random.Random, backend: str = "reference",
 
     import tclang
     from tclang.errors import (TCArgumentError, TCCompileError, TCError, TCScheduleError,
-                               TCSemanticError, TCSyntaxError, TCWarning)
+                               TCSemanticError, TCSyntaxError, TCWarning, source_lines)
     from tclang.fuzzing.generator import pick_sizes
     from tclang.inputs import random_inputs
     stage = "define"
@@ -351,7 +352,7 @@ def check_define(source: str, rng: random.Random, backend: str = "reference",
                     stats["called"] += 1
     except (TCSyntaxError, TCSemanticError, TCArgumentError, TCScheduleError) as err:
         text = str(err)  # rendering must not fail either
-        lines = source.split("\n")
+        lines = source_lines(source)
         if err.line is None:
             if isinstance(err, (TCSyntaxError, TCSemanticError)):
                 return f"{type(err).__name__} without a line: {text[:200]}"

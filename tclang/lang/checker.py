@@ -14,8 +14,9 @@ from tclang.lang import sizes as Z
 from tclang.lang import syntax as S
 from tclang.lang.affine import Affine
 from tclang.dtypes import DType, is_widening, parse_type_name
-from tclang.errors import Span, TCSemanticError, TCWarning
-from tclang.lang.expressions import ExpressionTyper, StatementScope, TensorInfo, cast, error
+from tclang.errors import Span, TCSemanticError, TCWarning, source_lines
+from tclang.lang.expressions import (ExpressionTyper, StatementScope, TensorInfo, cast,
+                                     check_wide_literals, error)
 from tclang.lang.functions import BUILTINS
 
 _OPS = {"=": ("=", False), "+=": ("+", False), "+=!": ("+", True), "*=": ("*", False),
@@ -65,7 +66,8 @@ class _DefinitionChecker:
             inputs=tuple(self._tensor(p.name.name) for p in self.d.params),
             outputs=tuple(self._tensor(o.name.name) for o in self.d.outputs),
             temporaries=tuple(self._tensor(t) for t in self.temporaries),
-            statements=statements, span=self.d.name.span, source=self.source)
+            statements=statements, span=self.d.name.span, source=self.source,
+            tokens=self.d.tokens)
 
     # ---- signature ----
     def _add_param(self, p: S.Param) -> None:
@@ -144,9 +146,11 @@ class _DefinitionChecker:
                        "writes: it starts from zeros (or the caller's `out=` values)",
                        s.op_span, f"write `{s.op}!` to start from the identity instead")
         self._record_write(s, info, dtype, len(indices))
+        rhs = cast(rhs, dtype)  # widening only (narrowing needs a cast): never infinite
+        check_wide_literals(scope, rhs)
         return P.Statement(
             position=position, target=target, indices=indices, op=op, reset=reset,
-            rhs=cast(rhs, dtype), reduction_indices=tuple(used), domain=where_ranges,
+            rhs=rhs, reduction_indices=tuple(used), domain=where_ranges,
             exists=exists, span=s.span, text=_text_of(self.source, s.span),
             index_spans=tuple(scope.index_spans.items()))
 
@@ -347,7 +351,7 @@ def _names_in(roots: list):
 
 
 def _text_of(source: str, span: Span) -> str:
-    lines = source.split("\n")
+    lines = source_lines(source)
     if span.line == span.end_line:
         return lines[span.line - 1][span.column - 1:span.end_column - 1]
     first = lines[span.line - 1][span.column - 1:]

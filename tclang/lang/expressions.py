@@ -8,6 +8,7 @@ Subscripts and `?:` conditions also get their quasi-affine meaning (`tclang.lang
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -49,6 +50,9 @@ class StatementScope:
     index_spans: dict[str, Span] = field(default_factory=dict)  # first use of each index
     reads: int = 0
     inlining: list[str] = field(default_factory=list)
+    # float literals past float32's range, as typed: an error if one is still float32 in
+    # the statement's final expression (check_wide_literals), where it would be inf
+    wide_literals: list[tuple[P.Const, Span]] = field(default_factory=list)
 
     def is_index(self, name: str) -> bool:
         return name not in self.tensors and name not in self.sizes and name not in self.lets \
@@ -68,14 +72,48 @@ def cast(e: P.Expr, dtype: DType) -> P.Expr:
     return P.Cast(e, dtype)
 
 
+def cast_finite(e: P.Expr, dtype: DType, span: Span) -> P.Expr:
+    """`cast(e, dtype)` for an explicit cast, refusing a finite constant the conversion
+    makes infinite (`half(70000.0)`): it is converted at compile time, where no one would
+    see it happen. (Stores only widen: a narrowing one needs such a cast.)"""
+    result = cast(e, dtype)
+    if isinstance(e, P.Const) and isinstance(result, P.Const) and dtype.is_float and \
+            math.isinf(result.value) and math.isfinite(e.value):
+        raise error(f"the constant {e.value:g} is too large for {dtype.value}: it would be "
+                    "infinite", span, hint=f"{dtype.value} holds magnitudes up to about "
+                                           f"{float(np.finfo(dtype.numpy).max):.3g}")
+    return result
+
+
 def convert_constant(value, dtype: DType):
     if dtype is DType.BOOL:
         return bool(value)
-    if dtype.is_float:
-        return float(np.array(value, dtype=np.float64).astype(dtype.numpy))
+    if dtype.is_float:  # rounding past the type's range gives inf: cast_finite refuses it
+        with np.errstate(over="ignore"):
+            return float(np.array(value, dtype=np.float64).astype(dtype.numpy))
     if isinstance(value, float):
         value = int(value)  # truncation toward zero, as the cast does
     return int(np.array(int(value)).astype(np.int64).astype(dtype.numpy))
+
+
+def _float32_overflows(value: float) -> bool:
+    with np.errstate(over="ignore"):
+        return bool(np.isinf(np.float32(value)))
+
+
+def check_wide_literals(scope: StatementScope, final: P.Expr) -> None:
+    """Refuse a float literal past float32's range that the statement computes in float32
+    (`X(i) * 1e39` with X float32): it would be inf there. Promotion to float64 (a float64
+    operand, `double(1e39)`) keeps its exact value and makes a new constant."""
+    if not scope.wide_literals:
+        return
+    left = {id(node) for node in P.walk(final) if type(node) is P.Const}
+    for const, span in scope.wide_literals:
+        if id(const) in left and const.dtype is DType.FLOAT32:
+            raise error(f"float literal {const.value:g} is too large for float32, the type "
+                        "it is computed in here: it would be infinite", span,
+                        hint="float32 holds magnitudes up to about 3.4e38; write "
+                             "double(...) around it to compute in float64")
 
 
 class ExpressionTyper:
@@ -118,7 +156,10 @@ class ExpressionTyper:
     def _FloatLit(self, e: S.FloatLit, guard) -> P.Expr:
         # keep the literal's exact value: it is rounded to float32 where it is used as one,
         # and stays exact where promotion makes it a float64
-        return P.Const(e.value, DType.FLOAT32)
+        const = P.Const(e.value, DType.FLOAT32)
+        if _float32_overflows(e.value):
+            self.scope.wide_literals.append((const, e.span))
+        return const
 
     def _BoolLit(self, e: S.BoolLit, guard) -> P.Expr:
         return P.Const(e.value, DType.BOOL)
@@ -160,7 +201,7 @@ class ExpressionTyper:
         raise error(f"unknown tensor or function '{e.name}'", e.name_span, hint=hint)
 
     def _CastExpr(self, e: S.CastExpr, guard) -> P.Expr:
-        return cast(self.expr(e.operand, guard), parse_type_name(e.type_name))
+        return cast_finite(self.expr(e.operand, guard), parse_type_name(e.type_name), e.span)
 
     def _UnaryExpr(self, e: S.UnaryExpr, guard) -> P.Expr:
         x = self.expr(e.operand, guard)
@@ -169,8 +210,12 @@ class ExpressionTyper:
             return P.Unary("not", x, DType.BOOL)
         dtype = DType.INT32 if x.dtype is DType.BOOL else x.dtype
         x = cast(x, dtype)
-        if isinstance(x, P.Const):
-            return P.Const(convert_constant(-x.value, dtype), dtype)
+        if isinstance(x, P.Const):  # a float negates exactly: a literal keeps its value
+            value = -x.value if dtype.is_float else convert_constant(-x.value, dtype)
+            negated = P.Const(value, dtype)
+            self.scope.wide_literals += [(negated, span) for const, span in
+                                         self.scope.wide_literals if const is x]
+            return negated
         return P.Unary("neg", x, dtype)
 
     def _BinaryExpr(self, e: S.BinaryExpr, guard) -> P.Expr:

@@ -15,6 +15,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import os
+import itertools
+import math
 import sys
 import threading
 from contextlib import contextmanager
@@ -22,9 +25,10 @@ from pathlib import Path
 
 import lark
 from lark import Token, Transformer, v_args
+from lark.lark import PostLex
 
 from tclang.lang import syntax as S
-from tclang.errors import Span, TCSyntaxError
+from tclang.errors import Span, TCSyntaxError, one_line_end, source_lines
 
 
 def token_span(tok: Token) -> Span:
@@ -50,6 +54,22 @@ def _node_span(x) -> Span | None:
 _INT_LIMIT = 2**63
 
 
+def _integer(tok: Token, what: str) -> int:
+    """An integer token's value, refused with its location past 64 bits (counting its
+    digits first: Python refuses to convert more than 4,300 of them)."""
+    digits = tok.lstrip("0")
+    if len(digits) > len(str(_INT_LIMIT)) or int(digits or "0") >= _INT_LIMIT:
+        raise TCSyntaxError(f"{what} {_shown(tok)} does not fit in 64 bits", token_span(tok),
+                            hint="use a float literal (e.g. 1e20)" if what.endswith("literal")
+                            else "a dimension is at most 2**63 - 1")
+    return int(digits or "0")
+
+
+def _shown(tok: Token) -> str:
+    """A literal as an error message quotes it: a long one by its ends."""
+    return str(tok) if len(tok) <= 30 else f"{tok[:12]}...{tok[-12:]} ({len(tok)} characters)"
+
+
 @v_args(inline=True)
 class _ToSyntax(Transformer):
     """Builds the frozen syntax tree straight from the LALR parser's reductions."""
@@ -62,7 +82,7 @@ class _ToSyntax(Transformer):
         outputs = tuple(o for o in rest if isinstance(o, S.OutputDecl))
         stmts = tuple(s for s in rest if isinstance(s, S.Statement))
         return S.Definition(S.Ident(str(name), token_span(name)), params, outputs, stmts,
-                            _span(def_tok, name))
+                            _span(def_tok, name), _RECORDER.definition_text(def_tok))
 
     def param(self, type_tok, *rest):
         dims = rest[0] if len(rest) == 2 else None
@@ -74,7 +94,7 @@ class _ToSyntax(Transformer):
         return tuple(d for d in dims if d is not None)
 
     def dim(self, tok):
-        value = int(tok) if tok.type == "INT" else str(tok)
+        value = _integer(tok, "dimension") if tok.type == "INT" else str(tok)
         return S.Dim(value, token_span(tok))
 
     def inferred_output(self, name):
@@ -124,14 +144,16 @@ class _ToSyntax(Transformer):
         return S.UnaryExpr(str(op), operand, _span(op, operand))
 
     def int_lit(self, tok):
-        value = int(tok)
-        if value >= _INT_LIMIT:
-            raise TCSyntaxError(f"integer literal {tok} does not fit in 64 bits",
-                                token_span(tok), hint="use a float literal (e.g. 1e20)")
-        return S.IntLit(value, token_span(tok))
+        return S.IntLit(_integer(tok, "integer literal"), token_span(tok))
 
     def float_lit(self, tok):
-        return S.FloatLit(float(tok), str(tok), token_span(tok))
+        value = float(tok)
+        if math.isinf(value):  # float() rounds past float64's range to inf, silently
+            raise TCSyntaxError(f"float literal {_shown(tok)} is too large: it would be "
+                                "infinite", token_span(tok),
+                                hint="float64 holds magnitudes up to about 1.8e308, "
+                                     "float32 up to about 3.4e38")
+        return S.FloatLit(value, str(tok), token_span(tok))
 
     def true_lit(self, tok):
         return S.BoolLit(True, token_span(tok))
@@ -177,9 +199,55 @@ def _climb(operands: list, operators: list):
     return out[0]
 
 
+class _TokenRecorder(PostLex):
+    """Hands the parser its tokens unchanged and, while `parse` runs, a copy of them (an
+    `itertools.tee`: C code, no Python per token), so that each definition's canonical
+    text (the compile cache's key, tclang/cachekey.py) is the very tokens its parse read:
+    from its own `def` to its own `}`, whatever shares its lines, however lines end. Per
+    thread: the Lark object is shared."""
+
+    always_accept = ()
+
+    def __init__(self):
+        self._local = threading.local()
+
+    def process(self, stream):
+        if not getattr(self._local, "recording", False):
+            return stream
+        stream, self._local.copy = itertools.tee(stream)
+        return stream
+
+    @contextmanager
+    def recording(self):
+        self._local.recording, self._local.copy = True, None
+        try:
+            yield
+        finally:
+            self._local.recording, self._local.copy = False, None
+
+    def definition_text(self, def_tok: Token) -> str:
+        """The tokens from `def_tok` to the definition's closing brace, space-separated
+        (braces appear nowhere else in the grammar, so the first one closes it). The
+        parser has read them all, and at most one more (the next `def`): the copy hands
+        them from its buffer and never makes the lexer read ahead."""
+        copy = self._local.copy
+        for tok in copy:  # nothing comes before a def but the previous definition's `}`
+            if tok is def_tok:
+                break
+        kept = [def_tok]
+        for tok in copy:
+            kept.append(tok)
+            if tok.type == "RBRACE":
+                break
+        return " ".join(kept)
+
+
+_RECORDER = _TokenRecorder()
+
 GRAMMAR = Path(__file__).parent / "grammar.lark"
 TABLES = Path(__file__).parent / "grammar_tables.py"
 _LARK_OPTIONS = dict(parser="lalr", lexer="contextual", maybe_placeholders=True)
+_RUN_OPTIONS = dict(transformer=_ToSyntax(), postlex=_RECORDER)  # not part of the tables
 
 
 @functools.cache
@@ -188,10 +256,10 @@ def _lark_parser() -> lark.Lark:
     kept = _kept_tables(grammar)
     if kept is not None:
         try:
-            return lark.Lark._load_from_dict(kept["data"], kept["memo"], transformer=_ToSyntax())
+            return lark.Lark._load_from_dict(kept["data"], kept["memo"], **_RUN_OPTIONS)
         except Exception:  # tables Lark cannot read back: build them, as without any
             pass
-    return lark.Lark(grammar, transformer=_ToSyntax(), **_LARK_OPTIONS)
+    return lark.Lark(grammar, **_RUN_OPTIONS, **_LARK_OPTIONS)
 
 
 def _kept_tables(grammar: str) -> dict | None:
@@ -228,16 +296,26 @@ def parse(source: str) -> S.Module:
     """Parse every definition of `source`; raises `TCSyntaxError` on malformed text."""
     if not isinstance(source, str):
         raise TCSyntaxError(f"the source must be a str, not {type(source).__name__}")
+    text = one_line_end(source)  # Lark counts lines by "\n" alone
     try:
-        definitions = _lark_parser().parse(source)
+        with _RECORDER.recording():
+            definitions = _lark_parser().parse(text)
     except TCSyntaxError as err:
         raise err.with_source(source) from None
     except lark.exceptions.UnexpectedInput as err:
-        raise _syntax_error(err, source) from None
+        error = _syntax_error(err, text)  # positions in the text Lark read
+        error.source = source  # lines as the user wrote them (the same lines)
+        raise error from None
     except lark.exceptions.VisitError as err:  # a transformer callback failed
         if isinstance(err.orig_exc, TCSyntaxError):
             raise err.orig_exc.with_source(source) from None
         raise
+    if not definitions:  # the grammar takes none; a source is for its definitions
+        line, column = _end_of(text)
+        raise TCSyntaxError("the source has no definition (it is empty, or only comments "
+                            "and blank lines)", Span(line, column, line, column + 1), source,
+                            hint="a source holds definitions: "
+                                 "def name(float(N) A) -> (B) { B(i) = A(i) }")
     module = S.Module(tuple(definitions), source)
     _check_depth(module)
     return module
@@ -254,7 +332,8 @@ FRAMES_PER_LEVEL = 16
 
 
 _room_lock = threading.Lock()
-_room_users = [0, 0]  # threads inside recursion_room, the limit before the first came in
+_room_users: dict[int, int] = {}  # thread -> how many recursion_rooms it is inside
+_room_limit = [0]  # the recursion limit before the first thread came in
 
 
 @contextmanager
@@ -262,18 +341,37 @@ def recursion_room():
     """Room on Python's stack for the deepest tree the parser accepts, while a stage
     recurses over it. The limit is process-wide, so it is restored only when the last
     thread inside leaves (restoring earlier would cut another thread's room)."""
+    me = threading.get_ident()
     with _room_lock:
-        if _room_users[0] == 0:
-            _room_users[1] = sys.getrecursionlimit()
-            sys.setrecursionlimit(max(_room_users[1], FRAMES_PER_LEVEL * MAX_HEIGHT + 1000))
-        _room_users[0] += 1
+        if not _room_users:
+            _room_limit[0] = sys.getrecursionlimit()
+            sys.setrecursionlimit(max(_room_limit[0], FRAMES_PER_LEVEL * MAX_HEIGHT + 1000))
+        _room_users[me] = _room_users.get(me, 0) + 1
     try:
         yield
     finally:
         with _room_lock:
-            _room_users[0] -= 1
-            if _room_users[0] == 0:
-                sys.setrecursionlimit(_room_users[1])
+            _room_users[me] -= 1
+            if not _room_users[me]:
+                del _room_users[me]
+            if not _room_users:
+                sys.setrecursionlimit(_room_limit[0])
+
+
+def _forget_other_threads() -> None:
+    """In a forked child: only the forking thread is there. The lock may have been held by
+    another (then the child's first compile waited forever), and the other threads inside
+    would have kept the raised limit for the child's life (issue 31)."""
+    global _room_lock
+    _room_lock = threading.Lock()
+    me = threading.get_ident()
+    if _room_users and me not in _room_users:
+        sys.setrecursionlimit(_room_limit[0])
+    for thread in [t for t in _room_users if t != me]:
+        del _room_users[thread]
+
+
+os.register_at_fork(after_in_child=_forget_other_threads)
 
 
 def _check_depth(module: S.Module) -> None:
@@ -391,8 +489,12 @@ def _syntax_error(err: lark.exceptions.UnexpectedInput, source: str) -> TCSyntax
 def _position(err: lark.exceptions.UnexpectedInput, source: str) -> tuple[int, int]:
     if isinstance(err, lark.exceptions.UnexpectedCharacters):
         return err.line, err.column
-    # at the end of the source: point just past its last visible character
-    lines = source.rstrip().split("\n")
+    return _end_of(source)
+
+
+def _end_of(source: str) -> tuple[int, int]:
+    """The line and column just past the source's last visible character."""
+    lines = source_lines(source.rstrip())
     return len(lines), len(lines[-1]) + 1
 
 

@@ -295,6 +295,9 @@ class Definition:
     span: Span = field(compare=False)
     source: str = field(compare=False, default="")
     obligations: tuple[Obligation, ...] = ()
+    # the definition's own tokens, as its parse read them (syntax.Definition.tokens): what
+    # the compile cache keys it by (tclang/cachekey.py); `source` is the whole text
+    tokens: str = field(compare=False, default="")
 
     @property
     def tensors(self) -> dict[str, Tensor]:

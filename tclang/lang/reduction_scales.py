@@ -17,7 +17,9 @@ point they round differently, like any reordering of a sum, so it is done only w
 reductions may be reordered (`Options(reorder_reductions=False)` keeps the program as
 written). An empty sum is 0 either way only if the factor is finite (and, dividing, not
 zero), so a factor that reads tensors is taken out only when the sizes are known and
-every reduction range is non-empty; a constant one always (but never a zero divisor).
+every reduction range is non-empty and no condition restricts the sum (a guarded sum's
+condition can leave a point without terms, and it guards the factor's reads); a constant
+one always (but never a zero divisor).
 Only `+=!` is rewritten: `+=` adds to the value already in the target, which must not be
 scaled. The new statement keeps the original's text and span.
 """
@@ -30,7 +32,7 @@ from typing import Mapping
 import numpy as np
 
 from tclang.lang import program as P
-from tclang.lang.affine import Affine
+from tclang.lang.affine import Affine, condition_indices
 from tclang.dtypes import DType
 
 FLOATS = (DType.FLOAT32, DType.FLOAT64)
@@ -59,7 +61,9 @@ def _split(defn: P.Definition, s: P.Statement, sizes) -> tuple[P.Expr, list]:
     dtype = defn.tensor(s.target).dtype
     if s.op != "+" or not s.reset or not s.reduction_indices or dtype not in FLOATS:
         return s.rhs, []
-    reads_allowed = sizes is not None and all(
+    # a guarded sum (tclang/lang/guarded_sums.py) may have no term at a point whose
+    # ranges are not empty, and its condition guards the factor's reads: reads stay in
+    reads_allowed = sizes is not None and s.condition is None and all(
         r.hi.evaluate(sizes) > r.lo.evaluate(sizes)
         for r in s.domain if r.name in s.reduction_indices)
     core, factors = s.rhs, []
@@ -91,9 +95,17 @@ def _invariant(e: P.Expr, s: P.Statement, reads_allowed: bool, divisor: bool) ->
     for node in P.walk(e):
         if isinstance(node, P.IndexValue) and node.name in s.reduction_indices:
             return False
-        if isinstance(node, P.Read) and node.tensor == s.target:
+        if isinstance(node, P.Read) and (node.tensor == s.target or _guard_varies(node, s)):
             return False
     return True
+
+
+def _guard_varies(read: P.Read, s: P.Statement) -> bool:
+    """Whether a read's guard names a reduction index of `s`: the guard is not a node of
+    the tree (P.walk never meets its indices), and once guarded_sums.py has taken the `?:`
+    into the statement's condition it is all that says the read depends on them."""
+    return read.guard is not None and bool(condition_indices(read.guard) &
+                                           set(s.reduction_indices))
 
 
 def _epilogue(defn: P.Definition, s: P.Statement, factors: list) -> P.Statement:
@@ -105,7 +117,7 @@ def _epilogue(defn: P.Definition, s: P.Statement, factors: list) -> P.Statement:
         value = P.Binary(op, value, factor, dtype)
     lhs_domain = tuple(r for r in s.domain if r.name in s.indices)
     return replace(s, op="=", reset=False, rhs=_renumbered(value), reduction_indices=(),
-                   domain=lhs_domain, exists=())
+                   domain=lhs_domain, exists=(), condition=None)  # (at every point)
 
 
 def _renumbered(e: P.Expr) -> P.Expr:

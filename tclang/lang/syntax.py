@@ -166,6 +166,7 @@ class Definition:
     outputs: tuple[OutputDecl, ...]
     statements: tuple[Statement, ...]
     span: Span
+    tokens: str  # its tokens from `def` to `}` as the parser read them, space-separated
 
 
 @dataclass(frozen=True)

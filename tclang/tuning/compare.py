@@ -136,7 +136,14 @@ def compare(kernel, *args, manual=(), tune: int = 0, peers=("numpy", "torch"),
     or `jobs` local trials at once) and peers. The comparison's own timings run here, one
     after another."""
     from tclang.arguments import bind_arguments
-    from tclang.tuning.search import autotune, kernel_outputs
+    from tclang.tuning.search import autotune, check_seconds, kernel_outputs
+
+    if not isinstance(rounds, int) or rounds < 1:
+        raise TCError(f"rounds must be at least 1, not {rounds!r}")
+    if not isinstance(tune, int) or tune < 0:
+        raise TCError(f"tune must be 0 (no tuning) or a number of trials, not {tune!r}")
+    check_seconds("min_time", min_time)
+    check_seconds("time_limit", time_limit)
 
     if kernel.module.on_device:
         raise TCError("tc.compare runs on the CPU backends only for now (its trials fork, "

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import math
-import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -85,6 +84,13 @@ def _describe_options(options: Options) -> str:
     return options.describe()  # the knob grammar: what --options and --manual read
 
 
+def check_seconds(name: str, value) -> None:
+    """A time a caller gives: a finite number of seconds above 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not math.isfinite(value) or value <= 0:
+        raise TCError(f"{name} must be a finite number of seconds above 0, not {value!r}")
+
+
 def autotune(kernel, *args, budget: int = 64, time_limit: float = 60.0,
              executor=None, jobs: int | None = None, seed: int = 0,
              strategy: str = "evolution", database=None, store: bool = True,
@@ -107,6 +113,10 @@ def autotune(kernel, *args, budget: int = 64, time_limit: float = 60.0,
         raise TCError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
     if budget < 1:
         raise TCError(f"budget must be at least 1 trial, not {budget}")
+    check_seconds("time_limit", time_limit)  # nan: each trial failed in the executor
+    check_seconds("min_time", min_time)
+    if jobs is not None and (not isinstance(jobs, int) or jobs < 1):
+        raise TCError(f"jobs must be None (the default) or at least 1, not {jobs!r}")
     budget = min(budget, max_trials() or budget)
     module = kernel.module
     if module.on_device:
@@ -174,12 +184,8 @@ def autotune(kernel, *args, budget: int = 64, time_limit: float = 60.0,
 def max_trials() -> int | None:
     """TCLANG_MAX_TRIALS: at most this many trials per tuning, whatever its budget (a smoke
     test of a tuning script: the documentation's test runs its examples so)."""
-    text = os.environ.get("TCLANG_MAX_TRIALS", "").strip()
-    if not text:
-        return None
-    if not text.isdigit() or int(text) < 1:
-        raise TCError(f"TCLANG_MAX_TRIALS must be a positive number of trials, not {text!r}")
-    return int(text)
+    from tclang import environment
+    return environment.whole_number("TCLANG_MAX_TRIALS", None)
 
 
 def kernel_outputs(source: str, backend: str, entry: str, inputs: tuple) -> tuple:

@@ -9,6 +9,8 @@ crash or a hang costs that one trial. The child:
    makes the candidate "refused": counted, never timed);
 2. runs it once and compares every output with the reference (the automatic schedule's):
    a mismatch is a compiler bug, saved as a reproducer script and reported, never a winner;
+   a compile that got the scheduler's fallback (its time limit ran out under load) is
+   "degraded": checked but never timed, since its time is not the candidate's;
 3. times it under a machine-wide lock (a record lock on `timing.lock` in the user's private
    cache directory): held shared while compiling and exclusively while timing, so compiles
    run in parallel but a timing never overlaps another timing or a compile on the same
@@ -41,9 +43,13 @@ from pathlib import Path
 import numpy as np
 
 from tclang.errors import TCWarning
+from tclang.locks import fork_safe
 from tclang.tuning.space import Candidate, SearchSpace, describe
 
-STATUSES = ("ok", "refused", "wrong", "error", "crashed", "timeout")
+STATUSES = ("ok", "refused", "wrong", "error", "crashed", "timeout", "degraded")
+""""degraded": the candidate compiled on the scheduler's fallback (its time limit ran out
+on a loaded machine, or its process died: CompiledKernel.degraded), so what would be timed
+is not the candidate's schedule; never timed, never a best."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +114,17 @@ def run_trial(task: Task, candidate: Candidate) -> Trial:
 
 
 _running: set[int] = set()  # trial processes of this process, for kill_running
-_running_lock = threading.Lock()
+_running_lock = fork_safe(threading.Lock())
+
+
+def _forget_running() -> None:
+    """In a forked child: the parent's trial processes are not the child's to kill (a
+    kill_running() there SIGKILLed the parent's trials, and its waitpid could not reap
+    them)."""
+    _running.clear()
+
+
+os.register_at_fork(after_in_child=_forget_running)
 
 
 def kill_running() -> None:
@@ -198,6 +214,10 @@ def _measure(task: Task, candidate: Candidate) -> Trial:
             where = _save_reproducer(task, candidate, wrong)
             return Trial(candidate, "wrong", compile_seconds=compile_seconds,
                          message=f"{wrong} (a compiler bug; reproducer: {where})")
+    if compiled.degraded:  # checked above all the same: a wrong result is a bug either way
+        return Trial(candidate, "degraded", compile_seconds=compile_seconds,
+                     message="not timed: compiled on the scheduler's fallback "
+                             f"({compiled.fallback}), not on this candidate's schedule")
     outs = outputs if len(outputs) > 1 else outputs[0]
     with machine_lock(exclusive=True):
         compiled(*task.inputs, out=outs)  # warm-up: caches, pages, the thread pool

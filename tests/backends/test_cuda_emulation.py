@@ -663,6 +663,27 @@ def test_fiber_stack_size(lib, monkeypatch):
     assert "cannot allocate 4 fiber stacks" in build.last_error(lib)
 
 
+@pytest.mark.parametrize("name,value", [
+    ("TCLANG_EMULATION_THREADS", "two"), ("TCLANG_EMULATION_THREADS", "-3"),
+    ("TCLANG_EMULATION_THREADS", "4k"), ("TCLANG_EMULATION_STACK_SIZE", "64q"),
+    ("TCLANG_EMULATION_STACK_SIZE", "0"), ("TCLANG_EMULATION_STACK_SIZE", "9" * 25 + "m"),
+    ("TCLANG_EMULATION_CHECK_BARRIERS", "maybe")])
+def test_a_bad_emulation_variable_fails_the_launch(lib, monkeypatch, name, value):
+    """Such values were read as the default or as 0 (THREADS=two: every core; STACK_SIZE=64q:
+    64 bytes, then the 16 KiB floor; CHECK_BARRIERS=maybe: on): now the launch says which."""
+    out = np.zeros(32, np.int32)
+    monkeypatch.setenv(name, value)
+    assert lib.run_two_sites(ptr(out)) == build.ERR_ENVIRONMENT
+    assert name in build.last_error(lib) and repr(value)[1:-1][:20] in build.last_error(lib)
+
+
+def test_emulation_switches_take_the_usual_words(lib, monkeypatch):
+    out = np.zeros(32, np.int32)
+    for word, code in (("YES", build.ERR_DIVERGENT_BARRIER), ("off", 0), ("", 0)):
+        monkeypatch.setenv("TCLANG_EMULATION_CHECK_BARRIERS", word)
+        assert lib.run_two_sites(ptr(out)) == code, word
+
+
 def test_launch_overhead(lib):
     blocks = 256
     data = np.arange(blocks * 256, dtype=np.float32)

@@ -241,15 +241,8 @@ NO_SECOND_DERIVATIVE = {
 }
 
 
-_PASS_BUG = pytest.mark.xfail(strict=True, raises=tc.TCCompileError, reason=(
-    "its second-order kernel trips a pass: a read hoisted out of a guarded sum keeps the "
-    "guard on a reduction index, and the scop's isl text does not parse"))
-
-
 @pytest.mark.slow  # ~4 minutes: every corpus program's second-order kernels, compiled fresh
-@pytest.mark.parametrize("case", [pytest.param(c, marks=_PASS_BUG)
-                                  if c.name == "kronecker_literal" else c
-                                  for c in DIFFERENTIABLE], ids=lambda c: c.name)
+@pytest.mark.parametrize("case", DIFFERENTIABLE, ids=lambda c: c.name)
 def test_gradgradcheck_on_the_corpus(case):
     """Every differentiable corpus program has a right second derivative, or a refusal
     raised at double-backward time (never a wrong or silently zero one)."""

@@ -54,7 +54,7 @@ def test_matmul_shapes(m, k, n):
 
 @pytest.mark.parametrize("options", [tc.Options(register_tile=(1, 8)),
                                      tc.Options(register_tile=(3, 8)),
-                                     tc.Options(register_tile=(5, 24), tile=(10, 0, 7)),
+                                     tc.Options(register_tile=(3, 24), tile=(10, 0, 7)),
                                      tc.Options(register_tile=False),
                                      tc.Options(pack=True),
                                      tc.Options(pack=True, register_tile=(3, 8)),

@@ -11,6 +11,7 @@ import tclang as tc
 from benchmarks import kernels
 from tclang.lang import program as P
 from tclang.lang.frontend import check_source
+from tclang.lang.guarded_sums import restrict_guarded_sums
 from tclang.lang.reduction_scales import factor_out_scales
 
 ATTENTION = kernels.ATTENTION  # as the benchmark writes it: one def, scaled sums
@@ -109,3 +110,52 @@ def test_scaled_mlp_and_a_sum_with_no_terms():
         got = tc.define(source).f(a, b, d)
         want = (a.astype(np.float64) @ b) * 0.5 / d[:, None]
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+
+
+def test_a_guarded_sums_factor_that_reads_stays_in_its_terms():
+    """A sum of `c ? e : 0` runs over the points where `c` holds (tclang/lang/guarded_sums.py
+    puts `c` in its domain). A point may then have no term although no range is empty
+    (`j < i` at i = 0: 0, not 0 / W(0)), and `c` guards the factor's reads (W(i - 1) only
+    where i >= 1): a factor that reads stays in the terms. A constant one still comes out,
+    its assignment at every point (the sum's condition is not its own)."""
+    sizes = dict(N=4, M=5)
+    for source in GUARDED.values():
+        defn = restrict_guarded_sums(check_source(source).definitions[0])
+        assert factor_out_scales(defn, sizes) == defn
+    source = ("def f(float(N, M) X) -> (O) { O(i) +=! (j < i) ? X(i, j) * 0.5 : 0.0 "
+              "where i in 0:N, j in 0:M }")
+    defn = restrict_guarded_sums(check_source(source).definitions[0])
+    total, scale = factor_out_scales(defn, sizes).statements
+    assert total.condition is not None and scale.op == "=" and scale.condition is None
+
+
+GUARDED = {
+    # the guard reads j, which the assignment after the sum does not have
+    "lower": "def f(float(N,M) X, float(M) W) -> (O) { O(i) +=! (j <= i) ? X(i, j) / W(i + 1)"
+             " : 0.0 where i in 0:N, j in 0:M }",
+    # row 0 has no term: 0, where 0 / W(0) is NaN
+    "empty_row": "def f(float(N,M) X, float(M) W) -> (O) { O(i) +=! (j < i) ? X(i, j) / W(i)"
+                 " : 0.0 where i in 0:N, j in 0:M }",
+    # W(i - 1) is read only where i >= 1: not W(-1), the element before the array
+    "shifted": "def f(float(N,M) X, float(M) W) -> (O) { O(i) +=! (i >= 1) ? X(i, j) * W(i - 1)"
+               " : 0.0 where i in 0:N, j in 0:M }",
+}
+
+
+@pytest.mark.parametrize("backend", ["cpu", "reference"])
+@pytest.mark.parametrize("name", GUARDED)
+def test_guarded_sums_with_factors_match_numpy(name, backend):
+    """Before, `lower` and `empty_row` failed to compile (an isl syntax error: the factor's
+    guard named j in a statement without it) and `shifted` read W(-1), an inf here (the
+    element before W's data in memory, and its last one), giving NaN at row 0."""
+    x = np.arange(1, 21, dtype=np.float32).reshape(4, 5)
+    base = np.array([np.inf, 0, 2, 4, 8, np.inf], np.float32)
+    w = base[1:]
+    i, j = np.indices(x.shape)
+    wide = x.astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        want = {"lower": np.where(j <= i, wide / w[1:][:, None], 0).sum(1),
+                "empty_row": np.where(j < i, wide / w[:4][:, None], 0).sum(1),
+                "shifted": np.where(i >= 1, wide * base[:4][:, None], 0).sum(1)}[name]
+    got = tc.define(GUARDED[name], backend=backend).f(x, w)
+    np.testing.assert_allclose(got, want, rtol=1e-6)

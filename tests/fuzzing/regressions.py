@@ -133,3 +133,16 @@ REGRESSIONS.append((
     "656): cpu automatic crashed with StopIteration in polyhedral/packing.py. The lanes (j) "
     "move one of C's two reads; the packing looked for them in the other. A tensor the "
     "register tile's statement reads twice is no longer packed"))
+
+REGRESSIONS.append((
+    "def k(double(M, N) A, double(2, 3) B, double(S0, S1) dO, double(M, N) ddA) -> "
+    "(double(S0, S1) ddO) {\n    ddO(s0, s1) +=! s0 >= 0 && s0 < 2*M && m == s0 / 2 ? "
+    "B(s0 % 2, s1 % 3) * ddA(m, n) : 0.0 where s0 in 0:S0, s1 in 0:S1, m in 0:M, n in 0:N\n}\n",
+    "k", {"M": 1, "N": 7, "S0": 2, "S1": 21},
+    "FIXED guarded-sum-factor-scope (not found by the fuzzer: kronecker_literal's second "
+    "derivative, tc.grad of its backward): every backend raised TCCompileError 'the "
+    "polyhedral scop stage failed for k: call to isl_union_map_read_from_str failed: syntax "
+    "error': factoring out the sum's scale took B(s0 % 2, s1 % 3) out of the sum restricted "
+    "to m == s0 / 2, keeping that guard (and the condition) in an assignment without m. "
+    "Options(passes=False) or reorder_reductions=False avoided it. Fixed by b9d2aa2; "
+    "tclang/lang/passes/rewrite.py's check_names now refuses any such rewrite by name"))

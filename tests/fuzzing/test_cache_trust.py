@@ -203,11 +203,14 @@ def test_the_least_recently_used_entries_are_evicted_over_the_cap(cache, monkeyp
     assert first in left and second not in left and len(left) == 2
 
 
-def test_a_bad_cap_warns_and_keeps_the_default(cache, monkeypatch):
+def test_a_bad_cap_is_refused(cache, monkeypatch):
+    """It only warned, and kept the default (tclang/environment.py: every TCLANG_* number is
+    checked alike)."""
     monkeypatch.setenv("TCLANG_CACHE_MAX_BYTES", "lots")
-    with pytest.warns(tc.TCWarning, match="TCLANG_CACHE_MAX_BYTES='lots'"):
+    with pytest.raises(tc.TCConfigError, match="TCLANG_CACHE_MAX_BYTES must be a whole "
+                                               "number of at least 1, not 'lots'"):
         run_add()
-    assert len(entries(cache)) == 1
+    assert not entries(cache)
 
 
 def test_temporary_files_of_killed_writers_are_swept(cache):

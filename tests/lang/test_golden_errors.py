@@ -90,3 +90,86 @@ def test_output_declared_shape_mismatch_points_at_declaration():
     with pytest.raises(TCSemanticError) as info:
         check_source(source)
     assert (info.value.line, info.value.column) == (2, 13)
+
+
+@pytest.mark.parametrize("ending", ["\r\n", "\r"], ids=["CRLF", "bare CR"])
+@pytest.mark.parametrize("name,body,error,line,column,words", GOLDEN,
+                         ids=[g[0] for g in GOLDEN])
+def test_golden_error_with_other_line_endings(name, body, error, line, column, words, ending):
+    """Lines ended by "\\r\\n" or a bare "\\r" are numbered as with "\\n", and the caret
+    stands under the same spot (a bare "\\r" once made the whole source line 1)."""
+    source = (HEAD + body).replace("\n", ending)
+    with pytest.raises(error) as info:
+        check_source(source)
+    err = info.value
+    assert (err.line, err.column) == (line, column), str(err)
+    shown = str(err)
+    assert "\r" not in shown
+    source_line = (HEAD + body).split("\n")[line - 1].rstrip()
+    caret_line = shown.splitlines()[shown.splitlines().index("    " + source_line) + 1]
+    assert caret_line.index("^") == 4 + column - 1
+
+
+# (name, body lines after HEAD, error class, line, column, words): literals whose value the
+# program cannot hold, each at its own token with a caret (issue 31, item 13)
+LITERALS = [
+    ("float literal past float64", "  B(i) = V(i) * 1e400\n}", TCSyntaxError, 2, 17,
+     "too large: it would be infinite"),
+    ("long float literal", "  B(i) = V(i) * " + "9" * 5000 + ".0\n}", TCSyntaxError, 2, 17,
+     "(5002 characters) is too large"),
+    ("5,000-digit integer literal", "  B(i) = V(i) * " + "7" * 5000 + "\n}", TCSyntaxError, 2,
+     17, "(5000 characters) does not fit in 64 bits"),
+    ("integer literal past 64 bits", "  B(i) = V(i) * 0009223372036854775808\n}",
+     TCSyntaxError, 2, 17, "does not fit in 64 bits"),
+    ("float literal past float32 in float32", "  B(i) = V(i) * 1e39\n}", TCSemanticError, 2,
+     17, "too large for float32"),
+    ("negated float literal past float32", "  B(i) = V(i) * -1e39\n}", TCSemanticError, 2,
+     18, "too large for float32"),
+    ("float32 literal through a where-local", "  B(i) = V(i) * x where x = 2e39\n}",
+     TCSemanticError, 2, 29, "too large for float32"),
+    ("literal cast past half", "  B(i) = V(i) + float(half(70000.0))\n}", TCSemanticError, 2,
+     23, "the constant 70000 is too large for float16"),
+]
+DIMENSIONS = [  # a literal dimension of a parameter
+    ("5,000-digit dimension", "def f(float(" + "3" * 5000 + ") A) -> (B) {\n  B(i) = A(i)\n}",
+     1, 13),
+    ("dimension past 64 bits", "def f(float(2, 99999999999999999999) A) -> (B) {\n"
+     "  B(i, j) = A(i, j)\n}", 1, 16),
+]
+
+
+@pytest.mark.parametrize("name,body,error,line,column,words", LITERALS,
+                         ids=[g[0] for g in LITERALS])
+def test_literal_errors(name, body, error, line, column, words):
+    """Once, 1e400 became inf silently and a 5,000-digit integer was an "internal error"
+    with no location (Python refuses to convert more than 4,300 digits)."""
+    test_golden_error(name, body, error, line, column, words)
+
+
+@pytest.mark.parametrize("name,source,line,column", DIMENSIONS, ids=[d[0] for d in DIMENSIONS])
+def test_dimension_literal_errors(name, source, line, column):
+    with pytest.raises(TCSyntaxError, match="does not fit in 64 bits") as info:
+        check_source(source)
+    assert (info.value.line, info.value.column) == (line, column)
+
+
+def test_float_literals_promoted_to_float64_keep_their_value():
+    """A literal past float32's range is fine where it is computed in float64, negated or
+    not (negation once rounded a literal to float32 first: -0.1 was float32's 0.1 in float64
+    arithmetic, -1e39 was -inf)."""
+    from tclang.lang import program as P
+    source = ("def f(double(N) A) -> (B, C, D) {\n  B(i) = A(i) * -1e39\n"
+              "  C(i) = A(i) * -0.1\n  D(i) = double(1e39) + A(i) * 0\n}")
+    constants = [node.value for s in check_source(source)["f"].statements
+                 for node in P.walk(s.rhs) if isinstance(node, P.Const)]
+    assert constants[:3] == [-1e39, -0.1, 1e39]
+
+
+@pytest.mark.parametrize("source", ["", "  \n\n", "# only a comment\n\n  # and another\n"],
+                         ids=["empty", "blank lines", "comments"])
+def test_a_source_without_definitions_is_an_error(source):
+    """tc.define("") once gave a module with no kernels, and the mistake showed only at the
+    first `mod.name`."""
+    with pytest.raises(TCSyntaxError, match="no definition") as info:
+        check_source(source)
+    assert info.value.line is not None and "def name(" in info.value.hint

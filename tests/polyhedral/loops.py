@@ -1,5 +1,7 @@
 """Helpers for asserting properties of loop IR (not of printed text)."""
 
+import itertools
+
 from polyhedral import loop_ir as L
 
 
@@ -38,12 +40,14 @@ def uses(e: L.IExpr, var: str) -> bool:
     return var in L.variables(e)
 
 
-def executed_instances(kernel: L.Kernel,
-                       max_iterations: int = 10**6) -> dict[str, list[tuple[int, ...]]]:
-    """Every statement instance a specialized kernel runs, in order, found by walking its
-    loops (loop variables only: the sizes are numbers in a specialized kernel). Loops
-    running more than `max_iterations` iterations in all (guarded iterations included)
-    raise AssertionError rather than walk on."""
+def executed_instances(kernel: L.Kernel, max_iterations: int = 10**6,
+                       sizes: dict[str, int] | None = None) -> dict[str, list[tuple[int, ...]]]:
+    """Every statement instance a kernel runs, in order, found by walking its loops: a
+    specialized kernel's sizes are numbers, a shape-generic one's come from `sizes`. A GPU
+    launch runs its body once for each block and thread, one after another (its barriers
+    and the steps of its block reductions run no statement). Loops running more than
+    `max_iterations` iterations in all (guarded iterations included) raise AssertionError
+    rather than walk on."""
     found: dict[str, list[tuple[int, ...]]] = {}
     iterations = 0
 
@@ -69,8 +73,12 @@ def executed_instances(kernel: L.Kernel,
                     walk(item, env)
             case L.Scratch(body=b):
                 walk(b, env)
-            case L.Launch():
-                raise ValueError("executed_instances walks CPU kernels only")
+            case L.Launch(grid=grid, block=block, body=b):
+                blocks = [range(L.evaluate(g, env)) for g in grid]
+                for ids in itertools.product(*blocks, *(range(t) for t in block)):
+                    names = [f"b{k}" for k in range(len(grid))] + \
+                        [f"t{k}" for k in range(len(block))]
+                    walk(b, {**env, **dict(zip(names, ids))})
 
-    walk(kernel.body, {})
+    walk(kernel.body, dict(sizes or {}))
     return found

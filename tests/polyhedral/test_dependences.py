@@ -44,8 +44,9 @@ def test_a_dataflow_blowup_gives_way_to_memory_based_dependences():
 
 
 @pytest.mark.filterwarnings("ignore::tclang.errors.TCWarning")
-def test_memory_based_dependences_give_the_same_results(monkeypatch):
-    """Forced everywhere, the coarser dependences still schedule correct code."""
+def test_memory_based_dependences_give_the_same_results(monkeypatch, fresh_middle_end):
+    """Forced everywhere (the middle end's process, forked after the patch, too), the
+    coarser dependences still schedule correct code."""
     monkeypatch.setattr(dependences, "FLOW_OPERATIONS_PER_STATEMENT", 1)
     rng = np.random.default_rng(0)
     X, W1, b1 = (rng.standard_normal(s).astype(np.float32) for s in ((3, 5), (4, 5), (4,)))

@@ -6,6 +6,7 @@ per size). Each line is `workload kernels RSS-MB live-engines` ("-" where this v
 tclang cannot count its engines): the script measures any version of tclang.
 
     TCLANG_CACHE_DIR=$(mktemp -d) python tests/soak/rss_soak.py 2500 250 > curve.txt
+    python tests/soak/rss_soak.py 300 50 pairs   # one workload: sources, pairs or sizes
 
 Run twice with the same cache directory, the second run loads every kernel from the disk
 cache: no scheduling and no LLVM optimization, so what it keeps is only what tclang keeps
@@ -41,6 +42,19 @@ def distinct_sources(count: int, every: int):
             yield k, rss_mb()
 
 
+def distinct_pairs(count: int, every: int):
+    """(kernels done, RSS MB) every `every` kernels; each a new two-statement source (more
+    of isl's work per compile than `distinct_sources`: the middle end's helper process)."""
+    x = np.ones(8, np.float32)
+    for k in range(1, count + 1):
+        mod = tc.define(f"def k{k}(float(N) X) -> (Y, Z) {{ Y(j) = X(j) * {k}.0\n"
+                        f"    Z(j) = Y(j) + 1.0 }}")
+        assert getattr(mod, f"k{k}")(x)[1][0] == k + 1
+        del mod
+        if k % every == 0:
+            yield k, rss_mb()
+
+
 def distinct_sizes(count: int, every: int):
     """(kernels done, RSS MB) every `every` kernels; one kernel, a new size each call."""
     mod = tc.define("def shift(float(N) A) -> (O) { O(i) = A(i) + 2.0 }")
@@ -60,13 +74,16 @@ def live_engines() -> str:
         return str(jit.live_engines()) if hasattr(jit, "live_engines") else "-"
 
 
-def main(count: int, every: int) -> None:
+WORKLOADS = {"sources": distinct_sources, "pairs": distinct_pairs, "sizes": distinct_sizes}
+
+
+def main(count: int, every: int, workloads: str = "sources,sizes") -> None:
     print(f"start 0 {rss_mb():.1f} -", flush=True)
-    for name, curve in (("sources", distinct_sources), ("sizes", distinct_sizes)):
-        for k, mb in curve(count, every):
+    for name in workloads.split(","):
+        for k, mb in WORKLOADS[name](count, every):
             gc.collect()
             print(f"{name} {k} {mb:.1f} {live_engines()}", flush=True)
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]))
+    main(int(sys.argv[1]), int(sys.argv[2]), *sys.argv[3:4])

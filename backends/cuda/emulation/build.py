@@ -44,6 +44,8 @@ import threading
 from pathlib import Path
 
 from tclang.atomic_files import atomic_path, write_atomic
+from tclang.locks import fork_safe
+from tclang.environment import switch
 
 HEADER = Path(__file__).with_name("tclang_cuda_emulation.h")
 BASE_FLAGS = ("-std=c++17", "-O1", "-fPIC", "-shared", "-pthread", "-Wno-unknown-pragmas",
@@ -63,6 +65,7 @@ ERR_TRAP = 3
 ERR_DEADLOCK = 4
 ERR_DIVERGENT_BARRIER = 5
 ERR_NESTED_LAUNCH = 6
+ERR_ENVIRONMENT = 7
 
 
 class EmulationBuildError(Exception):
@@ -171,7 +174,7 @@ def _load_bytes(data: bytes, key: str) -> ctypes.CDLL:
 
 _loaded: dict[str, ctypes.CDLL] = {}  # by key: each library loaded once per process
 _trusted_pch: set[str] = set()  # precompiled headers checked in this process
-_lock = threading.Lock()
+_lock = fork_safe(threading.Lock())
 
 
 def compile_emulated(source: str, *, cache_dir: str | os.PathLike | None = None,
@@ -209,7 +212,7 @@ def compile_emulated(source: str, *, cache_dir: str | os.PathLike | None = None,
         cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
         cache.mkdir(parents=True, exist_ok=True)
         header_path = HEADER
-        if not extra and os.environ.get("TCLANG_EMULATION_PCH", "1") != "0":
+        if not extra and switch("TCLANG_EMULATION_PCH", True):
             header_path = _precompiled_header(cxx, cache, identity, flags, header,
                                               store) or HEADER
         data = _build(cxx, cache, key, source, flags, extra, header_path)

@@ -71,6 +71,8 @@
 #define TCLANG_EMULATION 1
 #endif
 
+#include <cctype>
+#include <cerrno>
 #include <cfloat>
 #include <climits>
 #include <cmath>
@@ -164,6 +166,7 @@ enum {
   TCLANG_EMU_ERR_DEADLOCK = 4,         // threads wait at barriers that can never complete
   TCLANG_EMU_ERR_DIVERGENT_BARRIER = 5,// TCLANG_EMULATION_CHECK_BARRIERS: different sites
   TCLANG_EMU_ERR_NESTED_LAUNCH = 6,    // launch() called from device code
+  TCLANG_EMU_ERR_ENVIRONMENT = 7,      // a TCLANG_EMULATION_* variable has a bad value
 };
 
 #ifndef TCLANG_EMU_STACK_SIZE
@@ -578,15 +581,47 @@ inline void* work(void* launch) {
   return nullptr;
 }
 
-inline long env_long(const char* name, long fallback) {
+// The TCLANG_EMULATION_* variables, read at each launch as tclang/environment.py reads the
+// others: unset or empty means the default; a value the variable does not take fails the
+// launch with TCLANG_EMU_ERR_ENVIRONMENT and a message naming it (such values were read as
+// the default, or as 0: a typo went unnoticed).
+inline bool env_count(const char* name, long fallback, bool sizes, long* out, char* message) {
   const char* s = std::getenv(name);
-  if (!s || !*s) return fallback;
+  *out = fallback;
+  if (!s || !*s) return true;
   char* end = nullptr;
+  errno = 0;
   long v = std::strtol(s, &end, 10);
-  if (end == s) return fallback;
-  if (*end == 'k' || *end == 'K') v *= 1024;
-  else if (*end == 'm' || *end == 'M') v *= 1024 * 1024;
-  return v;
+  long scale = 1;
+  if (sizes && (*end == 'k' || *end == 'K')) scale = 1024, ++end;
+  else if (sizes && (*end == 'm' || *end == 'M')) scale = 1024 * 1024, ++end;
+  if (end == s || *end != '\0' || errno != 0 || v < 1 || v > LONG_MAX / scale) {
+    std::snprintf(message, kMessageBytes, "%s must be a whole number of at least 1%s, not "
+                  "'%.64s'; unset it for the default", name,
+                  sizes ? " (bytes, or KiB and MiB with k and m)" : "", s);
+    return false;
+  }
+  *out = v * scale;
+  return true;
+}
+
+inline bool env_switch(const char* name, bool* out, char* message) {
+  static const char* const on[] = {"1", "true", "yes", "on"};
+  static const char* const off[] = {"0", "false", "no", "off"};
+  const char* s = std::getenv(name);
+  *out = false;
+  if (!s || !*s) return true;
+  char word[8] = {0};
+  size_t n = std::strlen(s);
+  for (size_t k = 0; k < n && k + 1 < sizeof word; ++k)
+    word[k] = (char)std::tolower((unsigned char)s[k]);
+  for (int k = 0; k < 4 && n < sizeof word; ++k) {
+    if (std::strcmp(word, on[k]) == 0) return *out = true;
+    if (std::strcmp(word, off[k]) == 0) return true;
+  }
+  std::snprintf(message, kMessageBytes, "%s must be one of 1, true, yes, on (on) or 0, false, "
+                "no, off (off), not '%.64s'; unset, it is off", name, s);
+  return false;
 }
 
 inline unsigned cores() {
@@ -634,11 +669,17 @@ inline int launch_erased(dim3 grid, dim3 block, void (*fn)(void*), void* arg) {
   L.grid = grid;
   L.block = block;
   L.nblocks = (unsigned long long)grid.x * grid.y * grid.z;
-  long stack = env_long("TCLANG_EMULATION_STACK_SIZE", TCLANG_EMU_STACK_SIZE);
+  long stack = 0, want = 0;
+  bool check = false;
+  char m[kMessageBytes];
+  if (!env_count("TCLANG_EMULATION_STACK_SIZE", TCLANG_EMU_STACK_SIZE, true, &stack, m) ||
+      !env_count("TCLANG_EMULATION_THREADS", 0, false, &want, m) ||
+      !env_switch("TCLANG_EMULATION_CHECK_BARRIERS", &check, m)) {
+    pthread_mutex_destroy(&L.mutex);
+    return finish(TCLANG_EMU_ERR_ENVIRONMENT, m);
+  }
   L.stack_size = (size_t)(stack > 16 * 1024 ? stack : 16 * 1024);
-  const char* check = std::getenv("TCLANG_EMULATION_CHECK_BARRIERS");
-  L.check_sites = check && *check && std::strcmp(check, "0") != 0;
-  long want = env_long("TCLANG_EMULATION_THREADS", 0);
+  L.check_sites = check;
   unsigned long long workers = want > 0 ? (unsigned long long)want : cores();
   if (workers > L.nblocks) workers = L.nblocks;
   if (workers > 256) workers = 256;

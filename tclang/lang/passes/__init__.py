@@ -23,6 +23,7 @@ from tclang.lang.passes.common import share_across_statements, share_within_stat
 from tclang.lang.passes.dead_code import eliminate_dead_code
 from tclang.lang.passes.folding import fold_constants, simplify_algebra
 from tclang.lang.passes.hoisting import hoist_size_expressions
+from tclang.lang.passes.rewrite import check_names
 from tclang.lang.program_text import definition_text
 
 __all__ = ["optimize", "finish", "passes_text", "PASS_NAMES"]
@@ -35,33 +36,40 @@ PASS_NAMES = ("constant folding", "algebraic simplification",
 Report = list[tuple[str, list[str]]]
 
 
-def optimize(defn: P.Definition, sizes: Mapping[str, int] | None = None):
-    """`defn` after every pass but the last (see the module docstring), and what each did."""
+def optimize(defn: P.Definition, sizes: Mapping[str, int] | None = None, *,
+             verify: bool = False):
+    """`defn` after every pass but the last (see the module docstring), and what each did.
+    `verify`: each pass's output is checked to name only what its statements have
+    (`check_names`: a `TCCompileError` naming the pass that broke it)."""
     notes: dict[str, list[str]] = {name: [] for name in PASS_NAMES[:5]}
+
+    def run(name: str, result) -> P.Definition:
+        defn, done = result
+        notes[name] += done
+        return check_names(defn, name) if verify else defn
+
     for _ in range(4):  # folding exposes identities and identities expose constants
-        defn, folded = fold_constants(defn, sizes)
-        defn, simplified = simplify_algebra(defn)
-        notes["constant folding"] += folded
-        notes["algebraic simplification"] += simplified
-        if not folded and not simplified:
+        count = len(notes["constant folding"]) + len(notes["algebraic simplification"])
+        defn = run("constant folding", fold_constants(defn, sizes))
+        defn = run("algebraic simplification", simplify_algebra(defn))
+        if len(notes["constant folding"]) + len(notes["algebraic simplification"]) == count:
             break
-    defn, shared = share_across_statements(defn)
-    notes["common subexpressions across statements"] += shared
-    defn, hoisted = hoist_size_expressions(defn, sizes)
-    notes["hoisting of size expressions"] += hoisted
-    defn, dead = eliminate_dead_code(defn)
-    notes["dead code elimination"] += dead
+    defn = run("common subexpressions across statements", share_across_statements(defn))
+    defn = run("hoisting of size expressions", hoist_size_expressions(defn, sizes))
+    defn = run("dead code elimination", eliminate_dead_code(defn))
     return defn, list(notes.items())
 
 
-def finish(defn: P.Definition, report: Report) -> P.Definition:
+def finish(defn: P.Definition, report: Report, *, verify: bool = False) -> P.Definition:
     """The last pass, on what the scop is built from: the casts of constants that widening
     index arithmetic made are folded (not reported: the widening's, not the user's), then
-    common subexpressions within each statement are bound once."""
+    common subexpressions within each statement are bound once (`verify`: as optimize's)."""
     defn, _ = fold_constants(defn)
+    if verify:
+        check_names(defn, PASS_NAMES[0])
     defn, within = share_within_statements(defn)
     report.append((PASS_NAMES[-1], within))
-    return defn
+    return check_names(defn, PASS_NAMES[-1]) if verify else defn
 
 
 def passes_text(defn: P.Definition, report: Report) -> str:

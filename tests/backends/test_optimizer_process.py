@@ -1,0 +1,108 @@
+"""A helper process killed while it works (issue 31 item 7): the OOM killer's SIGKILL, a
+crash. The request goes once more to a fresh process; a second death is an error that
+says how the process ended, not "please report"."""
+
+from __future__ import annotations
+
+import faulthandler
+import multiprocessing
+import os
+import signal
+import uuid
+
+import numpy as np
+import pytest
+
+import tclang as tc
+from backends.llvm import jit
+from tclang.forked_server import ForkedServer
+
+
+def _dies_first(deaths, then, on=lambda request: True):
+    """A handler that SIGKILLs its own process on its first `deaths.value` requests that
+    `on` picks (the count is shared memory: each fresh process sees what the last left)."""
+    def handler(request):
+        if not on(request):
+            return then(request)
+        with deaths.get_lock():  # released before dying: the next process takes it
+            die = deaths.value > 0
+            deaths.value -= die
+        if die:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return then(request)
+    return handler
+
+
+def _stop(server: ForkedServer) -> None:
+    if server.pid is not None:
+        server._stop()
+
+
+@pytest.fixture
+def dying_optimizer(monkeypatch):
+    """The LLVM optimizer process SIGKILLs itself on its next `deaths.value` optimizations,
+    as the OOM killer would at the moment it works. A fresh process is started for the
+    test (so that it has the handler) and after it."""
+    deaths = multiprocessing.Value("i", 0)
+    real = jit._optimizer.handler
+    _stop(jit._optimizer)
+    monkeypatch.setattr(jit._optimizer, "handler", _dies_first(
+        deaths, real, on=lambda request: request[0] == "optimize"))
+    yield deaths
+    monkeypatch.undo()
+    _stop(jit._optimizer)
+
+
+def _fresh_kernel():
+    """A kernel no cache holds: its compile asks the optimizer."""
+    name = f"scale_{uuid.uuid4().hex[:12]}"
+    return tc.define(f"def {name}(float(N) A) -> (B) {{ B(i) = A(i) * 3.0 + 1.0 }}")[name]
+
+
+def test_an_optimizer_killed_once_is_replaced_and_asked_again(dying_optimizer):
+    """Before: TCCompileError "the LLVM optimizer process died while optimizing the
+    generated IR: please report it with the definition"."""
+    dying_optimizer.value = 1
+    x = np.arange(7, dtype=np.float32)
+    np.testing.assert_array_equal(_fresh_kernel()(x), x * 3 + 1)
+    assert dying_optimizer.value == 0  # it did die once
+
+
+def test_an_optimizer_killed_twice_says_out_of_memory(dying_optimizer):
+    dying_optimizer.value = 2
+    x = np.arange(7, dtype=np.float32)
+    with pytest.raises(tc.TCCompileError) as caught:
+        _fresh_kernel()(x)
+    message = str(caught.value)
+    assert "killed by SIGKILL, signal 9" in message and "out of memory?" in message
+    assert "please report" not in message
+    np.testing.assert_array_equal(_fresh_kernel()(x), x * 3 + 1)  # and the next works
+
+
+def _crash(request):
+    faulthandler.disable()  # pytest's would print the helper's stack
+    os.abort()
+
+
+def test_a_helper_that_crashes_twice_says_how():
+    from tclang.forked_server import ServerDied
+    server = ForkedServer(_crash, "crashing helper")
+    try:
+        with pytest.raises(ServerDied) as caught:
+            server.call("anything")
+        assert caught.value.signal == signal.SIGABRT
+        assert str(caught.value) == ("the crashing helper process died (killed by SIGABRT, "
+                                     "signal 6), and so did a fresh one (killed by SIGABRT, "
+                                     "signal 6)")
+    finally:
+        _stop(server)
+
+
+def test_a_helper_killed_once_answers_within_its_time_limit():
+    deaths = multiprocessing.Value("i", 1)
+    server = ForkedServer(_dies_first(deaths, lambda request: request * 2), "doubling helper")
+    try:
+        assert server.call(21, limit=30) == 42
+        assert deaths.value == 0
+    finally:
+        _stop(server)
