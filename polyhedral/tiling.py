@@ -30,11 +30,16 @@ UNTILED = 1 << 30  # a "tile" larger than any loop: the member stays whole
 
 @dataclass
 class BandReport:
-    """What the passes did to one band, for explain output and tests."""
+    """What the passes did to one band, for explain output and tests: `tile` the size of
+    each member (UNTILED: kept whole), `indices` the index each member runs over (names
+    joined by "/" where statements differ), `reason` why it was tiled so, or not at all."""
 
     members: int
     tile: tuple[int, ...] | None
     order: tuple[int, ...]
+    indices: tuple[str, ...] = ()
+    reason: str = ""
+    extents: tuple[int | None, ...] = ()  # each member's, where known
 
 
 def transform_bands(schedule: isl.Schedule, scop: Scop, options: Options, target: Target,
@@ -95,7 +100,8 @@ def apply_loop_order(schedule: isl.Schedule, scop: Scop, loop_order) -> isl.Sche
 def _transform_band(node, scop: Scop, options: Options, target: Target, reports, packs):
     band = B.members(node, scop)
     order = list(range(len(band)))
-    sizes = _tile_sizes(node, scop, band, options, target)
+    sizes, reason = _tile_sizes(node, scop, band, options, target)
+    named = tuple(_member_name(m) for m in band)
     if sizes is not None:
         node = _tile(node, band, sizes)
         if options.loop_order is None:
@@ -125,12 +131,14 @@ def _transform_band(node, scop: Scop, options: Options, target: Target, reports,
                         node = P.pack_rows(node, registers, reduction, scop, target, packs)
                 node = node.parent()
         if reports is not None:
-            reports.append(BandReport(len(band), tuple(sizes), tuple(order)))
+            reports.append(BandReport(len(band), tuple(sizes), tuple(order), named, reason,
+                                      tuple(m.extent for m in band)))
         return node
     elif options.loop_order is None and node.band_get_permutable():
         node = _order_point_loops(node, scop, target)
     if reports is not None:
-        reports.append(BandReport(len(band), tuple(sizes) if sizes else None, tuple(order)))
+        reports.append(BandReport(len(band), tuple(sizes) if sizes else None, tuple(order),
+                                  named, reason, tuple(m.extent for m in band)))
     return _atomic(node)
 
 
@@ -181,17 +189,25 @@ def _manual_order(order, band: list[B.Member], scop: Scop) -> list[int]:
     return positions
 
 
+def _member_name(member: B.Member) -> str:
+    names = sorted({n for n in member.index_of.values() if n is not None})
+    return "/".join(names) or "?"
+
+
 def _tile_sizes(node, scop: Scop, band: list[B.Member], options: Options,
-                target: Target) -> list[int] | None:
+                target: Target) -> tuple[list[int] | None, str]:
+    """The band's tile sizes (None: left untiled) and why, in words (tclang explain)."""
     if not node.band_get_permutable():
-        return None
+        return None, "not permutable (a dependence forbids tiling)"
     manual = options.tile_sizes(len(band))
     if manual is not None:
         if not any(manual):
-            return None
-        return [s if s > 0 else UNTILED for s in manual]
+            return None, "tiling turned off (Options tile)"
+        return [s if s > 0 else UNTILED for s in manual], "manual (Options tile)"
+    if len(band) < 2:
+        return None, "a single loop: nothing to tile"
     if not _worth_tiling(node, scop, band):
-        return None
+        return None, "no reduction and no reuse between its loops"
     return _heuristic_sizes(node, scop, band, target, options.vector_width,
                             options.register_tile is not False and options.loop_order is None,
                             pack=_lanes_first(options, target))
@@ -227,15 +243,18 @@ def _worth_tiling(node, scop: Scop, band: list[B.Member]) -> bool:
 
 
 def _heuristic_sizes(node, scop: Scop, band: list[B.Member], target: Target,
-                     vector_width: int | None = None,
-                     register_tiles: bool = True, pack: bool = False) -> list[int] | None:
+                     vector_width: int | None = None, register_tiles: bool = True,
+                     pack: bool = False) -> tuple[list[int] | None, str]:
     """Tiles of roughly L2 size: a long stride-1 member, shorter parallel members, medium
     reduction members; members shorter than their tile stay whole; the outermost parallel
-    member keeps enough tiles for every core."""
+    member keeps enough tiles for every core. With the reason, in words."""
     registers = R.plan(node, scop, target, pack=pack) if register_tiles else None
     if registers is not None:  # a contraction: BLIS's blocking around the micro-kernel
         sizes = [UNTILED if s is None else s for s in R.cache_tiles(band, registers, target)]
+        reason = (f"cache blocks around a register tile (BLIS's model: L1 "
+                  f"{target.l1_bytes >> 10} KiB, L2 {target.l2_bytes >> 10} KiB)")
     else:
+        reason = "L2-sized: the stride-1 loop longest, parallel loops shorter"
         scores = B.short_members_penalized(B.stride_scores(node, scop, band), band, target)
         inner = max(range(len(band)), key=lambda k: (scores[k], band[k].coincident, k))
         lanes = vector_width or max(1, target.vector_bytes // 4)
@@ -260,13 +279,16 @@ def _heuristic_sizes(node, scop: Scop, band: list[B.Member], target: Target,
             least, blocks = (1, 4) if batch else (8, 2)
             while sizes[0] > least and -(-first.extent // sizes[0]) < blocks * target.cores:
                 sizes[0] //= 2
+        reason += f"; the outer tile sized to share work among {target.cores} cores"
     # a member shorter than its tile stays whole; but the rows and lanes of a register
     # tile are tiled even then: untiled before the first tiled member, they would get
     # tiles of 1 (see _tile), leaving the register tile nothing to run over
     kept = (registers.i, registers.j) if registers is not None else ()
     sizes = [UNTILED if m.extent is not None and m.extent <= s and m.position not in kept
              else s for m, s in zip(band, sizes)]
-    return sizes if any(s != UNTILED for s in sizes) else None
+    if not any(s != UNTILED for s in sizes):
+        return None, "every loop is shorter than its tile"
+    return sizes, reason
 
 
 def _tile(node, band: list[B.Member], sizes: list[int]):

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from tclang.errors import (TCArgumentError, TCCompileError, TCConfigError, TCError,
                            TCGradError, TCIndexError, TCLaunchError, TCScheduleError,
                            TCSemanticError, TCSyntaxError, TCWarning)
+from tclang.errors import api_boundary as _api_boundary
 
 if TYPE_CHECKING:
     from tclang.options import Options
@@ -24,6 +25,7 @@ __all__ = ["define", "compile", "autotune", "compare", "grad", "Options", "TCErr
            "TCLaunchError", "TCConfigError", "TCWarning", "__version__"]
 
 
+@_api_boundary
 def define(source: str, backend: str = "cpu", options: Options | str | None = None):
     """Check every definition of `source` now; compile each on its first call. (A source
     this installation checked cleanly before is checked again only when something needs
@@ -87,6 +89,7 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | {"Options"})
 
 
+@_api_boundary
 def autotune(kernel, *args, **kwargs):
     """Search the options of `kernel` for the shapes of `args` and store the best in the
     tuning database, where `define(..., options="tuned")` finds them (docs/tuning.md).
@@ -96,6 +99,7 @@ def autotune(kernel, *args, **kwargs):
     return run(kernel, *args, **kwargs)
 
 
+@_api_boundary
 def compare(kernel, *args, **kwargs):
     """Automatic vs manual vs tuned schedules of `kernel` for `args`, and NumPy and PyTorch
     wherever tclang recognises the operator (tclang.peers): a Comparison (its `table()` is
@@ -106,6 +110,7 @@ def compare(kernel, *args, **kwargs):
     return run(kernel, *args, **kwargs)
 
 
+@_api_boundary
 def grad(kernel, wrt=None):
     """The gradient of `kernel` (a definition of a module) with respect to the inputs named
     in `wrt` (default: every floating-point input), generated as comprehensions and
@@ -115,6 +120,7 @@ def grad(kernel, wrt=None):
     return Gradient(kernel, wrt)
 
 
+@_api_boundary
 def compile(source: str, entry: str, *args, backend: str = "cpu",
             options: Options | None = None):
     """Define `source` and compile `entry` for the shapes of `args`: a CompiledKernel."""

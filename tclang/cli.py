@@ -1,7 +1,10 @@
 """The `tclang` command: check, explain, run, fuzz.
 
-Errors are printed as the user would want them (file name, line, caret, hint) with exit
-code 1 and no traceback; a bad command line gives argparse's usage message and exit 2.
+Errors are printed as the user would want them (file name, line, caret, hint; `error:`
+before a message that names no kind of error) with exit code 1 and no traceback
+(TCLANG_TRACEBACK=full prints it first, for bug reports); a bad command line gives
+argparse's usage message and exit 2. Anything but a TCError is a bug: Python prints it
+with its whole traceback.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import argparse
 import sys
 import warnings
 
-from tclang.errors import TCError, TCWarning
+from tclang.errors import TCError, TCWarning, _LocatedError, full_tracebacks
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -24,7 +27,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             code = args.run(args)
         except TCError as err:
-            print(f"{getattr(args, 'file', 'tclang')}: {err}", file=sys.stderr)
+            if full_tracebacks():
+                import traceback
+                traceback.print_exception(err, file=sys.stderr)
+            kind = "" if isinstance(err, _LocatedError) else "error: "  # "syntax error..."
+            print(f"{getattr(args, 'file', 'tclang')}: {kind}{err}", file=sys.stderr)
             code = 1
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)

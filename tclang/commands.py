@@ -18,19 +18,20 @@ import numpy as np
 
 from tclang.errors import TCArgumentError, TCError
 from tclang.inputs import (check_input_memory, check_sizes, count_argument, input_bytes,
-                           integers_argument, parse_sizes, positive_argument, random_inputs,
-                           read_source)
-from tclang.options import Options
+                           parse_sizes, positive_argument, random_inputs, read_source)
+from tclang.options import FUSIONS, KNOBS, Options, knobs_options, parse_knob, parse_knobs
 
 
 def add_commands(sub) -> None:
     explain = sub.add_parser("explain", help="show the schedule, loops and generated code")
     _common(explain)
     explain.add_argument("--stage", default=None,
-                         help="what to print, in order: passes, scop, dependences, schedule, "
-                              "transform, loops, code, llvm, llvm-opt, cuda, python, timings "
-                              "(default: transform,loops and the optimized code: llvm-opt "
-                              "on the cpu backend, code on the others)")
+                         help="what to print after the summary, in order: passes, scop, "
+                              "dependences, schedule, transform, loops, code, llvm, "
+                              "llvm-opt, cuda, python, timings (default: the summary alone)")
+    explain.add_argument("--no-limits", action="store_true",
+                         help="skip measuring the machine's sgemm and triad rates (the "
+                              "summary's roofline then gives the work alone)")
     explain.add_argument("--grad", action="store_true",
                          help="print the generated backward definition (tc.grad) instead; "
                               "no --sizes needed")
@@ -87,7 +88,10 @@ def add_commands(sub) -> None:
                                                     "(compare-ENTRY.png)")
     compare.add_argument("--no-limits", action="store_true",
                          help="skip measuring the machine's sgemm and triad (no roofline)")
+    compare.add_argument("--tuned", action="store_true",
+                         help="also time the options `tclang tune` stored for these sizes")
     _tuning_arguments(compare)
+    _knob_arguments(compare, whole=False)  # the knob flags: one more manual schedule
     compare.set_defaults(run=_compare)
 
     export = sub.add_parser(
@@ -119,41 +123,101 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sizes", default="", help="size values, e.g. M=64,N=32")
     p.add_argument("--backend", default="cpu",
                    choices=["cpu", "cuda", "cuda-emulated", "reference"])
-    p.add_argument("--fusion", choices=["max", "min", "preserve_parallel"])
-    p.add_argument("--tile", type=integers_argument,
-                   help="tile sizes, e.g. 32,32 (0 leaves a loop untiled)")
-    p.add_argument("--loop-order", help="loop order of the outer nest, e.g. k,m,n or 2,0,1")
-    p.add_argument("--unroll", type=int)
-    p.add_argument("--register-tile", help="the CPU micro-kernel's register tile, e.g. 4,16, "
-                                           "or off")
-    p.add_argument("--pack", help="pack the micro-kernel's lane operand: on or off "
-                                  "(default: where it is reused enough)")
-    p.add_argument("--generic", action="store_true", help="shape-generic code "
-                                                          "(specialize=False)")
+    _knob_arguments(p)
 
 
-def _options(args) -> Options:
-    tile = args.tile or None
-    order = None
-    if args.loop_order:
-        order = tuple(int(x) if x.strip().lstrip("-").isdigit() else x.strip()
-                      for x in args.loop_order.split(","))
-    registers = None
-    if args.register_tile:
-        registers = False if args.register_tile.strip().lower() in ("off", "false", "0") \
-            else _sizes_pair(args.register_tile)
-    pack = None
-    if args.pack:
-        pack = {"on": True, "true": True, "1": True, "off": False, "false": False,
-                "0": False}.get(args.pack.strip().lower(), args.pack)
-    return Options(fusion=args.fusion, tile=tile, loop_order=order, unroll=args.unroll,
-                   specialize=not args.generic, register_tile=registers, pack=pack)
+#: what each knob flag does, in a few words (tc.Options documents them in full)
+_KNOB_HELP = {
+    "fusion": "max, min or preserve_parallel",
+    "tile": "tile sizes, e.g. 32x32x64 or 32,32,64 (0 leaves a loop untiled; off: none)",
+    "unroll": "unroll innermost loops of at most this many iterations",
+    "specialize": "off: shape-generic code (as --generic)",
+    "loop_order": "loop order of the outer nest, e.g. k:m:n, k,m,n or 2,0,1",
+    "parallel": "on or off: the outermost parallel loop on threads",
+    "vectorize": "on or off: SIMD for innermost stride-1 loops",
+    "vector_width": "SIMD lanes to ask for",
+    "block": "GPU threads per block, e.g. 32x8",
+    "grid": "GPU blocks per grid, e.g. 64x64",
+    "shared_memory": "on or off: promote reused tiles to GPU shared memory",
+    "private_memory": "on or off: GPU accumulators in registers",
+    "reorder_reductions": "off: reductions in program order, bitwise reproducible",
+    "check_bounds": "on: check every array access",
+    "register_tile": "the CPU micro-kernel's register tile, e.g. 6x16, or off",
+    "pack": "on or off: pack the micro-kernel's lane operand (default: where reused)",
+    "passes": "off: no passes on the definition before scheduling",
+    "compile_budget": "seconds for the whole compile (default: TCLANG_COMPILE_BUDGET, else 60)",
+}
+
+#: what each kind of knob value looks like, for a flag's usage error
+_KNOB_EXPECTED = {
+    "sizes": "sizes such as 32x32x64 or 32,32,64",
+    "pair": "a pair of sizes such as 6x16, or off",
+    "order": "a loop order such as k:m:n, k,m,n or 2,0,1",
+    "count": "a whole number",
+    "choice": "one of " + ", ".join(FUSIONS),
+    "switch": "on or off",
+    "seconds": "a number of seconds",
+}
 
 
-def _sizes_pair(text: str):
-    """"4,16" -> (4, 16); anything else is passed on as text for Options to refuse."""
-    parts = [x.strip() for x in text.split(",")]
-    return tuple(int(x) for x in parts) if all(x.isdigit() for x in parts) else text
+def _knob_argument(knob: str):
+    """The argparse type of a knob flag: its value as the knob grammar reads it, else a
+    usage error (exit 2, as for every number a flag does not take); the text itself is
+    kept, for knobs_options to read after --options. A value Options refuses (a tile of
+    -1, --fusion most) is a usage error too, as main's argparse choices made it.)"""
+    def check(text: str) -> str:
+        try:
+            Options(**{knob: parse_knob(knob, text)})
+        except TCError as err:
+            raise argparse.ArgumentTypeError(
+                f"expected {_KNOB_EXPECTED[KNOBS[knob]]}, not {text!r} ({err})") from None
+        return text
+    check.__name__ = knob  # what argparse names in its message
+    return check
+
+
+def _knob_arguments(p: argparse.ArgumentParser, whole: bool = True) -> None:
+    """A flag per knob of tc.Options, each value in the knob grammar of tclang/options.py;
+    `whole`: also --options (a whole knob string) and --tuned (the stored options)."""
+    group = p.add_argument_group(
+        "schedule knobs", 'each as in a knob string such as "tile=32x32x64,unroll=4" '
+        "(what repr(tc.Options), tclang tune and compare --manual use); unset knobs stay "
+        "automatic")
+    if whole:
+        group.add_argument("--options", metavar="KNOBS",
+                           help='a knob string, e.g. "tile=32x32x64,unroll=4"; the knob '
+                                "flags override it")
+        group.add_argument("--tuned", action="store_true",
+                           help="the options `tclang tune` stored for these sizes on this "
+                                "machine (TCLANG_TUNING_DB), else the automatic schedule")
+    for knob, kind in KNOBS.items():
+        extra = dict(nargs="?", const="on", metavar="on|off") if kind == "switch" else \
+            dict(metavar=knob.upper())
+        group.add_argument("--" + knob.replace("_", "-"), dest=f"knob_{knob}",
+                           type=_knob_argument(knob), help=_KNOB_HELP[knob], **extra)
+    group.add_argument("--generic", action="store_true",
+                       help="shape-generic code (--specialize off)")
+
+
+def _knob_pairs(args) -> list[tuple[str, str]]:
+    """(knob, value text) for each knob flag given, in the order of tc.Options."""
+    pairs = [(k, getattr(args, f"knob_{k}")) for k in KNOBS
+             if getattr(args, f"knob_{k}", None) is not None]
+    return pairs + ([("specialize", "off")] if getattr(args, "generic", False) else [])
+
+
+def _options(args) -> Options | str:
+    """The Options of --options and the knob flags (the flags win), or "tuned"."""
+    pairs = _knob_pairs(args)
+    if args.tuned:
+        if pairs or args.options:
+            raise TCArgumentError("--tuned uses the stored options: give it without "
+                                  "--options or knob flags",
+                                  hint="or copy the options `tclang tune` printed into "
+                                       "--options and change what you want")
+        return "tuned"
+    base = parse_knobs(args.options, "--options") if args.options else None
+    return knobs_options(pairs, base)
 
 
 def _kernel_and_inputs(args, backend: str | None = None):
@@ -188,17 +252,19 @@ def _export(args) -> int:
     if args.backend != "cpu":
         raise TCArgumentError(f"tclang export takes --target (cpu or cuda), not --backend "
                               f"{args.backend}")
-    if args.generic == bool(args.sizes):
+    options = _options(args)
+    generic = options != "tuned" and not options.specialize
+    if generic == bool(args.sizes):
         raise TCArgumentError("tclang export needs either --sizes (a library for those sizes) or "
                       "--generic (one for every size)",
                       hint="e.g. --sizes M=512,K=512,N=512, or --generic")
-    module = tclang.define(read_source(args.file), options=_options(args))
+    module = tclang.define(read_source(args.file), options=options)
     names = module.names
     entry = args.entry or (names[0] if len(names) == 1 else None)
     if entry is None:
         raise TCError(f"{args.file} defines {', '.join(names)}: choose one with --entry")
     sizes = None
-    if not args.generic:
+    if not generic:
         sizes = parse_sizes(args.sizes)
         check_sizes(module[entry].definition, sizes)
     lib = module[entry].export(args.output, sizes, args.target, args.arch)
@@ -210,24 +276,35 @@ def _export(args) -> int:
 
 
 def _explain(args) -> int:
+    """The summary of the schedule's decisions, then the stages --stage names. The kernel
+    is compiled afresh (no cache): every stage runs, so --stage timings shows each one's
+    time and the summary knows why each band was tiled as it was."""
     if args.grad:
         return _explain_grad(args)
+    from tclang.stages import STAGES, check_names
+    chosen = [s.strip() for s in (args.stage or "").split(",") if s.strip()]
+    check_names([s for s in chosen if s != "timings"])  # before any slow work
     _, kernel, inputs = _kernel_and_inputs(args)
-    compiled = kernel.compile(*inputs)
+    compiled = kernel.compile(*inputs, fresh=True)
     print(f"{kernel.signature}")
-    print(f"backend {args.backend}; options: {kernel.module.options.describe()}; "
-          f"fusion used: {compiled.strategy}")
+    print(f"backend {args.backend}; compiled afresh for explain in "
+          f"{sum(compiled.timings.values()) * 1e3:.0f} ms (--stage timings: each stage)")
     if compiled.fallback:
         print(f"note: the requested schedule was replaced ({compiled.fallback})")
-    from tclang.stages import STAGES, check_names
-    default = "transform,loops," + ("llvm-opt" if args.backend == "cpu" else "code")
-    chosen = [s.strip() for s in (args.stage or default).split(",") if s.strip()]
-    check_names([s for s in chosen if s != "timings"])  # before any slow work
+    limits = None
+    if not args.no_limits and args.backend == "cpu":
+        from tclang.tuning.roofline import machine_limits
+        limits = machine_limits(gap=0.1, n=1024, triad_elements=4_000_000)
+    from tclang.arguments import bind_arguments
+    sizes = bind_arguments(kernel.definition, inputs, False).sizes  # also when generic
+    _section("summary", compiled.summary(sizes, limits).text())
     for stage in chosen:
         if stage == "timings":
-            _section("compile time", _timings_text(compiled))
+            _section("compile time (a fresh compile, no cache)", _timings_text(compiled))
         else:
             _section(f"{stage}: {STAGES[stage]}", compiled.stage_text(stage))
+    if not chosen:
+        print("\n(more with --stage " + ",".join(STAGES) + ",timings)")
     return 0
 
 
@@ -296,8 +373,35 @@ def _tune(args) -> int:
         if executor is not None:
             executor.close()
     print(result)
-    print('\nuse them with tc.define(source, options="tuned")' if result.stored else "")
+    print(_tuned_usage(args, kernel.name, result))
     return 1 if result.counts()["wrong"] else 0
+
+
+def _tuned_usage(args, entry: str, result) -> str:
+    """Where the tuning went and the ways to use it: --tuned (with TCLANG_TUNING_DB when
+    the database is not the default one), options="tuned", or the knobs by hand."""
+    import shlex
+    knobs = result.best.describe()
+    by_hand = f'  by hand:  --options "{knobs}", or tc.Options.parse("{knobs}")' \
+        if knobs != "automatic" else "  (the automatic schedule was the fastest)"
+    if not result.stored:
+        return "\nnot stored in the tuning database (see the warning)\n" + by_hand
+    from pathlib import Path
+
+    from tclang.tuning.database import default_path
+    sizes = f" --sizes {args.sizes}" if args.sizes else ""
+    try:
+        default = default_path().resolve()
+    except (TCError, OSError):  # no usable cache directory: only --database can be used
+        default = None
+    env = ""
+    if Path(result.database).resolve() != default:
+        env = f"TCLANG_TUNING_DB={shlex.quote(result.database)} "
+    return (f"\nstored for {entry} at these sizes on this machine; use them with\n"
+            f"  {env}tclang run {shlex.quote(args.file)} --entry {entry}{sizes} --tuned   "
+            "(or explain, export, compare --tuned)\n"
+            f'  tc.define(source, options="tuned")' + (" with that TCLANG_TUNING_DB" if env
+                                                       else "") + "\n" + by_hand)
 
 
 def _compare(args) -> int:
@@ -306,7 +410,17 @@ def _compare(args) -> int:
     import tclang
     from tclang.tuning.compare import compare, parse_manual
     manual = [(f"manual: {spec}", parse_manual(spec)) for spec in args.manual]  # early
+    if _knob_pairs(args):  # knob flags: one more manual schedule
+        flags = knobs_options(_knob_pairs(args))
+        manual.append((f"manual: {flags.describe()}", flags))
     kernel, inputs = _entry_and_inputs(args, tclang.define(read_source(args.file)))
+    if args.tuned:
+        stored = kernel.tuned_options(*inputs, database=args.database)
+        if stored is None:
+            raise TCArgumentError(f"no tuned options of {kernel.name} are stored for these "
+                                  "sizes on this machine", hint="tune them first (tclang "
+                                  "tune, or --tune N here)")
+        manual.append((f"tuned (stored): {stored.describe()}", stored))
     executor = _executor(args)
     try:
         result = compare(kernel, *inputs, manual=manual, tune=args.tune, seed=args.seed,

@@ -102,6 +102,9 @@ class Compiled:
     cache: str  # "compiled", "memory" or "disk"
     shares: "Compiled | None" = None  # the in-memory map's entry a "memory" hit reuses
     kernel_blob: bytes | None = None
+    #: the tiling's report of each band (polyhedral/tiling.py BandReport): what tclang
+    #: explain's summary says of tiles; None after a cache hit (not kept on disk)
+    bands: tuple | None = None
     # a degraded schedule: the time.monotonic() after which to compile again (None: full)
     retry_at: float | None = None
     made_at: float = dataclasses.field(default_factory=time.monotonic)
@@ -143,18 +146,20 @@ _memory = HeldWhileUsed(max_variants())
 
 
 def compile_definition(defn: Definition, sizes: dict[str, int] | None, options: Options,
-                       backend_name: str, target: Target, key: tuple, layouts) -> Compiled:
+                       backend_name: str, target: Target, key: tuple, layouts,
+                       fresh: bool = False) -> Compiled:
     """Compile one definition for `sizes` (None: shape-generic) and `target` (from
     `compile_target`), through both caches. `layouts`: each input's strides in elements
-    when specialized (the key includes them), else None."""
-    hit = _memory.get(key)
+    when specialized (the key includes them), else None. `fresh`: compile even when a
+    cache has it (and replace the entries): tclang explain times every stage this way."""
+    hit = None if fresh else _memory.get(key)
     if hit is not None and not hit.due():
         return Compiled(hit.info, hit.artifact, None, {}, "memory", shares=hit,
                         retry_at=hit.retry_at)
     backend = get_backend(backend_name)
     digest = key_digest(key)
     start = time.perf_counter()
-    blobs = diskcache.load(digest, key)
+    blobs = None if fresh else diskcache.load(digest, key)
     if blobs is not None:
         restored = _restore(backend, blobs, key)
         if restored is not None:
@@ -296,7 +301,8 @@ def _compile(defn: Definition, sizes, options: Options, backend: Backend, target
         statements=tuple((s.id, s.text, s.line) for s in kernel.statements),
         loops=loops, schedule=scheduled.schedule,
         strategy=scheduled.strategy, fallback=scheduled.fallback, bounds=scheduled.bounds)
-    return Compiled(info, artifact, kernel, timings, "compiled", retry_at=scheduled.retry_at)
+    return Compiled(info, artifact, kernel, timings, "compiled", bands=scheduled.bands,
+                    retry_at=scheduled.retry_at)
 
 
 def allocate(buffer: L.Buffer, shape: tuple[int, ...], zero: bool) -> np.ndarray:

@@ -121,8 +121,12 @@ def _compile(kernel, sizes: dict[str, int] | None):
     from tclang.arguments import Binding
     from tclang.runtime import Module
     module = kernel.module
+    if module.tuned and sizes is None:
+        raise TCArgumentError("tuned options are stored per shape: export them for the "
+                              "sizes they were tuned for, not for every size",
+                              hint="e.g. --sizes M=512,K=512,N=512 --tuned")
     options = dataclasses.replace(module.options, specialize=sizes is not None)
-    alone = Module(module.program, "cpu", options)[kernel.name]
+    alone = Module(module.program, "cpu", options, tuned=module.tuned)[kernel.name]
     defn = kernel.definition
     if sizes is None:
         empty = tuple(np.zeros((0,) * t.rank, dtype=t.dtype.numpy) for t in defn.inputs)

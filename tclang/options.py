@@ -8,9 +8,9 @@ checked when that program is scheduled, with an error naming the dependence.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
-from tclang.errors import TCScheduleError
+from tclang.errors import TCScheduleError, api_boundary
 
 FUSIONS = ("max", "min", "preserve_parallel")
 MAX_VECTOR_WIDTH = 64
@@ -174,12 +174,23 @@ class Options:
                       for name, v in data.items()})
 
     def describe(self) -> str:
-        """The knobs that were set, as `name=value` pairs (for explain output)."""
-        set_ = [f"{f.name}={getattr(self, f.name)!r}" for f in fields(self)
-                if getattr(self, f.name) is not None and f.name != "specialize"]
-        if not self.specialize:
-            set_.append("specialize=False")
-        return ", ".join(set_) if set_ else "automatic"
+        """The knobs that were set, as a knob string ("automatic" when none was)."""
+        return format_knobs(self) or "automatic"
+
+    @classmethod
+    @api_boundary
+    def parse(cls, text: str) -> "Options":
+        """Options from a knob string, `Options.parse("tile=32x32x64,unroll=4")`: the
+        grammar of `tclang compare --manual`, of the other commands' `--options`, of
+        their knob flags (`--tile 32,32,64`) and of `repr` (see parse_knobs)."""
+        return parse_knobs(text)
+
+    def __repr__(self) -> str:
+        """Only the knobs that were set, in the one knob grammar, so that what a tuning
+        found can be pasted into `--options` or `--manual` as it is printed (and eval'd
+        back: `Options.parse(...)`)."""
+        text = format_knobs(self)
+        return f"Options.parse({text!r})" if text else "Options()"
 
 
 def _is_int(value) -> bool:
@@ -194,4 +205,135 @@ def _check_sizes(name: str, value, allow_zero: bool) -> None:
         raise TCScheduleError(f"{name} sizes must be at least {least}, not {value!r}")
 
 
+# a bad knob is the caller's error: shown at their line, not in dataclass and check frames
+Options.__init__ = api_boundary(Options.__init__)
 AUTOMATIC = Options()
+
+
+# ---- the knob grammar -------------------------------------------------------------------
+#
+#   knobs := knob ("," knob)*              tile=32x32x64,unroll=4,loop_order=k:m:n
+#   knob  := name "=" value                a field of Options; "-" and "_" alike
+#
+# and each knob's value by its kind (KNOBS):
+#   sizes    tile, block, grid     32x32x64 (a 0 leaves a loop untiled); tile: "off" for no
+#                                  tiling, "32x..." for 32 on every member
+#   pair     register_tile         6x16, or off
+#   order    loop_order            k:m:n or 2:0:1 (index names or positions)
+#   count    unroll, vector_width  a positive integer
+#   choice   fusion                max, min or preserve_parallel
+#   seconds  compile_budget        a finite number of seconds above 0, e.g. 30 or 2.5
+#   switch   the others            on or off (true/false, yes/no, 1/0 too)
+#
+# Lists may also be separated by commas (`--tile 32,32,64`, the older spelling): inside a
+# knob string, a piece with no "=" continues the value before it, so "tile=32,32,unroll=4"
+# is "tile=32x32,unroll=4". `tclang compare --manual`, every command's --options and knob
+# flags (tclang/commands.py), `Options.parse` and `repr(Options)` all go through here.
+
+KNOBS = {"fusion": "choice", "tile": "sizes", "unroll": "count", "specialize": "switch",
+         "loop_order": "order", "parallel": "switch", "vectorize": "switch",
+         "vector_width": "count", "block": "sizes", "grid": "sizes",
+         "shared_memory": "switch", "private_memory": "switch",
+         "reorder_reductions": "switch", "check_bounds": "switch", "register_tile": "pair",
+         "pack": "switch", "passes": "switch", "compile_budget": "seconds"}
+_ON, _OFF = ("on", "true", "yes", "1"), ("off", "false", "no", "0", "none")
+_EVERY = "..."  # "32x...": an int tile, the same size on every member
+
+
+def parse_knobs(text: str, what: str = "knob string") -> Options:
+    """Options from a knob string (the grammar above); TCScheduleError, naming the string
+    (as `what` calls it) and the knob, for anything else."""
+    where = f"{what} {text!r}"
+    pairs: list[list[str]] = []
+    for piece in (p.strip() for p in text.split(",")):
+        name, sep, value = piece.partition("=")
+        if sep:
+            pairs.append([name.strip(), value.strip()])
+        elif pairs and piece:  # "tile=32,32": a comma list continues the value
+            pairs[-1][1] += "," + piece
+        elif piece:
+            raise TCScheduleError(f"{where}: {piece!r} is not name=value",
+                                  hint='for example "tile=32x32x64,unroll=4"')
+    return knobs_options([(n, v) for n, v in pairs], where=where)
+
+
+def knobs_options(pairs, base: Options | None = None, where: str = "") -> Options:
+    """`base` (default: automatic) with each (knob name, value text) of `pairs` set, later
+    pairs overriding earlier ones: the CLI's --options string, then its knob flags."""
+    changes = {}
+    for name, text in pairs:
+        knob = knob_name(name, where)
+        changes[knob] = parse_knob(knob, text, where)
+    return replace(base if base is not None else AUTOMATIC, **changes)
+
+
+def knob_name(name: str, where: str = "") -> str:
+    """The Options field a knob name means ("loop-order" is loop_order)."""
+    knob = name.strip().replace("-", "_")
+    if knob not in KNOBS:
+        import difflib
+        close = difflib.get_close_matches(knob, list(KNOBS), n=1)
+        raise TCScheduleError(f"{where + ': ' if where else ''}unknown knob {name!r}"
+                              + (f" (did you mean {close[0]}?)" if close else ""),
+                              hint="knobs: " + ", ".join(KNOBS))
+    return knob
+
+
+def parse_knob(knob: str, text: str, where: str = ""):
+    """One knob's value from its text, as its kind reads it (the grammar above)."""
+    kind, value = KNOBS[knob], text.strip()
+    say = f"{where + ': ' if where else ''}{knob}"
+    low = value.lower()
+    if kind == "switch":
+        if low not in _ON + _OFF:
+            raise TCScheduleError(f"{say} is on or off, not {value!r}")
+        return low in _ON
+    if kind == "choice":
+        return low.replace("-", "_")
+    if kind == "count":
+        return _integer(say, value)
+    if kind == "seconds":  # Options checks the range (finite, above 0)
+        try:
+            return float(value)
+        except ValueError:
+            raise TCScheduleError(f"{say}: {value!r} is not a number of seconds") from None
+    if kind == "order":
+        items = [x.strip() for x in value.replace(",", ":").split(":")]
+        return tuple(int(x) if x.lstrip("-").isdigit() else x for x in items)
+    if kind == "pair" and low in _OFF:
+        return False
+    if knob == "tile" and low in _OFF + ("",) and low != "0":  # (0 is a size: untiled)
+        return ()
+    if knob == "tile" and value.endswith(_EVERY):
+        return _integer(say, value[:-len(_EVERY)].rstrip("x,"))
+    return tuple(_integer(say, x) for x in value.replace(",", "x").split("x"))
+
+
+def format_knobs(options: Options) -> str:
+    """The knobs `options` sets (those that differ from automatic), as a knob string that
+    parse_knobs reads back to equal Options; "" for the automatic schedule."""
+    return ",".join(f"{f.name}={format_knob(f.name, getattr(options, f.name))}"
+                    for f in fields(options) if getattr(options, f.name) != f.default)
+
+
+def format_knob(knob: str, value) -> str:
+    """One knob's value as text (what its --flag takes)."""
+    kind = KNOBS[knob]
+    if kind == "switch":
+        return "on" if value else "off"
+    if kind == "order":
+        return ":".join(map(str, value))
+    if value is False or value == ():
+        return "off"
+    if _is_int(value) and knob == "tile":
+        return f"{value}x{_EVERY}"
+    if isinstance(value, tuple):
+        return "x".join(map(str, value))
+    return str(value)
+
+
+def _integer(say: str, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise TCScheduleError(f"{say}: {text!r} is not an integer") from None

@@ -25,9 +25,8 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from tclang import call_records
-from tclang.errors import TCArgumentError, TCError
+from tclang.errors import TCArgumentError, TCError, api_boundary, hide_internal_frames
 from tclang.host_tensors import like_the_caller, modified_in_place
-from tclang.host_tensors import like_the_caller
 from tclang.locks import fork_safe
 from tclang.recent import Recent, max_variants
 from tclang.registry import get_backend
@@ -137,6 +136,21 @@ class CompiledKernel:
             self._texts = texts
         return self._texts[name]
 
+    def summary(self, sizes: dict[str, int] | None = None, limits: dict | None = None):
+        """The schedule's decisions on one screen (tclang/summary.py; `.text()` prints
+        it): fusion, tiles and why, register tile, packing, threads, vector loops, guards
+        left in innermost loops, temporaries, and a roofline estimate for `sizes` (default:
+        the sizes it was compiled for) against `limits` (tclang.tuning.roofline.
+        machine_limits(), or None). Tile reasons are known after a compile in this
+        process: `Kernel.compile(..., fresh=True)` makes one."""
+        from tclang.summary import summarize
+        from tclang.tuning.roofline import kernel_work
+        sizes = self.sizes if sizes is None else sizes
+        flops, moved = kernel_work(self.definition, sizes) if sizes is not None else (0, 0)
+        return summarize(self.loop_ir, strategy=self.strategy, fallback=self.fallback,
+                         options=self.options.describe(), bands=(self._c.shares or self._c).bands,
+                         flops=flops, moved=moved, limits=limits)
+
     @property
     def strategy(self) -> str:
         return self._c.info.strategy
@@ -179,19 +193,23 @@ class CompiledKernel:
 
     # ---- running ----
     def __call__(self, *args, out=None):
-        result = self._hot.fastest_result(args, out)
-        if result is not None:
-            return result
-        if self._device:
-            return _device_call(self, self._device_hot, args, out, lambda binding: self)
-        hot = self._hot.look_up(args, out)
-        if hot is not None and hot.entry is not None:
-            return hot.run()
-        binding = bind_arguments(self.definition, args, self._device)
-        result = self.run(binding, out)
-        if hot is not None:  # only once the whole call, out= included, was found right
-            self._hot.remember(hot, args, binding, self)
-        return like_the_caller(result, args, out)
+        try:
+            result = self._hot.fastest_result(args, out)
+            if result is not None:
+                return result
+            if self._device:
+                return _device_call(self, self._device_hot, args, out, lambda binding: self)
+            hot = self._hot.look_up(args, out)
+            if hot is not None and hot.entry is not None:
+                return hot.run()
+            binding = bind_arguments(self.definition, args, self._device)
+            result = self.run(binding, out)
+            if hot is not None:  # only once the whole call, out= included, was found right
+                self._hot.remember(hot, args, binding, self)
+            return like_the_caller(result, args, out)
+        except TCError as err:  # the API boundary (hide_internal_frames)
+            hide_internal_frames(err)
+            raise
 
     def run(self, binding: Binding, out=None, given=None, checked: bool = False):
         """`given`: out= arrays already checked; `checked`: the binding is known to suit
@@ -600,34 +618,38 @@ class Kernel:
         return self._definition
 
     def __call__(self, *args, out=None):
-        result = self._hot.fastest_result(args, out)
-        if result is not None:
-            return result
-        if self.module.on_device:
-            return _device_call(self, self._device_hot, args, out, self._for)
-        hot = self._hot.look_up(args, out)
-        if hot is not None:
-            if hot.entry is None and self.module.records:
-                self._recorded(hot)
-            if hot.entry is not None and not _retry_due(hot.entry[0]):
-                try:
-                    return hot.run()
-                except _AllocationFailed:
-                    pass  # the checked path says which array, and where
-        binding = bind_arguments(self.definition, args, self.module.on_device)
-        compiled = self._for(binding)
-        result = compiled.run(binding, out)
-        if hot is not None:  # only once the whole call, out= included, was found right
-            # a degraded kernel (CompiledKernel.degraded) gets no fastest path, which
-            # would keep it past its retry, and no call record, which would keep it for good
-            degraded = compiled.degraded
-            prepared = self._hot.remember(hot, args, binding, compiled, fastest=not degraded)
-            if prepared is not None and self.module.records and not degraded:
-                module = self.module
-                call_records.remember_call(module.source, self.name, module.backend_object,
-                                           module.backend, module.options_key(), hot.key,
-                                           compiled, prepared)
-        return like_the_caller(result, args, out)
+        try:
+            result = self._hot.fastest_result(args, out)
+            if result is not None:
+                return result
+            if self.module.on_device:
+                return _device_call(self, self._device_hot, args, out, self._for)
+            hot = self._hot.look_up(args, out)
+            if hot is not None:
+                if hot.entry is None and self.module.records:
+                    self._recorded(hot)
+                if hot.entry is not None and not _retry_due(hot.entry[0]):
+                    try:
+                        return hot.run()
+                    except _AllocationFailed:
+                        pass  # the checked path says which array, and where
+            binding = bind_arguments(self.definition, args, self.module.on_device)
+            compiled = self._for(binding)
+            result = compiled.run(binding, out)
+            if hot is not None:  # only once the whole call, out= included, was found right
+                # a degraded kernel (CompiledKernel.degraded) gets no fastest path, which
+                # would keep it past its retry, and no call record, which would keep it for good
+                degraded = compiled.degraded
+                prepared = self._hot.remember(hot, args, binding, compiled, fastest=not degraded)
+                if prepared is not None and self.module.records and not degraded:
+                    module = self.module
+                    call_records.remember_call(module.source, self.name, module.backend_object,
+                                               module.backend, module.options_key(), hot.key,
+                                               compiled, prepared)
+            return like_the_caller(result, args, out)
+        except TCError as err:  # the API boundary (hide_internal_frames)
+            hide_internal_frames(err)
+            raise
 
     def _recorded(self, hot: "_HotCall") -> None:
         """The disk cache's record of this very call, made hot (call_records.py)."""
@@ -641,14 +663,29 @@ class Kernel:
             artifact, prepared = found
             self._hot.keep(hot, _Recorded(artifact), prepared, artifact)
 
-    def compile(self, *args) -> CompiledKernel:
-        """Compile for the shapes and dtypes of `args` (inputs), without running."""
-        return self._for(bind_arguments(self.definition, args, self.module.on_device))
+    @api_boundary
+    def compile(self, *args, fresh: bool = False) -> CompiledKernel:
+        """Compile for the shapes and dtypes of `args` (inputs), without running.
+        fresh: compile again even when a cache holds the kernel, so that every stage runs
+        and is timed (`timings`) and the tiling's reasons are known (`summary()`)."""
+        binding = bind_arguments(self.definition, args, self.module.on_device)
+        if not fresh:
+            return self._for(binding)
+        fast = self._fast_key(binding)
+        with self._lock:
+            compiled = self._compile(binding, fast, fresh=True)
+            self._compiled.put(fast, compiled)
+        return compiled
+
+    def _fast_key(self, binding: Binding) -> tuple:
+        """What the code depends on: shapes, dtypes and layouts, or (shape-generic) ranks
+        and dtypes."""
+        if self.module.options.specialize:
+            return binding.shape_key()
+        return tuple((a.ndim, a.dtype.str) for a in binding.arrays)
 
     def _for(self, binding: Binding) -> CompiledKernel:
-        options = self.module.options
-        fast = binding.shape_key() if options.specialize else \
-            tuple((a.ndim, a.dtype.str) for a in binding.arrays)
+        fast = self._fast_key(binding)
         found = self._compiled.get(fast)
         if found is not None and not found._c.due():
             return found
@@ -659,22 +696,23 @@ class Kernel:
                 self._compiled.put(fast, found)
         return found
 
-    def _compile(self, binding: Binding, fast: tuple) -> CompiledKernel:
+    def _compile(self, binding: Binding, fast: tuple, fresh: bool = False) -> CompiledKernel:
         from tclang.cachekey import cache_key, canonical_source
         from tclang.compiler import compile_definition, compile_target
         options, backend = self.module.options, self.module.backend
         if self.module.tuned:
-            options = self._tuned_options(fast)
+            options = self._tuned_options(fast) or options
         sizes = dict(binding.sizes) if options.specialize else None
         layouts = tuple(strides for _, _, strides in fast) if options.specialize else None
         target = compile_target(backend, options)
         key = cache_key(canonical_source(self.definition), self.name, fast, options,
                         backend, target)
         compiled = compile_definition(self.definition, sizes, options, backend, target, key,
-                                      layouts)
+                                      layouts, fresh)
         return CompiledKernel(compiled, self.definition, backend, options, sizes,
                               fast if options.specialize else None, target, layouts)
 
+    @api_boundary
     def export(self, directory, sizes: dict[str, int] | None = None, target: str = "cpu",
                arch: str = "sm_80"):
         """Write a shared library with a plain C ABI and its header into `directory`, for
@@ -685,17 +723,26 @@ class Kernel:
         from tclang.export import export_kernel
         return export_kernel(self, directory, sizes, target, arch)
 
-    def _tuned_options(self, shapes: tuple) -> Options:
-        """What tc.autotune stored for these shapes on this machine, else automatic."""
+    @api_boundary
+    def tuned_options(self, *args, database=None) -> Options | None:
+        """The options tc.autotune stored for the shapes, dtypes and layouts of `args`
+        (inputs) on this machine, or None where it stored none (what `options="tuned"`
+        compiles with, and `tclang compare --tuned` times). `database`: a path, default
+        TCLANG_TUNING_DB or the cache directory's tuning.sqlite."""
+        binding = bind_arguments(self.definition, args, self.module.on_device)
+        return self._tuned_options(binding.shape_key(), database)
+
+    def _tuned_options(self, shapes: tuple, database=None) -> Options | None:
+        """What tc.autotune stored for these shapes on this machine, or None."""
         from tclang.cachekey import canonical_source
         from tclang.compiler import compile_target
         from tclang.options import Options
         from tclang.tuning.database import TuningDatabase, kernel_key, machine_id
         key = kernel_key(canonical_source(self.definition), self.name, shapes,
                          self.module.backend)
-        found = TuningDatabase().best(key, machine_id(compile_target(self.module.backend,
-                                                                     Options())))
-        return found["options"] if found else Options()
+        machine = machine_id(compile_target(self.module.backend, Options()))
+        found = TuningDatabase(database).best(key, machine)
+        return found["options"] if found else None
 
     @property
     def signature(self) -> str:
@@ -792,6 +839,7 @@ class Module:
     def program_definition(self, name: str) -> Definition:
         return next(d for d in self.program.definitions if d.name == name)
 
+    @api_boundary
     def __getitem__(self, name: str) -> Kernel:
         try:
             return self._kernels[name]

@@ -14,7 +14,7 @@ and `g(*inputs, *output_grads)` does both. `g.source` is the backward definition
 from __future__ import annotations
 
 from tclang.autodiff.adjoint import GradientSource, build
-from tclang.errors import TCArgumentError, TCError, TCGradError
+from tclang.errors import TCArgumentError, TCError, TCGradError, api_boundary
 
 __all__ = ["Gradient", "build", "GradientSource", "sizes_of"]
 
@@ -124,6 +124,7 @@ class Gradient:
         grads = self._backward(*inputs, *values, *output_grads)
         return grads if isinstance(grads, tuple) else (grads,)
 
+    @api_boundary
     def __call__(self, *args):
         n = len(self.definition.inputs)
         inputs, output_grads = args[:n], args[n:]

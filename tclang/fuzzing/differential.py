@@ -328,7 +328,8 @@ def _first_line(err) -> str:
 
 def _describe(err) -> str:
     """The first line, the first line that says "error" (a compiler's), and where."""
-    frame = traceback.extract_tb(err.__traceback__)[-1:]
+    frames = getattr(err, "internal_traceback", None) or err.__traceback__  # (tc errors.py)
+    frame = traceback.extract_tb(frames)[-1:]
     where = f" (at {Path(frame[0].filename).name}:{frame[0].lineno})" if frame else ""
     said = [line.strip() for line in str(err).splitlines()[1:] if "error" in line][:1]
     return _first_line(err)[:300] + "".join(f" [{line[-200:]}]" for line in said) + where

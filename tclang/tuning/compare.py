@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tclang.errors import TCError, TCScheduleError
-from tclang.options import FUSIONS, Options
+from tclang.errors import TCError
+from tclang.options import Options, parse_knobs
 from tclang.tuning import roofline
 from tclang.tuning import trials as T
 from tclang.tuning.space import candidate_of, describe
@@ -276,47 +276,9 @@ def textwrap_fill(text: str, width: int) -> str:
 
 
 def parse_manual(spec: str) -> Options:
-    """"tile=32x32x64,unroll=4,loop_order=k:m:n,register_tile=4x16,pack=off" -> Options.
-    Sizes are joined by x, a loop order by colons; on/off for booleans."""
-    values: dict = {}
-    for part in filter(None, (p.strip() for p in spec.split(","))):
-        name, sep, text = part.partition("=")
-        name, text = name.strip().replace("-", "_"), text.strip()
-        if not sep:
-            raise TCScheduleError(f"manual schedule {spec!r}: {part!r} is not name=value",
-                                  hint='for example "tile=32x32x64,unroll=4"')
-        if name in ("tile", "block", "grid"):
-            values[name] = () if text in ("none", "off", "") else \
-                tuple(_integer(spec, x) for x in text.split("x"))
-        elif name == "register_tile":
-            values[name] = False if text in ("off", "false", "0") else \
-                tuple(_integer(spec, x) for x in text.split("x"))
-        elif name == "loop_order":
-            values[name] = tuple(int(x) if x.isdigit() else x for x in text.split(":"))
-        elif name in ("unroll", "vector_width"):
-            values[name] = _integer(spec, text)
-        elif name == "fusion":
-            values[name] = text
-        elif name in ("parallel", "vectorize", "pack", "shared_memory", "private_memory",
-                      "reorder_reductions", "specialize"):
-            if text not in ("on", "off", "true", "false", "1", "0"):
-                raise TCScheduleError(f"manual schedule {spec!r}: {name} is on or off, "
-                                      f"not {text!r}")
-            values[name] = text in ("on", "true", "1")
-        else:
-            raise TCScheduleError(f"manual schedule {spec!r}: unknown knob {name!r}",
-                                  hint="knobs: fusion (" + "/".join(FUSIONS) + "), tile, "
-                                  "loop_order, unroll, parallel, vectorize, vector_width, "
-                                  "register_tile, pack, block, grid, shared_memory, "
-                                  "private_memory")
-    return Options(**values)
-
-
-def _integer(spec: str, text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise TCScheduleError(f"manual schedule {spec!r}: {text!r} is not an integer") from None
+    """"tile=32x32x64,unroll=4,loop_order=k:m:n,register_tile=4x16,pack=off" -> Options:
+    the one knob grammar of tclang/options.py (parse_knobs)."""
+    return parse_knobs(spec, "manual schedule")
 
 
 def compare(kernel, *args, manual=(), tune: int = 0, peers=("numpy", "torch"),

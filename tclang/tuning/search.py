@@ -81,8 +81,7 @@ class TuningResult:
 
 
 def _describe_options(options: Options) -> str:
-    d = options.to_dict()
-    return ", ".join(f"{k}={v}" for k, v in d.items()) or "automatic"
+    return options.describe()  # the knob grammar: what --options and --manual read
 
 
 def check_seconds(name: str, value) -> None:
@@ -118,6 +117,7 @@ def autotune(kernel, *args, budget: int = 64, time_limit: float = 60.0,
     check_seconds("min_time", min_time)
     if jobs is not None and (not isinstance(jobs, int) or jobs < 1):
         raise TCError(f"jobs must be None (the default) or at least 1, not {jobs!r}")
+    budget = min(budget, max_trials() or budget)
     module = kernel.module
     if module.on_device:
         raise TCError("tc.autotune runs on the CPU backends only for now (its trials fork, "
@@ -179,6 +179,13 @@ def autotune(kernel, *args, budget: int = 64, time_limit: float = 60.0,
                                 result.best_seconds, automatic_seconds, search.trials)
         result.database = str(db.path) if db.path is not None else None
     return result
+
+
+def max_trials() -> int | None:
+    """TCLANG_MAX_TRIALS: at most this many trials per tuning, whatever its budget (a smoke
+    test of a tuning script: the documentation's test runs its examples so)."""
+    from tclang import environment
+    return environment.whole_number("TCLANG_MAX_TRIALS", None)
 
 
 def kernel_outputs(source: str, backend: str, entry: str, inputs: tuple) -> tuple:

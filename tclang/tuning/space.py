@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from tclang.options import FUSIONS, Options
+from tclang.options import FUSIONS, Options, format_knob
 from tclang.lang.program import Definition
 
 Candidate = tuple  # ((knob, value), ...), sorted by knob; None = automatic
@@ -182,18 +182,10 @@ def _has_contraction(definition: Definition) -> bool:
 
 
 def describe(candidate: Candidate) -> str:
-    """`tile=32x32x64, unroll=4`: the knobs a point sets, as `tclang compare` writes them."""
-    parts = []
-    for knob, value in candidate:
-        if value is None:
-            continue
-        if isinstance(value, tuple) and value and all(isinstance(x, int) for x in value):
-            parts.append(f"{knob}={'x'.join(map(str, value))}")
-        elif isinstance(value, tuple):
-            parts.append(f"{knob}={','.join(map(str, value)) or 'none'}")
-        else:
-            parts.append(f"{knob}={value}")
-    return ", ".join(parts) or "automatic"
+    """`tile=32x32x64,unroll=4`: the knobs a point sets, in the knob grammar that
+    `tclang compare --manual` and `--options` read (tclang/options.py)."""
+    return ",".join(f"{knob}={format_knob(knob, value)}" for knob, value in candidate
+                    if value is not None) or "automatic"
 
 
 def candidate_of(options: Options) -> Candidate:

@@ -16,15 +16,18 @@ SAXPY = "def saxpy_{tag}(float(N) X, float(N) Y) -> (Z) {{ Z(i) = 3 * X(i) + Y(i
 def explain(tmp_path, capsys, *extra) -> tuple[int, str, str]:
     path = tmp_path / "k.tc"
     path.write_text(SAXPY.format(tag="explained"))
-    code = main(["explain", str(path), "--sizes", "N=1024", *extra])
+    code = main(["explain", str(path), "--sizes", "N=1024", "--no-limits", *extra])
     out = capsys.readouterr()
     return code, out.out, out.err
 
 
-def test_explain_shows_the_optimized_llvm_ir_by_default(tmp_path, capsys):
+def test_explain_shows_the_summary_then_the_stages_asked_for(tmp_path, capsys):
     code, out, err = explain(tmp_path, capsys)
     assert code == 0, err
-    assert "== transform:" in out and "== loops:" in out and "== llvm-opt:" in out
+    assert "== summary" in out and "== loops:" not in out  # one screen by default
+    code, out, err = explain(tmp_path, capsys, "--stage", "transform,loops,llvm-opt")
+    assert code == 0, err
+    assert "== summary" in out and "== transform:" in out and "== loops:" in out
     llvm_opt = out.split("== llvm-opt:")[1]
     assert "x float>" in llvm_opt  # a vectorized loop shows its vector type
 

@@ -95,6 +95,9 @@ def test_tclang_tune_stores_what_it_found(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0 and out.startswith("tuned matmul: ") and f"stored in {db}" in out
     assert 'options="tuned"' in out
+    # how to use them from the command line, with this (not the default) database
+    assert f"TCLANG_TUNING_DB={db} tclang run {EXAMPLE} --entry matmul --sizes M=9,K=7,N=16 " \
+        "--tuned" in out
 
 
 def test_register_tiles_are_searched_only_for_contractions():
