@@ -165,7 +165,7 @@ def test_tuned_takes_the_stored_options_in_explain_run_and_export(tmp_path, monk
     out = capsys.readouterr().out
     assert "options     tile=4x8x8,unroll=2" in out
     assert main(["run", EXAMPLE, *sizes, "--tuned", "--repeat", "1"]) == 0
-    assert "matches the reference" in capsys.readouterr().out
+    assert "): matches" in capsys.readouterr().out  # checked (NumPy or the interpreter)
     assert main(["run", EXAMPLE, *sizes, "--tuned", "--tile", "4"]) == 1
     assert "--tuned uses the stored options" in capsys.readouterr().err
     assert main(["export", EXAMPLE, *sizes, "--tuned", "-o", str(tmp_path / "lib")]) == 0
