@@ -133,3 +133,13 @@ REGRESSIONS.append((
     "656): cpu automatic crashed with StopIteration in polyhedral/packing.py. The lanes (j) "
     "move one of C's two reads; the packing looked for them in the other. A tensor the "
     "register tile's statement reads twice is no longer packed"))
+
+REGRESSIONS.append((
+    "def f(float(R, N) X, float(R, N) Y) -> (Z) {\n"
+    "    Z(r, k) +=! (k < i) ? X(r, k) * Y(r, i) : 0.0 where r in 0:R, k in 0:N, i in 0:N\n"
+    "}\n", "f", {"R": 4, "N": 3},
+    "OPEN guarded-sum-factor-scop: the automatic schedule on cpu, reference and "
+    "cuda-emulated raises TCCompileError 'the polyhedral scop stage failed for f: call to "
+    "isl_union_map_read_from_str failed: syntax error'; Options(passes=False), "
+    "shape-generic code and some manual options compile it. Found by tclang fuzz's "
+    "reduction programs (and in tc.grad's backward of a guarded prefix sum of tanh)"))
