@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
-from tclang.fuzzing.generator import Features, GeneratedProgram, generate
+from tclang.fuzzing.generator import GeneratedProgram, generate
 
 SHARES = {
     "reduction": 0.2,  # a guarded, masked or triangular reduction program instead
@@ -21,6 +21,7 @@ SHARES = {
     "gradgradcheck": 0.5,  # of those: gradgradcheck too
     "tuner_options": 0.5,  # the manual options from the tuner's search space
     "interrupt": 0.05,  # an interrupted compile
+    "grad": 1.0,  # tc.grad against central differences (every differentiable program)
 }
 INTERRUPT_WITHIN = 0.8  # seconds: the delay of the Ctrl-C is uniform below this
 # (a forked child's compile of a generated program takes 0.1-1 s: its helper processes
@@ -46,7 +47,8 @@ def fuzz_program(rng: random.Random, shares: dict | None = None) -> GeneratedPro
     tuner = extra.random() < shares["tuner_options"]
     interrupt = extra.uniform(0.0, INTERRUPT_WITHIN) \
         if extra.random() < shares["interrupt"] else None
-    features = replace(program.features, grad=True, gradcheck=gradcheck,
+    grad = extra.random() < shares["grad"]
+    features = replace(program.features, grad=grad, gradcheck=gradcheck,
                        gradgradcheck=gradgrad, tuner_options=tuner, interrupt=interrupt)
     program = replace(program, features=features)
     if module:

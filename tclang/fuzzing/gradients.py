@@ -207,7 +207,8 @@ def check_torch(program, which: str = "gradcheck", seed: int = 0):
         except tclang.TCGradError:
             return [], [f"{which}: not differentiable"]
         except Exception as err:  # noqa: BLE001
-            return [Failure("torch", None, "crash", f"{_which_text(fn.kernel)}"
+            kernel = tclang.define(source)[program.entry]
+            return [Failure("torch", None, "crash", f"{_which_text(kernel)}"
                             f"{_describe(err)}", check=which)], [which]
         rng = np.random.default_rng(seed)
         arrays = random_inputs(fn.definition, program.sizes, rng)

@@ -30,7 +30,7 @@ import os
 import random
 from dataclasses import dataclass, replace
 
-from tclang.fuzzing.generator import GeneratedProgram, Model, Node, finish
+from tclang.fuzzing.generator import VOLUME_CAP, GeneratedProgram, Model, Node, finish
 
 # Layout styles: (separators inside a definition: after `{`, between statements, before
 # `}`; separators between definitions). "mixed" draws every one from everything.
@@ -54,7 +54,7 @@ EDITS = ("({0}) + 1", "({0}) * 2", "!({0})")
 @dataclass(frozen=True)
 class ModulePlan:
     defs: tuple[GeneratedProgram, ...]  # each definition alone, with its sizes
-    main: int  # which of defs is the program being fuzzed
+    main: int  # which of defs is the program being fuzzed (its differential run's)
     edit_at: int  # the definition revision B edits (-1: none could be edited)
     edited: GeneratedProgram | None
     layout_a: int  # layout seeds: revisions A and B share theirs
@@ -71,8 +71,8 @@ class ModulePlan:
 
 
 def module_plan(rng: random.Random, program: GeneratedProgram, others) -> ModulePlan | None:
-    """`program` among one or two other definitions; `others()` makes a random generated program
-    (the generic generator). None if the program has no model to lay out."""
+    """`program` among one or two other definitions (`others()` makes one: a generic
+    program); None if the program has no model to lay out."""
     if program.model is None:
         return None
     taken = {program.entry}
@@ -119,7 +119,7 @@ def _edit(program: GeneratedProgram, rng: random.Random) -> GeneratedProgram | N
         body = model.body[:last] + (replace(stmt, rhs=Node(fmt, (stmt.rhs,))),) + \
             model.body[last + 1:]
         candidate = finish(replace(model, body=body), rng, dict(program.sizes),
-                           cap=program.features.volume_cap or 3000)
+                           cap=program.features.volume_cap or VOLUME_CAP)
         if candidate is not None and candidate.sizes == program.sizes:
             return replace(candidate, features=program.features)
     return None

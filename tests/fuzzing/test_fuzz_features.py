@@ -208,6 +208,21 @@ def test_gradcheck_finds_a_wrong_first_derivative(cache, monkeypatch):
     assert [f.kind for f in failures] == ["grad-mismatch"], failures
 
 
+def test_a_gradient_that_cannot_be_built_is_a_crash(cache, monkeypatch):
+    """Not a TCGradError: tc.grad (and tclang.torch, with PyTorch) must not raise it."""
+    from tclang.autodiff import Gradient
+
+    def broken(self, kernel, wrt=None):
+        raise KeyError("k")
+    monkeypatch.setattr(Gradient, "__init__", broken)
+    failures, _ = gradients.check_grad(CUBE)
+    assert [(f.kind, f.check) for f in failures] == [("crash", "grad")]
+    assert "KeyError" in failures[0].detail and "tc.grad" in failures[0].repro
+    if gradients.torch_available():
+        failures, _ = gradients.check_torch(CUBE, "gradcheck")
+        assert [(f.kind, f.check) for f in failures] == [("crash", "gradcheck")]
+
+
 # ---- interrupted compiles -----------------------------------------------------------------
 
 REAL_CALL = differential._call
@@ -363,6 +378,16 @@ def test_open_grad_keeps_where_clauses(cache):
         "    T(i) +=! (j <= i) ? S(i, j) : 0.0 where i in 0:N, j in 0:N\n"
         "    Z(i) = T(i) * T(i)\n}\n", "f", {"N": 5})
     assert gradients.check_grad(program) == ([], ["grad"])
+
+
+@pytest.mark.xfail(strict=True, reason="OPEN grad-shifted-diagonal-keyerror "
+                                       "(tclang.fuzzing.differential.KNOWN_BUGS)")
+def test_open_grad_of_a_shifted_diagonal(cache):
+    """A shifted diagonal read: tc.grad raised a bare KeyError (adjoint.py), neither a
+    gradient nor a TCGradError."""
+    program = GeneratedProgram("def f(float(K, K) B) -> (O) { O(i) = B(i - 1, i - 1) }",
+                               "f", {"K": 4})
+    assert gradients.check_grad(program)[0] == []
 
 
 # ---- a run of many ------------------------------------------------------------------------
