@@ -111,13 +111,38 @@ def check_grad(program, seed: int = 0):
     failures = [Failure("grad", None, "grad-mismatch", f"d/d{x}: {what}", check="grad",
                         repro=_grad_repro(source, program))
                 for x, what in problems if what != "not smooth"]
+    if failures:  # the differences follow the compiled forward: is it right?
+        wrong = _forward_problem(source, program, kernel, inputs)
+        if wrong:
+            failures = [Failure("grad", None, "mismatch", f"the float64 form's forward "
+                                f"(what the differences are taken of): {wrong}",
+                                check="grad", repro=_grad_repro(source, program))]
     smooth = all(what != "not smooth" for _, what in problems)
     return failures, ["grad" if smooth else "grad (a point not smooth)"]
 
 
+def _forward_problem(source: str, program, kernel, inputs) -> str | None:
+    """What differs between the float64 form's compiled forward and the oracle's, if
+    anything: a gradient that disagrees with differences of a wrong forward is the
+    forward's bug."""
+    from dataclasses import replace
+
+    from tclang.fuzzing.differential import ORACLE, _call, _quiet, compare, tolerance
+    with _quiet():
+        got = kernel(*inputs)
+        got = got if isinstance(got, tuple) else (got,)
+        want = _call(replace(program, source=source), *ORACLE, inputs, True)
+    rtol = tolerance(kernel.definition, program.sizes)
+    for k, (a, e) in enumerate(zip(got, want)):
+        problem = compare(a, e, rtol)
+        if problem:
+            return f"output {k}: {problem}"
+    return None
+
+
 def _which_text(kernel) -> str:
-    """Which text of tc.grad's two does not check ("the training forward: ", "the
-    backward: "), for a failure of tc.grad; "" if both do (the failure is elsewhere)."""
+    """Which of tc.grad's two texts does not check ("the training forward it generates
+    does not check: ", or the backward), for a failure of tc.grad; "" if both do."""
     from tclang.autodiff import build
     from tclang.lang.frontend import check_source
     try:

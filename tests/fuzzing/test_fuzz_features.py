@@ -166,6 +166,23 @@ def test_the_grad_check_finds_a_wrong_gradient(cache, monkeypatch):
                                                           ("grad-mismatch", "d/dW")]
 
 
+def test_a_wrong_forward_is_not_blamed_on_the_gradient(cache, monkeypatch):
+    """The differences are taken of the compiled float64 forward: where that is wrong
+    (here: every call after the first half as large again), the forward is reported."""
+    from tclang.runtime import Kernel
+    real, calls = Kernel.__call__, []
+
+    def off(self, *args, **kwargs):
+        calls.append(1)
+        out = real(self, *args, **kwargs)
+        wrong = self.name == "f" and self.module.backend == "cpu" and len(calls) > 1
+        return out * 1.5 if wrong else out
+    monkeypatch.setattr(Kernel, "__call__", off)
+    failures, _ = gradients.check_grad(CUBE)
+    assert [f.kind for f in failures] == ["mismatch"], failures
+    assert "the float64 form's forward" in failures[0].detail
+
+
 def test_the_grad_check_counts_what_has_no_gradient(cache):
     floor = GeneratedProgram("def f(float(N) X) -> (Y) { Y(i) = floor(X(i)) }", "f", {"N": 3})
     assert gradients.check_grad(floor) == ([], ["grad: not differentiable"])
