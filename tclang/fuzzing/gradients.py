@@ -55,13 +55,16 @@ def directional(objective, xs: list, i: int, v, analytic: float, noise: float):
         plus, minus = list(xs), list(xs)
         plus[i], minus[i] = xs[i] + h * v, xs[i] - h * v
         return (objective(plus) - objective(minus)) / (2 * h)
-    coarse = differences(STEP)
-    atol = 4 * noise / STEP
+    # the step scaled to the values: relative to the largest of x and of v
+    step = STEP * max(1.0, float(np.max(np.abs(np.asarray(xs[i], np.float64)), initial=0))) \
+        / max(1.0, float(np.max(np.abs(np.asarray(v, np.float64)), initial=0)))
+    coarse = differences(step)
+    atol = 4 * noise / step
     if not np.isfinite(analytic) and not np.isfinite(coarse):
         return None
     if close(coarse, analytic, atol):
         return None
-    fine = differences(STEP / 2)
+    fine = differences(step / 2)
     if not close(coarse, fine, 2 * atol) or not np.isfinite(coarse):
         return "not smooth"
     return f"<grad, v> = {analytic!r}, central differences give {coarse!r} and {fine!r}"
