@@ -302,6 +302,8 @@ def test_the_interrupt_check_finds_an_interrupt_turned_into_an_error(cache, monk
 def test_the_interrupt_check_finds_a_crash(cache, monkeypatch):
     def segfault(real, *args, **kwargs):
         time.sleep(0.5)
+        import faulthandler
+        faulthandler.disable()  # pytest's dump of the child's stack says nothing here
         os.kill(os.getpid(), signal.SIGSEGV)
     misbehave_in_child(monkeypatch, segfault)
     failures, _ = interrupted(scaled("f", "2.0"), 0.2)
