@@ -130,20 +130,21 @@ def _child(conn, program, backend, options, inputs, check_bounds) -> None:
     forget_compiled()  # the fuzz worker's kernels are not this process's
     status: dict = {}
     conn.send("ready")
-    with _quiet():
-        try:
+    try:  # the Ctrl-C may come at any point from here on
+        with _quiet():
             _call(program, backend, options, inputs, check_bounds)
-            status["finished"] = True
-            time.sleep(WAIT_AFTER)  # the Ctrl-C is on its way
-            status["outcome"] = "lost"
-        except KeyboardInterrupt:
-            status["during"] = "finished" not in status
-        except BaseException as err:  # noqa: BLE001 - reported: Ctrl-C must stay Ctrl-C
-            status["error"] = _describe(err)
-        if "during" in status:
-            try:
+        status["finished"] = True
+        time.sleep(WAIT_AFTER)  # the Ctrl-C is on its way
+        status["outcome"] = "lost"
+    except KeyboardInterrupt:
+        status["during"] = "finished" not in status
+    except BaseException as err:  # noqa: BLE001 - reported: Ctrl-C must stay Ctrl-C
+        status["error"] = _describe(err)
+    if "during" in status or status.get("finished"):
+        try:
+            with _quiet():
                 status["again"] = _call(program, backend, options, inputs, check_bounds)
-            except BaseException as err:  # noqa: BLE001
-                status["again_error"] = _describe(err)
+        except BaseException as err:  # noqa: BLE001
+            status["again_error"] = _describe(err)
     conn.send(status)
     conn.close()
