@@ -5,6 +5,13 @@ Programs run in a worker process, so that generated code that crashes or hangs i
 with the program that caused it instead of taking the fuzzer down. Each failing program is
 shrunk (in the worker too) and written to the output directory as a .tc file with its
 sizes and what failed; --regressions also appends it to tests/fuzzing/regressions.py.
+A failure of an extra check (a module's cache, a gradient, an interrupted compile) is
+written as it is, with a script reproducing it (failure-K.py) where it has one.
+
+Every worker gets the same disk cache directory for the run (a new temporary one unless
+--cache-dir names one), so that what one process compiled is what the others load: the
+module check and the interrupted compiles rely on it, and the user's own cache is never
+touched. The summary says how many programs exercised each feature.
 """
 
 from __future__ import annotations
@@ -52,6 +59,14 @@ def add_command(sub) -> None:
                    help="also run the configurations that hit known open bugs")
     p.add_argument("--source-fuzz", action="store_true",
                    help="fuzz the source text instead (--programs inputs through define)")
+    p.add_argument("--cache-dir", help="the disk cache every worker shares (default: a new "
+                                       "temporary directory, removed after the run)")
+    p.add_argument("--share", action="append", default=[], metavar="FEATURE=P",
+                   help="the share of programs that get a feature (repeatable): "
+                        "reduction, module, gradcheck, gradgradcheck (of those with "
+                        "gradcheck), tuner_options, interrupt, grad; e.g. --share module=1")
+    p.add_argument("--plain", action="store_true",
+                   help="the generic generator's programs only, with no extra checks")
     p.set_defaults(run=_main)
 
 
@@ -64,30 +79,70 @@ def _main(args) -> int:
                     shrink_failures=not args.no_shrink, regressions=args.regressions,
                     avoid_known=not args.include_known, jobs=args.jobs,
                     program_seconds=args.program_seconds,
-                    program_memory_mb=args.program_memory_mb)
+                    program_memory_mb=args.program_memory_mb,
+                    generate=_generator(args.plain, args.share), cache_dir=args.cache_dir)
+
+
+def _generator(plain: bool, shares: list[str]):
+    """The program generator the command line asks for (None: fuzz_program's shares)."""
+    from tclang.errors import TCArgumentError
+    from tclang.fuzzing.features import SHARES, fuzz_program
+    from tclang.fuzzing.generator import generate
+    if plain:
+        return generate
+    given = {}
+    for item in shares:
+        name, _, value = item.partition("=")
+        try:
+            given[name.strip()] = float(value)
+        except ValueError:
+            given[name.strip()] = -1.0
+        if name.strip() not in SHARES or not 0 <= given[name.strip()] <= 1:
+            raise TCArgumentError(f"--share takes FEATURE=P with P between 0 and 1 and "
+                                  f"FEATURE one of {', '.join(SHARES)}, not {item!r}")
+    return (lambda rng: fuzz_program(rng, given)) if given else None
 
 
 def run_fuzz(programs: int | None, seconds: float | None, seed: int, backends, out_dir,
              *, shrink_failures: bool = True, regressions: bool = False,
              avoid_known: bool = True, generate=None, jobs: int = 1,
              program_seconds: float = PROGRAM_SECONDS,
-             program_memory_mb: float = PROGRAM_MEMORY_MB) -> int:
+             program_memory_mb: float = PROGRAM_MEMORY_MB, cache_dir=None) -> int:
     """The fuzz loop; returns the exit code (1 if any program failed). `generate` makes
-    program k from a `random.Random` (default: the generator's); `jobs` worker processes
-    run programs at once (results and reports stay the same whatever the number). A program
-    over `program_seconds` or `program_memory_mb` fails ("slow", "memory"); the summary
-    names the slowest program and the largest peak memory."""
-    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+    program k from a `random.Random` (default: `features.fuzz_program`, the generic
+    generator's programs with reduction programs and extra checks); `jobs` worker
+    processes run programs at once (results and reports stay the same whatever the
+    number), sharing `cache_dir` (default: a temporary directory) as their disk cache. A
+    program with a part (its differential run, or one extra check) over `program_seconds`,
+    or over `program_memory_mb`, fails ("slow", "memory"); the summary names the slowest
+    program and the largest peak memory, and counts what the programs exercised."""
+    import shutil
+    import tempfile
 
     from tclang.fuzzing.differential import cuda_emulation_available
-    from tclang.fuzzing.generator import generate as default_generate
-    generate = generate or default_generate
+    from tclang.fuzzing.features import fuzz_program
+    generate = generate or fuzz_program
     if backends is None:
         backends = ("cpu", "reference") + (("cuda-emulated",) if cuda_emulation_available()
                                            else ())
-    counts, start = Counter(), time.monotonic()
+    temporary = cache_dir is None
+    cache_dir = tempfile.mkdtemp(prefix="tclang-fuzz-cache-") if temporary else str(cache_dir)
+    try:
+        return _loop(programs, seconds, seed, backends, out_dir, shrink_failures, regressions,
+                     avoid_known, generate, jobs, program_seconds, program_memory_mb,
+                     {"TCLANG_CACHE_DIR": os.path.abspath(cache_dir)})
+    finally:
+        if temporary:
+            shutil.rmtree(cache_dir, ignore_errors=True)
+
+
+def _loop(programs, seconds, seed, backends, out_dir, shrink_failures, regressions,
+          avoid_known, generate, jobs, program_seconds, program_memory_mb, env) -> int:
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+    counts, features, start = Counter(), Counter(), time.monotonic()
+    spent: Counter = Counter()  # worker seconds in each part of the programs
     slowest, heaviest = (0.0, None), (0.0, None)  # (seconds or MB, program number)
-    idle = [Worker() for _ in range(max(1, jobs))]
+    idle = [Worker(env) for _ in range(max(1, jobs))]
     running: dict = {}  # future -> (k, worker)
 
     def more() -> bool:
@@ -115,6 +170,8 @@ def run_fuzz(programs: int | None, seconds: float | None, seed: int, backends, o
                     if _over_limits(report, program_seconds, program_memory_mb):
                         worker.close()  # a fresh worker: its peak memory starts again
                     counts[report.status] += 1
+                    features.update(set(report.features))
+                    spent.update(report.check_seconds)
                     counts["known"] += any("known bug" in x
                                            for x in report.skipped + [report.why])
                     for f in report.failures:
@@ -130,21 +187,53 @@ def run_fuzz(programs: int | None, seconds: float | None, seed: int, backends, o
     if sys.stderr.isatty() or done % (10 if done <= 100 else 100):
         _progress(counts, done, time.monotonic() - start, final=True)
     failed = counts["fail"]
+    elapsed = time.monotonic() - start
     print(f"slowest program: {slowest[1]} ({slowest[0]:.1f} s); largest worker peak memory: "
-          f"{heaviest[0]:.0f} MB (program {heaviest[1]})")
+          f"{heaviest[0]:.0f} MB (program {heaviest[1]}); "
+          f"{60 * done / max(elapsed, 1e-9):.1f} programs a minute")
+    print(feature_summary(features))
+    print("worker seconds: " + ", ".join(f"{part} {took:.0f}" for part, took in
+                                           sorted(spent.items(), key=lambda x: -x[1])))
     print(f"{counts['pass']} passed, {failed} failed")
     return 1 if failed else 0
 
 
+def feature_summary(features: Counter) -> str:
+    """How many programs exercised each feature (report.features' labels, counted once
+    per program), as one line."""
+    def n(*labels: str) -> int:
+        return sum(features[x] for x in labels)
+    families = sorted(x for x in features if x.startswith("family ") and
+                      not x.endswith(" on cuda-emulated"))
+    reductions = sum(features[x] for x in families)
+    on_gpu = sum(features[f"{x} on cuda-emulated"] for x in families)
+    kinds = ", ".join(f"{x[7:]} {features[x]}" for x in families)
+    styles = ", ".join(f"{x[14:]} {features[x]}" for x in sorted(features)
+                       if x.startswith("module layout "))
+    return "\n".join([
+        f"features: multi-def modules: {n('module')} ({styles or 'none'}), guarded "
+        f"reductions: {reductions} (cuda-emulated {on_gpu}; {kinds or 'none'}), "
+        f"grad: {n('grad', 'grad (a point not smooth)')} "
+        f"(not differentiable {n('grad: not differentiable')}), torch gradcheck: "
+        f"{n('gradcheck')}, gradgradcheck: {n('gradgradcheck')}, options: {n('options')} "
+        f"(tuner's space {n('tuner options')}), interrupted compiles: {n('interrupt')} "
+        f"(landed during the compile {n('interrupt landed during the compile')})"])
+
+
 def _over_limits(report, seconds: float, memory_mb: float) -> bool:
-    """Add a "slow" or "memory" failure to `report` for each limit it went past. Peak
+    """Add a "slow" or "memory" failure to `report` for each limit it went past: the time
+    limit applies to each part (the differential run, each extra check) on its own. Peak
     memory only grows in a process, so the worker is replaced after a program over the
     memory limit: the next program is measured from a fresh start."""
     from tclang.fuzzing.differential import Failure
     over = []
-    if report.seconds > seconds:
-        over.append(Failure("runner", None, "slow",
-                            f"{report.seconds:.1f} s (limit {seconds:g} s)"))
+    parts = report.check_seconds or {"program": report.seconds}
+    for part, took in parts.items():
+        if took > seconds:
+            over.append(Failure("runner", None, "slow",
+                                f"{took:.1f} s (limit {seconds:g} s)"
+                                + (f" in the {part} check" if part != "differential" and
+                                   part != "program" else "")))
     if report.peak_rss_mb > memory_mb:
         over.append(Failure("runner", None, "memory",
                             f"peak {report.peak_rss_mb:.0f} MB (limit {memory_mb:g} MB)"))
@@ -157,7 +246,9 @@ def _over_limits(report, seconds: float, memory_mb: float) -> bool:
 def _progress(counts: Counter, k: int, elapsed: float, final: bool = False) -> None:
     line = (f"[fuzz] {k} programs, {counts['mismatch']} mismatches, {counts['crash']} crashes,"
             f" {counts['out-of-bounds']} out-of-bounds, {counts['modified-input']} modified "
-            f"inputs, {counts['slow']} slow, {counts['memory']} over memory, "
+            f"inputs, {counts['wrong-cached-kernel']} wrong cached kernels, "
+            f"{counts['grad-mismatch']} wrong gradients, {counts['lost-interrupt']} lost "
+            f"interrupts, {counts['slow']} slow, {counts['memory']} over memory, "
             f"{counts['skipped']} skipped, {counts['known']} hit known bugs, "
             f"{elapsed:.0f} s")
     if sys.stderr.isatty():
@@ -171,28 +262,38 @@ def _record(report, k: int, worker: "Worker", out_dir, shrink_failures: bool,
     from tclang.fuzzing.differential import fails_like, save_regression, shrink
     failure = report.failures[0]
     program = report.program
-    limits = failure.kind in ("slow", "memory")  # the whole program's cost: not shrunk
-    if shrink_failures and not limits:
+    # the whole program's cost, or an extra check's whole setting (a module, a gradient,
+    # an interrupt): not shrunk
+    whole = failure.kind in ("slow", "memory") or bool(failure.check)
+    if shrink_failures and not whole:
         program = shrink(program, fails_like(failure, run=worker.run, seed=k), budget=150)
     reason = f"{failure.config}: {failure.kind}: {failure.detail}"
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"failure-{k}.tc"
     sizes = ",".join(f"{n}={v}" for n, v in sorted(program.sizes.items()))
-    path.write_text(f"# {reason}\n# tclang run {path.name} --entry {program.entry} "
+    others = "".join(f"# also {f.config}: {f.kind}: {f.detail[:300]}\n"
+                     for f in report.failures[1:])
+    path.write_text(f"# {reason}\n{others}# tclang run {path.name} --entry {program.entry} "
                     f"--sizes {sizes}\n{program.source}")
-    if regressions and not limits:
+    repro = next((f.repro for f in report.failures if f.repro), "")
+    if repro:
+        path.with_suffix(".py").write_text(repro)
+    if regressions and not whole:
         save_regression(program, "OPEN " + reason, options=failure.options)
     print(f"\n[fuzz] program {k} failed ({reason[:200]}); shrunk program: {path}",
           file=sys.stderr)
 
 
 class Worker:
-    """A child process running the differential runner; restarted after it dies."""
+    """A child process running the differential runner; restarted after it dies. `env`:
+    environment variables the child sets before it runs anything (the run's shared cache
+    directory)."""
 
-    def __init__(self):
+    def __init__(self, env: dict | None = None):
         self.process = self.conn = None
         self.served = 0
+        self.env = dict(env or {})
         atexit.register(self.close)  # before multiprocessing's own exit hook joins it
 
     def run(self, program, **kwargs):
@@ -227,7 +328,7 @@ class Worker:
         ctx = multiprocessing.get_context("spawn")
         self.conn, child = ctx.Pipe()
         # not a daemon: the compiler forks processes of its own (isl's scheduler)
-        self.process = ctx.Process(target=_serve, args=(child,), daemon=False)
+        self.process = ctx.Process(target=_serve, args=(child, self.env), daemon=False)
         self.process.start()
         child.close()
 
@@ -239,8 +340,9 @@ class Worker:
         self.process = self.conn = None
 
 
-def _serve(conn) -> None:
+def _serve(conn, env: dict | None = None) -> None:
     """The worker's loop: LLVM's remarks go to /dev/null, reports go back."""
+    os.environ.update(env or {})
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 2)
     from tclang.fuzzing.differential import Failure, Report, run_differential

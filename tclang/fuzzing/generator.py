@@ -94,11 +94,47 @@ class Model:
 
 
 @dataclass(frozen=True)
+class Features:
+    """The checks a program gets besides the differential run (`tclang fuzz`'s extended
+    generator, `fuzz_program`, draws them from the program's own seed; each is a share of
+    programs, so that a run spends its time on every one of them):
+
+    family: "generic" (`generate`'s programs) or the kind of reduction program
+        (tclang/fuzzing/reductions.py): guarded, masked, triangular, prefix, softmax.
+    module: the program as one definition of a module of several, in random layouts,
+        compiled into the run's shared disk cache and edited between revisions
+        (tclang/fuzzing/modules.py).
+    grad: `tc.grad` against central differences in float64 (where differentiable).
+    gradcheck, gradgradcheck: the same through `tclang.torch` with PyTorch's checks.
+    tuner_options: the manual configuration drawn from the tuner's search space.
+    interrupt: SIGINT to a child compiling the program, this many seconds in
+        (tclang/fuzzing/interrupts.py); None: no interrupted compile.
+    """
+
+    family: str = "generic"
+    module: object | None = None  # a modules.ModulePlan
+    grad: bool = False
+    gradcheck: bool = False
+    gradgradcheck: bool = False
+    tuner_options: bool = False
+    interrupt: float | None = None
+    volume_cap: int = 0  # statement instances the program's sizes may reach (0: VOLUME_CAP)
+
+    def names(self) -> tuple[str, ...]:
+        """The extra checks drawn, as the runner names them."""
+        return tuple(name for name, on in (
+            ("module", self.module is not None), ("grad", self.grad),
+            ("gradcheck", self.gradcheck), ("gradgradcheck", self.gradgradcheck),
+            ("interrupt", self.interrupt is not None)) if on)
+
+
+@dataclass(frozen=True)
 class GeneratedProgram:
     source: str
     entry: str
     sizes: dict[str, int]
     model: Model | None = None  # None for programs known only as text (regressions)
+    features: Features = Features()
 
 
 def generate(rng: random.Random) -> GeneratedProgram:
@@ -116,8 +152,10 @@ def generate(rng: random.Random) -> GeneratedProgram:
     raise RuntimeError("the generator keeps producing invalid programs")
 
 
-def finish(model: Model, rng: random.Random, sizes: dict | None = None):
-    """Check the model with the front end and pick sizes; None (and a count) if it fails."""
+def finish(model: Model, rng: random.Random, sizes: dict | None = None, *,
+           values=SIZE_VALUES, cap: int = VOLUME_CAP):
+    """Check the model with the front end and pick sizes (from `values`, at most `cap`
+    statement instances); None (and a count) if it fails."""
     source = model.render()
     try:
         with warnings.catch_warnings():
@@ -127,7 +165,8 @@ def finish(model: Model, rng: random.Random, sizes: dict | None = None):
         STATS["rejected"] += 1
         STATS[f"reject:{type(err).__name__}: {str(err).splitlines()[0][:70]}"] += 1
         return None
-    sizes = sizes if sizes is not None and fits(defn, sizes) else pick_sizes(defn, rng)
+    sizes = sizes if sizes is not None and fits(defn, sizes, cap) else \
+        pick_sizes(defn, rng, values, cap)
     if sizes is None:
         STATS["rejected"] += 1
         STATS["reject:no sizes fit"] += 1
@@ -135,16 +174,17 @@ def finish(model: Model, rng: random.Random, sizes: dict | None = None):
     return GeneratedProgram(source, model.name, sizes, model)
 
 
-def pick_sizes(defn, rng: random.Random) -> dict[str, int] | None:
+def pick_sizes(defn, rng: random.Random, values=SIZE_VALUES,
+               cap: int = VOLUME_CAP) -> dict[str, int] | None:
     for attempt in range(40):
-        values = SIZE_VALUES if attempt < 20 else (1, 2, 3)
-        sizes = {s: rng.choice(values) for s in defn.sizes}
-        if fits(defn, sizes):
+        choices = values if attempt < 20 else (1, 2, 3)
+        sizes = {s: rng.choice(choices) for s in defn.sizes}
+        if fits(defn, sizes, cap):
             return sizes
     return None
 
 
-def fits(defn, sizes: dict[str, int]) -> bool:
+def fits(defn, sizes: dict[str, int], cap: int = VOLUME_CAP) -> bool:
     """Every obligation holds, no statement is empty, the instances stay few."""
     if any(s not in sizes for s in defn.sizes) or \
             not all(o.holds(sizes) for o in defn.obligations):
@@ -155,7 +195,7 @@ def fits(defn, sizes: dict[str, int]) -> bool:
         if any(e < 1 for e in extents):
             return False
         volume += math.prod(extents)
-    return volume <= VOLUME_CAP
+    return volume <= cap
 
 
 @dataclass(frozen=True)

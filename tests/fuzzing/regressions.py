@@ -146,3 +146,24 @@ REGRESSIONS.append((
     "to m == s0 / 2, keeping that guard (and the condition) in an assignment without m. "
     "Options(passes=False) or reorder_reductions=False avoided it. Fixed by b9d2aa2; "
     "tclang/lang/passes/rewrite.py's check_names now refuses any such rewrite by name"))
+
+REGRESSIONS.append((
+    "def f(float(R, N) X, float(R, N) Y) -> (Z) {\n"
+    "    Z(r, k) +=! (k < i) ? X(r, k) * Y(r, i) : 0.0 where r in 0:R, k in 0:N, i in 0:N\n"
+    "}\n", "f", {"R": 4, "N": 3},
+    "OPEN guarded-sum-factor-scop: the automatic schedule on cpu, reference and "
+    "cuda-emulated raises TCCompileError 'the polyhedral scop stage failed for f: call to "
+    "isl_union_map_read_from_str failed: syntax error'; Options(passes=False), "
+    "shape-generic code and some manual options compile it. Found by tclang fuzz's "
+    "reduction programs (and in tc.grad's backward of a guarded prefix sum of tanh)"))
+
+REGRESSIONS.append((
+    "def f(float(K) X, float(K) Y) -> (Z) {\n"
+    "    Z(a, b) +=! b == a - 1 ? X(a - 1) * Y(i) : 0.0 where a in 0:K, b in 0:K, i in 0:K\n"
+    "}\n", "f", {"K": 3},
+    "OPEN guarded-sum-factor (out-of-bounds): the automatic schedule on cpu and reference "
+    "reads X[-1] (TCIndexError with bounds checks): X(a - 1), which does not depend on the "
+    "reduced i, loses the guard b == a - 1 (which keeps a >= 1); passes=False reads "
+    "nothing outside. Found through tc.grad's backward of a guarded read "
+    "(B(j + 2, j - 1, k, j - 2) under j - 2 >= 0 && ...), whose equality guards the "
+    "generic generator never writes"))

@@ -1,0 +1,328 @@
+"""Gradients of generated programs: `tc.grad` against central differences, and
+`tclang.torch` through `torch.autograd.gradcheck` and `gradgradcheck`.
+
+Each program is made float64 first (its float types, and where that alone does not
+check, its float literals: tests/e2e/test_autodiff.py does the same); a program without
+a gradient (tc.grad raises TCGradError: integer outputs from floats, floor, `*=!`, ...)
+is counted, not failed. For each input x that the gradient covers, the directional
+derivative of F(x) = <w, f(x)> (w random) along a random v by central differences must
+equal <grad_x F, v>.
+
+Generated programs are full of kinks and jumps (fmax, abs, `?:` on data, max=!), where
+no finite difference agrees with any derivative. A disagreement is therefore reported
+only where the central differences with steps h and h/2 agree with each other (f is
+smooth enough around x for them to mean something) and both disagree with the
+derivative; otherwise the point is counted as not smooth. PyTorch's own checks are
+adjudicated the same way: their failure is reported when the directional check at the
+same point confirms it (`gradgradcheck` through the first derivative's differences).
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import numpy as np
+
+STEP = 1e-6
+RTOL = 1e-5  # central differences in float64 err by ~h^2 |f'''|: far below this
+
+
+def float64_source(source: str) -> str | None:
+    """The program in float64 (its float types, then its literals if needed), or None."""
+    import tclang
+    plain = re.sub(r"\b(float32|float|half|float16)\b", "double", source)
+    for text in (plain, re.sub(r"(?<![\w.])(\d+\.\d*(?:e[+-]?\d+)?)", r"double(\1)", plain)):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", tclang.TCWarning)
+                tclang.define(text, backend="reference")
+            return text
+        except tclang.TCError:
+            continue
+    return None
+
+
+def close(a: float, b: float, atol: float) -> bool:
+    return abs(a - b) <= atol + RTOL * max(abs(a), abs(b))
+
+
+def directional(objective, xs: list, i: int, v, analytic: float, noise: float):
+    """None when <grad, v> (`analytic`) matches the central differences of `objective`
+    along v in argument i, "not smooth" when the differences do not settle, else what
+    differs. `noise`: the objective's rounding error (the differences' is noise / h)."""
+    def differences(h: float) -> float:
+        plus, minus = list(xs), list(xs)
+        plus[i], minus[i] = xs[i] + h * v, xs[i] - h * v
+        return (objective(plus) - objective(minus)) / (2 * h)
+    # the step scaled to the values: relative to the largest of x and of v
+    step = STEP * max(1.0, float(np.max(np.abs(np.asarray(xs[i], np.float64)), initial=0))) \
+        / max(1.0, float(np.max(np.abs(np.asarray(v, np.float64)), initial=0)))
+    coarse = differences(step)
+    atol = 4 * noise / step
+    if not np.isfinite(analytic) and not np.isfinite(coarse):
+        return None
+    if close(coarse, analytic, atol):
+        return None
+    fine = differences(step / 2)
+    if not close(coarse, fine, 2 * atol) or not np.isfinite(coarse):
+        return "not smooth"
+    return f"<grad, v> = {analytic!r}, central differences give {coarse!r} and {fine!r}"
+
+
+def _noise(defn, sizes, outputs, seeds) -> float:
+    """A bound on the rounding error of <w, f(x)> (the float64 tolerance of the
+    differential runner times the sum of |w| |f|)."""
+    from tclang.fuzzing.differential import tolerance
+    total = sum(float(np.sum(np.abs(w) * np.abs(np.asarray(o, np.float64))))
+                for w, o in zip(seeds, outputs))
+    return tolerance(defn, sizes) * max(total, 1e-300)
+
+
+def check_grad(program, seed: int = 0):
+    """(failures, notes) of `tc.grad` against central differences (module docstring)."""
+    import tclang
+    from tclang.fuzzing.differential import Failure, _describe, _quiet
+    from tclang.inputs import random_inputs
+    source = float64_source(program.source)
+    if source is None:
+        return [], ["grad: no float64 form"]
+    with _quiet():
+        kernel = tclang.define(source, options=tclang.Options(check_bounds=True))[program.entry]
+        try:
+            g = tclang.grad(kernel)
+        except tclang.TCGradError:
+            return [], ["grad: not differentiable"]
+        except Exception as err:  # noqa: BLE001 - anything else from tc.grad is a bug
+            return [Failure("grad", None, "crash", f"tc.grad: {_which_text(kernel)}"
+                            f"{_describe(err)}", check="grad",
+                            repro=_grad_repro(source, program))], ["grad"]
+        rng = np.random.default_rng(seed)
+        inputs = list(random_inputs(kernel.definition, program.sizes, rng))
+        try:
+            kernel(*inputs)
+        except (tclang.TCIndexError, tclang.TCArgumentError):
+            return [], ["grad: inputs out of range"]
+        try:
+            problems = _grad_problems(kernel, g, inputs, program.sizes, rng)
+        except tclang.TCIndexError as err:
+            return [Failure("grad", None, "out-of-bounds", _describe(err), check="grad")], \
+                ["grad"]
+        except Exception as err:  # noqa: BLE001 - the backward failing to compile or run
+            return [Failure("grad", None, "crash", _describe(err), check="grad",
+                            repro=_grad_repro(source, program))], ["grad"]
+    failures = [Failure("grad", None, "grad-mismatch", f"d/d{x}: {what}", check="grad",
+                        repro=_grad_repro(source, program))
+                for x, what in problems if what != "not smooth"]
+    if failures:  # the differences follow the compiled forward: is it right?
+        wrong = _forward_problem(source, program, kernel, inputs)
+        if wrong:
+            failures = [Failure("grad", None, "mismatch", f"the float64 form's forward "
+                                f"(what the differences are taken of): {wrong}",
+                                check="grad", repro=_grad_repro(source, program))]
+    smooth = all(what != "not smooth" for _, what in problems)
+    return failures, ["grad" if smooth else "grad (a point not smooth)"]
+
+
+def _forward_problem(source: str, program, kernel, inputs) -> str | None:
+    """What differs between the float64 form's compiled forward and the oracle's, if
+    anything: a gradient that disagrees with differences of a wrong forward is the
+    forward's bug."""
+    from dataclasses import replace
+
+    from tclang.fuzzing.differential import ORACLE, _call, _quiet, compare, tolerance
+    with _quiet():
+        got = kernel(*inputs)
+        got = got if isinstance(got, tuple) else (got,)
+        want = _call(replace(program, source=source), *ORACLE, inputs, True)
+    rtol = tolerance(kernel.definition, program.sizes)
+    for k, (a, e) in enumerate(zip(got, want)):
+        problem = compare(a, e, rtol)
+        if problem:
+            return f"output {k}: {problem}"
+    return None
+
+
+def _which_text(kernel) -> str:
+    """Which of tc.grad's two texts does not check ("the training forward it generates
+    does not check: ", or the backward), for a failure of tc.grad; "" if both do."""
+    from tclang.autodiff import build
+    from tclang.lang.frontend import check_source
+    try:
+        plan = build(kernel.definition, None)
+    except Exception:  # noqa: BLE001 - the failure came from building it: said as it is
+        return ""
+    for what, text in (("the training forward", plan.forward), ("the backward", plan.backward)):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                check_source(text)
+        except Exception:  # noqa: BLE001
+            return f"{what} it generates does not check: "
+    return ""
+
+
+def _grad_problems(kernel, g, inputs, sizes, rng) -> list[tuple[str, str]]:
+    defn = kernel.definition
+    names = [t.name for t in defn.outputs]
+    outs, saved = g.forward(*inputs)
+    seeds = tuple(rng.standard_normal(np.shape(outs[names.index(n)])) for n in g.output_names)
+    grads = g.backward(tuple(inputs), saved, seeds)
+
+    def objective(xs) -> float:
+        o = kernel(*xs)
+        o = o if isinstance(o, tuple) else (o,)
+        return sum(float(np.sum(w * np.asarray(o[names.index(n)], np.float64)))
+                   for w, n in zip(seeds, g.output_names))
+    noise = _noise(defn, sizes, [outs[names.index(n)] for n in g.output_names], seeds)
+    params = [t.name for t in defn.inputs]
+    problems = []
+    for x, gx in zip(g.wrt, grads):
+        i = params.index(x)
+        v = rng.standard_normal(np.shape(inputs[i]))
+        analytic = float(np.sum(np.asarray(gx, np.float64) * v))
+        what = directional(objective, inputs, i, v, analytic, noise)
+        if what is not None:
+            problems.append((x, what))
+    return problems
+
+
+def _grad_repro(source: str, program) -> str:
+    return "\n".join([
+        "# tc.grad against central differences (tclang/fuzzing/gradients.py)",
+        "import numpy as np, tclang as tc",
+        "from tclang.inputs import random_inputs",
+        f"kernel = tc.define({source!r})[{program.entry!r}]",
+        "g = tc.grad(kernel)",
+        "print(g.source)",
+        f"inputs = random_inputs(kernel.definition, {program.sizes!r}, "
+        f"np.random.default_rng(0))", ""])
+
+
+# ---- tclang.torch ---------------------------------------------------------------------------
+
+def torch_available() -> bool:
+    """Whether PyTorch is installed (importing it and tclang.torch, once a process)."""
+    try:
+        import torch  # noqa: F401
+
+        import tclang.torch  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+def check_torch(program, which: str = "gradcheck", seed: int = 0):
+    """(failures, notes): `torch.autograd.gradcheck` or `gradgradcheck` (`which`) on the
+    float64 program through `tclang.torch.function`; skipped without PyTorch or a
+    gradient. A check that fails is confirmed by the directional check at its point."""
+    if not torch_available():
+        return [], [f"{which}: torch not installed"]
+    import torch
+    from torch.autograd.gradcheck import GradcheckError
+
+    import tclang
+    import tclang.torch as tct
+    from tclang.fuzzing.differential import Failure, _describe, _quiet
+    from tclang.inputs import random_inputs
+    source = float64_source(program.source)
+    if source is None:
+        return [], [f"{which}: no float64 form"]
+    with _quiet():
+        try:
+            fn = tct.function(source, program.entry)
+            fn.gradient
+        except tclang.TCGradError:
+            return [], [f"{which}: not differentiable"]
+        except Exception as err:  # noqa: BLE001
+            kernel = tclang.define(source)[program.entry]
+            return [Failure("torch", None, "crash", f"{_which_text(kernel)}"
+                            f"{_describe(err)}", check=which)], [which]
+        rng = np.random.default_rng(seed)
+        arrays = random_inputs(fn.definition, program.sizes, rng)
+        wrt = set(fn.gradient.wrt)
+        xs = tuple(torch.from_numpy(np.array(a, copy=True)).requires_grad_(t.name in wrt)
+                   for a, t in zip(arrays, fn.definition.inputs))
+        try:
+            fn(*(x.detach() for x in xs))
+        except (tclang.TCIndexError, tclang.TCArgumentError):
+            return [], [f"{which}: inputs out of range"]
+        check = getattr(torch.autograd, which)
+        try:
+            check(fn, xs, eps=STEP, atol=1e-5, rtol=1e-3, fast_mode=True)
+            return [], [which]
+        except GradcheckError as err:
+            said = str(err).splitlines()[0][:200]
+        except Exception as err:  # noqa: BLE001 - an error from the backward itself
+            return [Failure("torch", None, "crash", f"{which}: {_describe(err)}",
+                            check=which)], [which]
+        what = _confirm(fn, xs, rng, second=which == "gradgradcheck")
+    if what is None:  # the directional check agrees: PyTorch's tolerances, not a bug
+        return [], [which, f"{which}: failed, not confirmed"]
+    if what == "not smooth":
+        return [], [which, f"{which}: failed at a point not smooth"]
+    return [Failure("torch", None, "grad-mismatch", f"{which}: {said}; confirmed: {what}",
+                    check=which, repro=_torch_repro(source, program, which))], [which]
+
+
+def _confirm(fn, xs, rng, second: bool) -> str | None:
+    """The directional check at the point a PyTorch check failed at: of <w, f(x)> (first
+    derivatives), or of <u, grad_x <w, f(x)>> (second derivatives, by differences of the
+    first derivatives)."""
+    import torch
+    diff = [k for k, x in enumerate(xs) if x.requires_grad]
+    outs = _as_tuple(fn(*xs))
+    float_outs = [o for o in outs if o.dtype.is_floating_point]
+    seeds = [torch.from_numpy(rng.standard_normal(tuple(o.shape))) for o in float_outs]
+    us = [torch.from_numpy(rng.standard_normal(tuple(xs[k].shape))) for k in diff]
+
+    def first(args, create_graph=False):
+        args = [a.detach().requires_grad_(k in diff) for k, a in enumerate(args)]
+        o = [x for x in _as_tuple(fn(*args)) if x.dtype.is_floating_point]
+        total = sum((w * x).sum() for w, x in zip(seeds, o))
+        grads = torch.autograd.grad(total, [args[k] for k in diff], allow_unused=True,
+                                    create_graph=create_graph)
+        grads = [torch.zeros_like(args[k]) if gk is None else gk for k, gk in zip(diff, grads)]
+        return total, grads, args
+
+    def objective(args) -> float:
+        with torch.enable_grad():
+            total, grads, _ = first([torch.as_tensor(a) for a in args])
+        if not second:
+            return float(total)
+        return float(sum((u * gk).sum() for u, gk in zip(us, grads)))
+
+    base = [x.detach() for x in xs]
+    if second:
+        total, grads, args = first(base, create_graph=True)
+        inner = sum((u * gk).sum() for u, gk in zip(us, grads))
+        if inner.requires_grad:
+            analytic = torch.autograd.grad(inner, [args[k] for k in diff], allow_unused=True)
+        else:  # the backward recorded nothing: its own derivative is taken as zero
+            analytic = [None] * len(diff)
+    else:
+        total, analytic, args = first(base)
+    scale = 1e-14 * (1 + abs(float(objective(base)))) * 64
+    for k, a in zip(diff, analytic):
+        v = torch.from_numpy(rng.standard_normal(tuple(xs[k].shape)))
+        value = 0.0 if a is None else float((a * v).sum())
+        what = directional(objective, base, k, v, value, scale)
+        if what is not None:
+            return what
+    return None
+
+
+def _as_tuple(x) -> tuple:
+    return x if isinstance(x, tuple) else (x,)
+
+
+def _torch_repro(source: str, program, name: str) -> str:
+    return "\n".join([
+        f"# torch.autograd.{name} through tclang.torch (tclang/fuzzing/gradients.py)",
+        "import numpy as np, torch, tclang.torch as tct",
+        "from tclang.inputs import random_inputs",
+        f"fn = tct.function({source!r}, {program.entry!r})",
+        f"arrays = random_inputs(fn.definition, {program.sizes!r}, np.random.default_rng(0))",
+        "xs = tuple(torch.from_numpy(a).requires_grad_(t.name in fn.gradient.wrt)",
+        "           for a, t in zip(arrays, fn.definition.inputs))",
+        f"torch.autograd.{name}(fn, xs, fast_mode=True)", ""])

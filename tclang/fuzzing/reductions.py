@@ -1,0 +1,215 @@
+"""Guarded, masked and triangular reductions at the extents where reduction code changes
+shape: around a warp (31, 32, 33), a block or a vector loop (63-65, 127-129, 255-257) and
+1024 (1023-1025), and small odd sizes.
+
+The generic generator keeps every extent at 18 or less (its reference is a Python loop),
+so a reduction split across GPU threads or vector lanes never gets past its first block:
+the block-reduction path of the emulated GPU dropped the guard of
+`Z(i) +=! (j <= i) ? S(i, j) : 0.0 where i in 0:T, j in 0:T` from T = 33 on, and no
+generated program reached it. These programs are built from templates instead: a value
+under a guard on the indices (a triangle, a band, padding) or on data (a mask), reduced
+with `+=!`, `max=!` or `min=!` (or `+=` after an initialization), one or two reduction
+indices, a batch index or none, in float32, float64, int32 or half (accumulated in
+float32). They are `Model`s like the generic ones, so the shrinker works on them.
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+
+from tclang.errors import TCError, TCWarning
+from tclang.fuzzing.generator import (STATS, Decl, Features, GeneratedProgram, Model, Node,
+                                      Stmt, fits)
+from tclang.lang.frontend import check_source
+
+KINDS = ("triangular", "guarded", "masked", "prefix", "softmax")
+# extents near the warp, vector, block and 1024 boundaries, and small odd ones
+EXTENTS = (1, 2, 3, 5, 7, 31, 32, 33, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257,
+           511, 1023, 1024, 1025)
+VOLUME = 40_000  # statement instances: the reference interpreter runs ~150,000 a second
+
+_TRIANGLES = ("j <= i", "j < i", "j >= i", "j > i", "i + j < T", "i + j >= T - 1",
+              "j <= i + 1", "j >= i - 2 && j <= i + 2", "j <= i && j >= i - 3")
+
+
+def reduction_program(rng: random.Random) -> GeneratedProgram | None:
+    """A random reduction program of one of KINDS with sizes from EXTENTS (None if the
+    front end or the sizes refuse the draw: the caller draws again)."""
+    kind = rng.choice(KINDS)
+    dtype = rng.choices(("float", "double", "int32", "half"), (60, 15, 15, 10))[0]
+    model = {"triangular": _triangular, "guarded": _guarded, "masked": _masked,
+             "prefix": _prefix, "softmax": _softmax}[kind](rng, dtype)
+    STATS["attempts"] += 1
+    source = model.render()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TCWarning)
+            defn = check_source(source)[model.name]
+    except TCError as err:
+        STATS["rejected"] += 1
+        STATS[f"reject:{kind}: {type(err).__name__}: {str(err).splitlines()[0][:60]}"] += 1
+        return None
+    sizes = _sizes(defn, rng)
+    if sizes is None:
+        STATS["rejected"] += 1
+        STATS[f"reject:{kind}: no sizes fit"] += 1
+        return None
+    STATS["programs"] += 1
+    return GeneratedProgram(source, model.name, sizes, model,
+                            Features(family=kind, volume_cap=VOLUME))
+
+
+def _sizes(defn, rng: random.Random) -> dict[str, int] | None:
+    """Extents from EXTENTS within VOLUME; the largest allowed comes down every ten
+    attempts, so that a program with three sizes still gets some near 32 or 1024."""
+    for attempt in range(60):
+        limit = EXTENTS[-1] >> (attempt // 10)
+        values = [v for v in EXTENTS if v <= limit] or [1]
+        sizes = {s: rng.choice(values) for s in defn.sizes}
+        if fits(defn, sizes, VOLUME):
+            return sizes
+    return None
+
+
+# ---- values ---------------------------------------------------------------------------
+
+def _value(rng, read: str, dtype: str) -> str:
+    """What is reduced: the read itself or a function of it that stays moderate."""
+    if dtype == "int32":
+        return rng.choice((read, f"{read} * 2", f"({read} % 3)"))
+    value = rng.choice((read, read, f"{read} * 0.5", f"tanh({read})", f"{read} * {read}"))
+    return f"float({value})" if dtype == "half" else value
+
+
+def _identity(op: str, dtype: str) -> str:
+    """The value of a guarded-off term: 0 for a sum, far below or above every real value
+    for max and min (any constant is legal; these keep the guard visible)."""
+    floats = dtype != "int32"
+    if op.startswith("max"):
+        return "-1000000.0" if floats else "(-1000000)"
+    if op.startswith("min"):
+        return "1000000.0" if floats else "1000000"
+    return "0.0" if floats else "0"
+
+
+def _op(rng) -> str:
+    return rng.choices(("+=!", "max=!", "min=!", "+="), (60, 15, 15, 10))[0]
+
+
+def _statements(rng, target: str, lhs: tuple[str, ...], op: str, rhs: str,
+                where: tuple[str, ...], dtype: str) -> list[Stmt]:
+    """The reduction, preceded by its initialization when the operator does not reset."""
+    body = []
+    if op == "+=":
+        zero = {"int32": "0", "double": "double(0.0)"}.get(dtype, "0.0")
+        ranges = tuple(w for w in where if w.split()[0] in lhs)
+        body.append(Stmt(target, lhs, "=", Node(zero), tuple(Node(w) for w in ranges)))
+    body.append(Stmt(target, lhs, op, Node(rhs), tuple(Node(w) for w in where)))
+    return body
+
+
+def _model(name, inputs, outputs, body) -> Model:
+    return Model(name, tuple(inputs), tuple(Decl(o, None) for o in outputs), tuple(body))
+
+
+def _decl(dtype: str, name: str, dims: tuple[str, ...]) -> Decl:
+    return Decl(name, dtype, dims)
+
+
+# ---- templates ------------------------------------------------------------------------
+
+def _triangular(rng, dtype: str) -> Model:
+    """A triangle, a band or an anti-diagonal of a square matrix (per batch member)."""
+    batch = rng.random() < 0.25
+    cond = rng.choice(_TRIANGLES)
+    op = _op(rng)
+    pre = ("b",) if batch else ()
+    read = f"S({', '.join(pre + ('i', 'j'))})"
+    value = _value(rng, read, dtype)
+    if rng.random() < 0.3 and dtype != "int32":
+        value = f"{value} * X(j)"
+    lhs = pre + rng.choice((("i",), ("i",), ("j",), ()))
+    where = (("b in 0:B",) if batch else ()) + ("i in 0:T", "j in 0:T")
+    rhs = f"({cond}) ? {value} : {_identity(op, dtype)}"
+    inputs = [_decl(dtype, "S", (("B",) if batch else ()) + ("T", "T"))]
+    if "X(j)" in value:
+        inputs.append(_decl(dtype, "X", ("T",)))
+    return _model("tri", inputs, ["Z"], _statements(rng, "Z", lhs, op, rhs, where, dtype))
+
+
+def _guarded(rng, dtype: str) -> Model:
+    """Padding: a shifted read under the affine guard that keeps it in bounds (a 1-D
+    convolution with zero padding, or a shifted row sum)."""
+    op = _op(rng)
+    pad = rng.choice((0, 1, 2, 3))
+    if rng.random() < 0.5:  # Z(i) = sum_k X(i + k - pad) * W(k), padded
+        s = f"i + k - {pad}" if pad else "i + k"
+        w = "W(k)" if dtype != "int32" else "W(k)"
+        value = f"{_value(rng, f'X({s})', dtype)} * {w}" if dtype != "half" else \
+            f"float(X({s})) * float(W(k))"
+        rhs = f"({s} >= 0 && {s} < N) ? {value} : {_identity(op, dtype)}"
+        where = ("i in 0:N", "k in 0:K")
+        inputs = [_decl(dtype, "X", ("N",)), _decl(dtype, "W", ("K",))]
+        lhs = ("i",)
+    else:  # Z(r) = sum_j S(r, j - pad) over a padded row
+        s = f"j - {pad}" if pad else "j"
+        value = _value(rng, f"S(r, {s})", dtype)
+        rhs = f"({s} >= 0 && {s} <= N - 1) ? {value} : {_identity(op, dtype)}"
+        where = ("r in 0:R", f"j in 0:N + {2 * pad}")
+        inputs = [_decl(dtype, "S", ("R", "N"))]
+        lhs = rng.choice((("r",), ()))
+    return _model("pad", inputs, ["Z"], _statements(rng, "Z", lhs, op, rhs, where, dtype))
+
+
+def _masked(rng, dtype: str) -> Model:
+    """A mask from data: a bool input, or a comparison of the value itself (relu-sums);
+    sometimes also under a triangle."""
+    op = _op(rng)
+    read = "S(i, k)"
+    value = _value(rng, read, dtype)
+    zero = "0" if dtype == "int32" else "0.0"
+    inputs = [_decl(dtype, "S", ("N", "K"))]
+    if rng.random() < 0.5:
+        inputs.append(_decl("bool", "Mk", ("N", "K")))
+        cond = "Mk(i, k)"
+    else:
+        cond = f"S(i, k) {rng.choice(('>', '<=', '!='))} {zero}"
+    where: tuple[str, ...] = ()
+    if rng.random() < 0.3:
+        cond = f"k <= i && {cond}"
+        where = ("i in 0:N", "k in 0:K")
+        inputs[0] = _decl(dtype, "S", ("N", "K"))
+    if op == "+=!" and rng.random() < 0.3 and "Mk" in cond and not where:
+        rhs = f"{'int32' if dtype == 'int32' else 'float'}(Mk(i, k)) * {value}"
+    else:
+        rhs = f"({cond}) ? {value} : {_identity(op, dtype)}"
+    lhs = rng.choice((("i",), ("i",), ()))
+    return _model("masked", inputs, ["Z"], _statements(rng, "Z", lhs, op, rhs, where, dtype))
+
+
+def _prefix(rng, dtype: str) -> Model:
+    """A prefix (or suffix) sum written as a triangle over a vector, per row or not."""
+    op = rng.choice(("+=!", "+=!", "max=!", "min=!"))
+    cond = rng.choice(("k <= i", "k < i", "k >= i"))
+    rows = rng.random() < 0.4
+    read = "X(r, k)" if rows else "X(k)"
+    rhs = f"({cond}) ? {_value(rng, read, dtype)} : {_identity(op, dtype)}"
+    where = (("r in 0:R",) if rows else ()) + ("i in 0:N", "k in 0:N")
+    lhs = (("r",) if rows else ()) + ("i",)
+    inputs = [_decl(dtype, "X", ("R", "N") if rows else ("N",))]
+    return _model("prefix", inputs, ["Z"], _statements(rng, "Z", lhs, op, rhs, where, dtype))
+
+
+def _softmax(rng, dtype: str) -> Model:
+    """Causal (or banded) softmax: a guarded max, guarded exponentials, a sum, a division."""
+    if dtype in ("int32", "half"):
+        dtype = "float"
+    cond = rng.choice(("j <= i", "j >= i", "j <= i && j >= i - 4"))
+    body = (Stmt("Mx", ("i",), "max=!", Node(f"({cond}) ? S(i, j) : -1000000.0"),
+                 (Node("i in 0:T"), Node("j in 0:T"))),
+            Stmt("E", ("i", "j"), "=", Node(f"({cond}) ? exp(S(i, j) - Mx(i)) : 0.0"),
+                 (Node("i in 0:T"), Node("j in 0:T"))),
+            Stmt("Sm", ("i",), "+=!", Node("E(i, j)")),
+            Stmt("P", ("i", "j"), "=", Node("E(i, j) / Sm(i)")))
+    return Model("softmax", (Decl("S", dtype, ("T", "T")),), (Decl("P", None),), body)
