@@ -53,33 +53,14 @@ ORACLE = ("reference", tclang.Options(fusion="min", tile=(), reorder_reductions=
 # the signature is counted as the known bug: fuzzing keeps looking for new ones. Remove an
 # entry when its bug is fixed. (name, applies(defn, backend, options, sizes), signature)
 KNOWN_BUGS: list = [
-    # tc.grad's training forward (autodiff/adjoint.py, _forward_text) is rebuilt from each
-    # statement's text without its `where` clause: where a range or a where-local only the
-    # clause gives (a guarded read, `where x = ...`, a window), that text does not check
-    # and tc.grad raises TCSemanticError. (A where clause whose range differs from the
-    # inferred one would change what the training forward saves: not seen yet.)
-    # Regression: tests/fuzzing/test_fuzz_features.py::test_open_grad_keeps_where_clauses
-    ("grad-training-forward-drops-where",
-     lambda defn, backend, options, sizes: backend in ("grad", "torch"),
-     "the training forward it generates does not check"),
     # tc.grad of a read whose subscripts repeat one shifted index (`O(i) = B(i - 1, i - 1)`)
     # raises a bare KeyError (autodiff/adjoint.py:378) instead of a gradient or a
     # TCGradError. Regression: test_fuzz_features.py::test_open_grad_of_a_shifted_diagonal
     ("grad-shifted-diagonal-keyerror",
      lambda defn, backend, options, sizes: backend in ("grad", "torch"), "KeyError: "),
-    # With the passes on (automatic schedule, sizes known), a guarded sum with a factor
-    # that does not depend on the reduced index (`Z(r, k) +=! (k < i) ? X(r, k) * Y(r, i)
-    # : 0.0 where ...`) fails in the scop stage (isl_union_map_read_from_str: syntax
-    # error), or the factor is read without its guard (`Z(a, b) +=! b == a - 1 ?
-    # X(a - 1) * Y(i) : 0.0` reads X[-1]: an out-of-bounds failure, not listed here: its
-    # signature would hide others); passes=False compiles both right.
-    # Regressions: the two OPEN guarded-sum-factor entries of tests/fuzzing/regressions.py.
-    ("guarded-sum-factor-scop",
-     lambda defn, backend, options, sizes: (options is None or options.passes is not False)
-     and any(r.guard is not None for s in defn.statements for r in s.reads()),
-     "isl_union_map_read_from_str failed: syntax error"),
     # The four found before (no-loop-at-all, llvm-abort-unrolled-min-max,
-    # tiled-reduction-out-of-order, cuda-block-reduction-rank) are fixed; their programs are
+    # tiled-reduction-out-of-order, cuda-block-reduction-rank) are fixed, and so are
+    # grad-training-forward-drops-where and guarded-sum-factor-scop (issue 31's fixes); their programs are
     # in tests/fuzzing/regressions.py. An entry looked like this:
     # ("cuda-block-reduction-rank",
     #  lambda defn, backend, options, sizes: backend.startswith("cuda") and any(

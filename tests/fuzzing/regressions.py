@@ -151,7 +151,8 @@ REGRESSIONS.append((
     "def f(float(R, N) X, float(R, N) Y) -> (Z) {\n"
     "    Z(r, k) +=! (k < i) ? X(r, k) * Y(r, i) : 0.0 where r in 0:R, k in 0:N, i in 0:N\n"
     "}\n", "f", {"R": 4, "N": 3},
-    "OPEN guarded-sum-factor-scop: the automatic schedule on cpu, reference and "
+    "FIXED guarded-sum-factor-scop (a factor that reads a tensor stays in a guarded sum, "
+    "tclang/lang/reduction_scales.py): the automatic schedule on cpu, reference and "
     "cuda-emulated raises TCCompileError 'the polyhedral scop stage failed for f: call to "
     "isl_union_map_read_from_str failed: syntax error'; Options(passes=False), "
     "shape-generic code and some manual options compile it. Found by tclang fuzz's "
@@ -161,7 +162,7 @@ REGRESSIONS.append((
     "def f(float(K) X, float(K) Y) -> (Z) {\n"
     "    Z(a, b) +=! b == a - 1 ? X(a - 1) * Y(i) : 0.0 where a in 0:K, b in 0:K, i in 0:K\n"
     "}\n", "f", {"K": 3},
-    "OPEN guarded-sum-factor (out-of-bounds): the automatic schedule on cpu and reference "
+    "FIXED guarded-sum-factor (out-of-bounds; the same fix): the automatic schedule on cpu and reference "
     "reads X[-1] (TCIndexError with bounds checks): X(a - 1), which does not depend on the "
     "reduced i, loses the guard b == a - 1 (which keeps a >= 1); passes=False reads "
     "nothing outside. Found through tc.grad's backward of a guarded read "

@@ -387,11 +387,10 @@ def test_the_fuzz_command_shares_one_cache_and_prints_the_features(tmp_path, cap
 
 # ---- open bugs the extra checks found ----------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="OPEN grad-training-forward-drops-where "
-                                       "(tclang.fuzzing.differential.KNOWN_BUGS)")
-def test_open_grad_keeps_where_clauses(cache):
+def test_grad_keeps_where_clauses(cache):
     """Causal attention's pattern: a temporary summed under a triangle, read again.
-    tc.grad raised TCSemanticError: its training forward dropped the where clause."""
+    tc.grad raised TCSemanticError: its training forward dropped the where clause (fixed:
+    the training forward keeps each statement's where clause, tclang/autodiff/adjoint.py)."""
     program = GeneratedProgram(
         "def f(float(N, N) S) -> (Z) {\n"
         "    T(i) +=! (j <= i) ? S(i, j) : 0.0 where i in 0:N, j in 0:N\n"
