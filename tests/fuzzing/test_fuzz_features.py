@@ -421,6 +421,19 @@ def test_open_grad_of_a_max_of_a_product_with_a_quotient(cache):
     assert gradients.check_grad(program) == ([], ["grad"])
 
 
+@pytest.mark.xfail(strict=True, reason="OPEN gradgrad-window-range-bound: issue 35 item 4 "
+                                       "(tclang.fuzzing.differential.KNOWN_BUGS)")
+def test_open_second_derivative_of_a_window(cache):
+    """A windowed sum's second derivative through tclang.torch: tc.grad of the backward
+    writes a range bounded by an index, which the language refuses (issue 35 item 4), so
+    the double backward raised TCGradError ("does not check ... please report")."""
+    pytest.importorskip("torch")
+    program = GeneratedProgram("def f(float(Q) A) -> (O0, O1) {\n"
+                               "    O0(i) +=! A(j + i) where j in 0:3\n"
+                               "    O1(i) = O0(i) * O0(i)\n}\n", "f", {"Q": 5})
+    assert gradients.check_torch(program, "gradgradcheck")[0] == []
+
+
 # ---- a run of many ------------------------------------------------------------------------
 
 @pytest.mark.slow
