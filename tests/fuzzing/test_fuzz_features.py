@@ -413,13 +413,12 @@ def test_grad_of_a_shifted_diagonal(cache):
         assert gradients.check_grad(GeneratedProgram(source, "f", {"K": k})) == ([], ["grad"])
 
 
-@pytest.mark.xfail(strict=True, reason="OPEN grad-max-ties-reprinted: the tie count of "
-                                       "max=! recomputes C(j, k) * (D(k) / 3.0) as "
-                                       "C(j, k) * D(k) / 3.0")
-def test_open_grad_of_a_max_of_a_product_with_a_quotient(cache):
+def test_grad_of_a_max_of_a_product_with_a_quotient(cache):
     """max=!'s gradient goes to the candidates equal to the max, counted by recomputing
-    each candidate; tc.grad prints `a * (b / c)` as `a * b / c`, which rounds otherwise,
-    so rows whose max is not found again lose their gradient (or get NaN)."""
+    each candidate; tc.grad printed `a * (b / c)` as `a * b / c`, which rounds otherwise,
+    so rows whose max was not found again lost their gradient (or got NaN). FIXED
+    grad-max-ties-reprinted: source_text keeps the parentheses of a right operand at the
+    same level (tests/lang/test_grad_source_text.py)."""
     program = GeneratedProgram("def f(double(N, K) C, double(K) D) -> (O) {\n"
                                "    O(j) max=! C(j, k) * (D(k) / 3.0)\n}\n", "f",
                                {"N": 4, "K": 7})
