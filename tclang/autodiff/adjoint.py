@@ -375,9 +375,12 @@ class _Builder:
             if len(a.terms) == 1 and a.terms[0][1] == 1 and isinstance(a.terms[0][0], str) \
                     and a.offset.constant == 0:  # a plain index
                 v = a.terms[0][0]
-                lo, hi = ranges[v]
-                if v not in lhs and v not in sigma and lo.constant == 0 and \
-                        (hi - extent).constant == 0:
+                # after substituting earlier solutions (i := k + 1 for B(i - 1, i - 1)) the
+                # index may be one this scatter put on the left (k), not a statement index:
+                # then it is no new left-side index but an equality guard (below)
+                lo, hi = ranges.get(v, (None, None))
+                if v not in lhs and v not in sigma and v in ranges and \
+                        lo.constant == 0 and (hi - extent).constant == 0:
                     lhs.append(v)
                     out_ranges[v] = (lo, hi)
                     continue

@@ -77,9 +77,12 @@ class _Printer:
                 level = _LEVEL[op]
                 left = self.wrap(a, level if op not in ("eq", "ne", "lt", "le", "gt", "ge")
                                  else level + 1)
-                right_level = level + 1 if op in ("sub", "div", "mod", "eq", "ne", "lt", "le",
-                                                  "gt", "ge") else level
-                return f"{left} {_INFIX[op]} {self.wrap(b, right_level)}", level
+                # the operators group to the left, so a right operand at the same level is
+                # parenthesized even where the operator associates in exact arithmetic: in
+                # floating point a * (b / c) is not a * b / c, nor a + (b + c) a + b + c,
+                # and a recomputed expression (max=!'s tie count) must round as the
+                # original did: the text parses back to the same tree
+                return f"{left} {_INFIX[op]} {self.wrap(b, level + 1)}", level
             case P.Select(cond=c, then=t, other=o):
                 return (f"{self.wrap(c, 1)} ? {self.wrap(t, 1)} : {self.text(o)[0]}"), 0
             case P.Call(name=n, args=args):

@@ -53,11 +53,6 @@ ORACLE = ("reference", tclang.Options(fusion="min", tile=(), reorder_reductions=
 # the signature is counted as the known bug: fuzzing keeps looking for new ones. Remove an
 # entry when its bug is fixed. (name, applies(defn, backend, options, sizes), signature)
 KNOWN_BUGS: list = [
-    # tc.grad of a read whose subscripts repeat one shifted index (`O(i) = B(i - 1, i - 1)`)
-    # raises a bare KeyError (autodiff/adjoint.py:378) instead of a gradient or a
-    # TCGradError. Regression: test_fuzz_features.py::test_open_grad_of_a_shifted_diagonal
-    ("grad-shifted-diagonal-keyerror",
-     lambda defn, backend, options, sizes: backend in ("grad", "torch"), "KeyError: "),
     # The second derivative of a windowed read (`O(i) +=! A(j + i) where j in 0:3`): tc.grad
     # of its backward needs a `where` range bounded by an index, which the language cannot
     # state yet (issue 35, item 4: triangular and affine ranges), so tclang.torch refuses
@@ -70,7 +65,9 @@ KNOWN_BUGS: list = [
     # The four found before (no-loop-at-all, llvm-abort-unrolled-min-max,
     # tiled-reduction-out-of-order, cuda-block-reduction-rank) are fixed, and so are
     # grad-training-forward-drops-where and guarded-sum-factor-scop (issue 31's fixes); their programs are
-    # in tests/fuzzing/regressions.py. An entry looked like this:
+    # in tests/fuzzing/regressions.py. grad-shifted-diagonal-keyerror (tc.grad of
+    # `O(i) = B(i - 1, i - 1)` raised a bare KeyError) is fixed too: its regression is
+    # test_fuzz_features.py::test_grad_of_a_shifted_diagonal. An entry looked like this:
     # ("cuda-block-reduction-rank",
     #  lambda defn, backend, options, sizes: backend.startswith("cuda") and any(
     #      s.reduction_indices and len(s.indices) > 1 for s in defn.statements),

@@ -398,23 +398,27 @@ def test_grad_keeps_where_clauses(cache):
     assert gradients.check_grad(program) == ([], ["grad"])
 
 
-@pytest.mark.xfail(strict=True, reason="OPEN grad-shifted-diagonal-keyerror "
-                                       "(tclang.fuzzing.differential.KNOWN_BUGS)")
-def test_open_grad_of_a_shifted_diagonal(cache):
+def test_grad_of_a_shifted_diagonal(cache):
     """A shifted diagonal read: tc.grad raised a bare KeyError (adjoint.py), neither a
-    gradient nor a TCGradError."""
+    gradient nor a TCGradError (FIXED grad-shifted-diagonal-keyerror: the second subscript,
+    i - 1 with i := k + 1 solved from the first, is the left-side index k, an equality
+    guard: dB(k, k2) = k2 == k ? dO(k + 1))."""
     program = GeneratedProgram("def f(float(K, K) B) -> (O) { O(i) = B(i - 1, i - 1) }",
                                "f", {"K": 4})
-    assert gradients.check_grad(program)[0] == []
+    assert gradients.check_grad(program) == ([], ["grad"])
+    for body, shape, k in [("O(i) = B(i, i - 1)", "K, K", 4),
+                           ("O(i) = B(i - 1, i + 1, i - 1)", "K, K, K", 5),
+                           ("O(i, j) +=! B(i - 1, i - 1) * B(j, j)", "K, K", 4)]:
+        source = f"def f(float({shape}) B) -> (O) {{ {body} }}"
+        assert gradients.check_grad(GeneratedProgram(source, "f", {"K": k})) == ([], ["grad"])
 
 
-@pytest.mark.xfail(strict=True, reason="OPEN grad-max-ties-reprinted: the tie count of "
-                                       "max=! recomputes C(j, k) * (D(k) / 3.0) as "
-                                       "C(j, k) * D(k) / 3.0")
-def test_open_grad_of_a_max_of_a_product_with_a_quotient(cache):
+def test_grad_of_a_max_of_a_product_with_a_quotient(cache):
     """max=!'s gradient goes to the candidates equal to the max, counted by recomputing
-    each candidate; tc.grad prints `a * (b / c)` as `a * b / c`, which rounds otherwise,
-    so rows whose max is not found again lose their gradient (or get NaN)."""
+    each candidate; tc.grad printed `a * (b / c)` as `a * b / c`, which rounds otherwise,
+    so rows whose max was not found again lost their gradient (or got NaN). FIXED
+    grad-max-ties-reprinted: source_text keeps the parentheses of a right operand at the
+    same level (tests/lang/test_grad_source_text.py)."""
     program = GeneratedProgram("def f(double(N, K) C, double(K) D) -> (O) {\n"
                                "    O(j) max=! C(j, k) * (D(k) / 3.0)\n}\n", "f",
                                {"N": 4, "K": 7})
