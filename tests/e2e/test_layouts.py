@@ -55,9 +55,9 @@ def compile_keys(monkeypatch):
     keys = []
     real = compiler.compile_definition
 
-    def spy(defn, sizes, options, backend, target, key, layouts):
+    def spy(defn, sizes, options, backend, target, key, *rest):
         keys.append(key)
-        return real(defn, sizes, options, backend, target, key, layouts)
+        return real(defn, sizes, options, backend, target, key, *rest)
 
     monkeypatch.setattr(compiler, "compile_definition", spy)  # runtime imports it per compile
     return keys

@@ -303,7 +303,9 @@ def test_a_scheduling_process_dies_with_the_middle_end(fresh_middle_end):
     time.sleep(0.5)  # inside isl's scheduler (the time limit is 3 s)
     os.kill(fresh_middle_end._helper.pid, signal.SIGKILL)
     thread.join(30)
-    assert failures and "middle end" in str(failures[0])
+    # a helper killed once is replaced and asked again (tclang/forked_server.py): the
+    # compile may succeed; a failure says where
+    assert not failures or "middle end" in str(failures[0])
     deadline = time.monotonic() + 1
     while running(scheduling) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -113,7 +113,7 @@ def _hide_a_guard(defn: P.Definition) -> P.Definition:
                    + defn.statements[1:])
 
 
-def test_a_pass_that_misplaces_a_name_is_named(monkeypatch):
+def test_a_pass_that_misplaces_a_name_is_named(monkeypatch, fresh_middle_end):
     """With TCLANG_VERIFY=1 (the tests' setting) the pass is blamed by name; without it the
     check on what the scop is built from still says what is wrong. Never isl's syntax
     error, which names neither the statement nor the index."""
