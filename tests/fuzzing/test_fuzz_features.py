@@ -183,6 +183,14 @@ def test_a_wrong_forward_is_not_blamed_on_the_gradient(cache, monkeypatch):
     assert "the float64 form's forward" in failures[0].detail
 
 
+def test_the_grad_check_seeds_a_float32_output_with_float32(cache):
+    """Only literals compute O: it stays float32 in the float64 form, and so must the
+    output gradient the check passes (a float64 one was refused: TCArgumentError)."""
+    program = GeneratedProgram("def f(float(N) B) -> (O) { O(i) = (B(i) > 0.0) ? 1.5 : -0.5 }",
+                               "f", {"N": 5})
+    assert gradients.check_grad(program) == ([], ["grad"])
+
+
 def test_the_grad_check_counts_what_has_no_gradient(cache):
     floor = GeneratedProgram("def f(float(N) X) -> (Y) { Y(i) = floor(X(i)) }", "f", {"N": 3})
     assert gradients.check_grad(floor) == ([], ["grad: not differentiable"])
