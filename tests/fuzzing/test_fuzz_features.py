@@ -393,6 +393,21 @@ def test_the_fuzz_command_shares_one_cache_and_prints_the_features(tmp_path, cap
         args.run(args)
 
 
+def test_the_fuzz_loop_survives_a_dead_worker_on_the_first_program(tmp_path, capsys,
+                                                                 monkeypatch):
+    """A worker that died reports 0 s: the loop compared (0.0, None) with (0.0, 0) and
+    ended with a TypeError instead of reporting the crash."""
+    from tclang.fuzzing.driver import Worker, run_fuzz
+
+    def died(self, program, **kwargs):
+        return differential.Report(program, "fail", [differential.Failure(
+            "cpu", None, "crash", "the worker process died (exit code -11)")])
+    monkeypatch.setattr(Worker, "run", died)
+    assert run_fuzz(2, None, 0, ("cpu-auto",), tmp_path, jobs=1, shrink_failures=False,
+                    generate=lambda rng: scaled("f", "2.0")) == 1
+    assert capsys.readouterr().out.strip().endswith("0 passed, 2 failed")
+
+
 # ---- open bugs the extra checks found ----------------------------------------------------
 
 @pytest.mark.xfail(strict=True, reason="OPEN grad-training-forward-drops-where "
