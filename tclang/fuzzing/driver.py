@@ -141,7 +141,9 @@ def _loop(programs, seconds, seed, backends, out_dir, shrink_failures, regressio
     from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
     counts, features, start = Counter(), Counter(), time.monotonic()
     spent: Counter = Counter()  # worker seconds in each part of the programs
-    slowest, heaviest = (0.0, None), (0.0, None)  # (seconds or MB, program number)
+    # (seconds or MB, program number); -1 so that the first report always wins (a worker
+    # that died reports 0 s, and (0.0, None) against (0.0, 0) compared None with 0)
+    slowest, heaviest = (-1.0, None), (-1.0, None)
     idle = [Worker(env) for _ in range(max(1, jobs))]
     running: dict = {}  # future -> (k, worker)
 
@@ -188,8 +190,8 @@ def _loop(programs, seconds, seed, backends, out_dir, shrink_failures, regressio
         _progress(counts, done, time.monotonic() - start, final=True)
     failed = counts["fail"]
     elapsed = time.monotonic() - start
-    print(f"slowest program: {slowest[1]} ({slowest[0]:.1f} s); largest worker peak memory: "
-          f"{heaviest[0]:.0f} MB (program {heaviest[1]}); "
+    print(f"slowest program: {slowest[1]} ({max(slowest[0], 0):.1f} s); largest worker peak "
+          f"memory: {max(heaviest[0], 0):.0f} MB (program {heaviest[1]}); "
           f"{60 * done / max(elapsed, 1e-9):.1f} programs a minute")
     print(feature_summary(features))
     print("worker seconds: " + ", ".join(f"{part} {took:.0f}" for part, took in

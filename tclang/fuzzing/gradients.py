@@ -166,7 +166,10 @@ def _grad_problems(kernel, g, inputs, sizes, rng) -> list[tuple[str, str]]:
     defn = kernel.definition
     names = [t.name for t in defn.outputs]
     outs, saved = g.forward(*inputs)
-    seeds = tuple(rng.standard_normal(np.shape(outs[names.index(n)])) for n in g.output_names)
+    # each output's gradient in the output's type (a float32 output stays one in the
+    # float64 form where only literals compute it)
+    seeds = tuple(rng.standard_normal(np.shape(outs[names.index(n)])).astype(
+        np.asarray(outs[names.index(n)]).dtype) for n in g.output_names)
     grads = g.backward(tuple(inputs), saved, seeds)
 
     def objective(xs) -> float:

@@ -183,6 +183,14 @@ def test_a_wrong_forward_is_not_blamed_on_the_gradient(cache, monkeypatch):
     assert "the float64 form's forward" in failures[0].detail
 
 
+def test_the_grad_check_seeds_a_float32_output_with_float32(cache):
+    """Only literals compute O: it stays float32 in the float64 form, and so must the
+    output gradient the check passes (a float64 one was refused: TCArgumentError)."""
+    program = GeneratedProgram("def f(float(N) B) -> (O) { O(i) = (B(i) > 0.0) ? 1.5 : -0.5 }",
+                               "f", {"N": 5})
+    assert gradients.check_grad(program) == ([], ["grad"])
+
+
 def test_the_grad_check_counts_what_has_no_gradient(cache):
     floor = GeneratedProgram("def f(float(N) X) -> (Y) { Y(i) = floor(X(i)) }", "f", {"N": 3})
     assert gradients.check_grad(floor) == ([], ["grad: not differentiable"])
@@ -385,6 +393,21 @@ def test_the_fuzz_command_shares_one_cache_and_prints_the_features(tmp_path, cap
     with pytest.raises(tclang.TCArgumentError, match="--share takes FEATURE=P"):
         args = parser.parse_args(["fuzz", "--share", "modules=1"])
         args.run(args)
+
+
+def test_the_fuzz_loop_survives_a_dead_worker_on_the_first_program(tmp_path, capsys,
+                                                                 monkeypatch):
+    """A worker that died reports 0 s: the loop compared (0.0, None) with (0.0, 0) and
+    ended with a TypeError instead of reporting the crash."""
+    from tclang.fuzzing.driver import Worker, run_fuzz
+
+    def died(self, program, **kwargs):
+        return differential.Report(program, "fail", [differential.Failure(
+            "cpu", None, "crash", "the worker process died (exit code -11)")])
+    monkeypatch.setattr(Worker, "run", died)
+    assert run_fuzz(2, None, 0, ("cpu-auto",), tmp_path, jobs=1, shrink_failures=False,
+                    generate=lambda rng: scaled("f", "2.0")) == 1
+    assert capsys.readouterr().out.strip().endswith("0 passed, 2 failed")
 
 
 # ---- open bugs the extra checks found ----------------------------------------------------
