@@ -4,7 +4,6 @@ checked gathers, Python semantics of integer division, no fast-math outside redu
 from __future__ import annotations
 
 import re
-
 import time
 
 import numpy as np
