@@ -181,6 +181,8 @@ class _Emitter:
                 self.put(indent, f"{dst} = {value}")
             case L.Barrier():
                 self.put(indent, "yield")
+            case L.TileContraction():
+                self.tile_contraction(n, indent, in_thread)
             case L.Launch():
                 self.launch(n, indent)
             case L.Scratch(buffers=bufs, body=body):
@@ -191,6 +193,36 @@ class _Emitter:
                 self.node(body, indent, in_thread)
             case _:
                 raise TypeError(f"unknown loop IR node {n!r}")
+
+    def tile_contraction(self, n: L.TileContraction, indent: int, in_thread: bool) -> None:
+        """The block's tile, summed point by point in float32 (k in order) by its first
+        thread, then the followers at each point: the node's meaning, not the GPU's
+        schedule of it."""
+        bm, bn, _ = n.tile
+        rows, cols, depth = self.index(n.rows), self.index(n.cols), self.index(n.depth)
+        a = self.load(self.buffer_element(n.a.tensor, n.a.index), n.a.dtype)
+        b = self.load(self.buffer_element(n.b.tensor, n.b.index), n.b.dtype)
+        out = self.buffer_element(n.target, n.out_index)
+        put = self.put
+        put(indent, "if t0 == 0:")
+        put(indent + 1, f"{L.TILE_B} = b2")
+        for stage in ("sums", "followers"):
+            if stage == "followers" and not n.followers:
+                break
+            put(indent + 1, f"for _p in range({bm * bn}):")
+            put(indent + 2, f"{L.TILE_M} = b1 * {bm} + _p // {bn}")
+            put(indent + 2, f"{L.TILE_N} = b0 * {bn} + _p % {bn}")
+            put(indent + 2, f"if {L.TILE_M} < {rows} and {L.TILE_N} < {cols}:")
+            if stage == "followers":
+                for f in n.followers:
+                    self.node(f, indent + 3, in_thread)
+                continue
+            put(indent + 3, "_s = np.float32(0)")
+            put(indent + 3, f"for {L.TILE_K} in range({depth}):")
+            put(indent + 4, f"_s = np.float32(_s + np.float32({a}) * np.float32({b}))")
+            value = "_s" if n.op is None else \
+                self.combine(n.op, self.load(out, n.target_dtype), "_s", n.target_dtype)
+            put(indent + 3, f"{out} = {value}")
 
     def launch(self, n: L.Launch, indent: int) -> None:
         k = self.launches

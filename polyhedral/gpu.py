@@ -27,6 +27,7 @@ from polyhedral.isl_callbacks import sets
 from polyhedral.promotion import SharedTile, plan_shared
 from polyhedral.reductions import plan_block_reduction
 from polyhedral.scop import Scop
+from polyhedral.tile_contraction import plan_tile_contraction
 from polyhedral.tiling import UNTILED, _multi_val
 from tclang.options import Options
 from tclang.target import Target
@@ -98,6 +99,13 @@ def _map_band(node, scop: Scop, options: Options, target: Target, plans,
         leading += 1
     if not node.band_get_permutable():
         leading = 0
+    tiled = plan_tile_contraction(node, scop, options, target, _next_band_statements(node)) \
+        if leading else None
+    if tiled is not None:
+        body, grid, block, followers = tiled
+        absorbed.update(followers)
+        plans[name] = LaunchPlan(name, grid, block, 0, (), body)
+        return node.insert_mark(_id(scop, name))
     reduction = plan_block_reduction(node, scop, options, target, name, leading,
                                      _next_band_statements(node))
     if reduction is not None:

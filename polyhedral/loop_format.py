@@ -112,12 +112,36 @@ def _lines(node: L.Node, kernel: L.Kernel | None, indent: int):
                 yield f"{pad}{dst} {op}= {source};"
         case L.Barrier():
             yield f"{pad}__syncthreads();"
+        case L.TileContraction():
+            yield from _tile_contraction(node, kernel, indent)
         case L.Scratch(buffers=bufs, body=body):
             yield from _declaring(f"{pad}{{  // per thread:", bufs, "", body, kernel, indent)
         case L.Launch(name=n, grid=g, block=b, buffers=bufs, body=body):
             grid = ", ".join(format_index(x) for x in g)
             head = f"{pad}launch {n}<<<grid({grid}), block({', '.join(map(str, b))})>>> {{"
             yield from _declaring(head, bufs, "__{kind}__ ", body, kernel, indent)
+
+
+def _tile_contraction(n: L.TileContraction, kernel, indent: int):
+    pad = "  " * indent
+    bm, bn, bk = n.tile
+    engine = "tensor cores" if n.engine == "mma" else "CUDA cores, 8x8 a thread"
+    warps = f", {n.warp_tile[0]}x{n.warp_tile[1]} a warp" if n.engine == "mma" else ""
+    yield (f"{pad}// a {bm}x{bn} tile of the sum a block, {bk} deep a stage, on the "
+           f"{engine}{warps}")
+    yield (f"{pad}for ({L.TILE_B} < {format_index(n.batch)}, {L.TILE_M} < "
+           f"{format_index(n.rows)}, {L.TILE_N} < {format_index(n.cols)}) {{  // tiled")
+
+    def element(op: L.TileOperand) -> str:
+        return f"{op.tensor}[{']['.join(format_index(i) for i in op.index)}]"
+
+    out = f"{n.target}[{']['.join(format_index(i) for i in n.out_index)}]"
+    assign = "=" if n.op is None else f"{n.op}="
+    yield (f"{pad}  {out} {assign} sum({L.TILE_K} < {format_index(n.depth)}) "
+           f"{element(n.a)} * {element(n.b)};")
+    for f in n.followers:
+        yield from _lines(f, kernel, indent + 1)
+    yield f"{pad}}}"
 
 
 def _declaring(head: str, buffers, qualifier: str, body, kernel, indent: int):

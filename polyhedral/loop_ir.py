@@ -296,6 +296,65 @@ class Launch:
 
 
 @dataclass(frozen=True)
+class TileOperand:
+    """One operand of a `TileContraction`: its element at a point of the contraction is
+    `tensor[index]`, `index` written in the variables TILE_M and TILE_K (the left operand)
+    or TILE_K and TILE_N (the right one), and TILE_B. `linear`: every subscript is a sum of
+    those variables times constants plus sizes, so consecutive points along one variable
+    are a constant number of elements apart, and a backend may load several at once where
+    the run-time strides make that number 1 (and the addresses are aligned).
+    `fast`: the variable ("m", "n" or "k") that walks the tensor's last subscript with
+    coefficient 1 in the layout the kernel was compiled for, "" if none does: the direction
+    a backend lays the operand's tile out along in shared memory."""
+
+    tensor: str
+    dtype: DType
+    index: tuple[IExpr, ...]
+    linear: bool
+    fast: str = ""
+
+
+TILE_M, TILE_N, TILE_K, TILE_B = "tc_m", "tc_n", "tc_k", "tc_b"
+
+
+@dataclass(frozen=True)
+class TileContraction:
+    """A launch's whole body: a contraction computed a tile per block, as tuned GEMMs do.
+
+        S(b, m, n) = sum over k < depth of  a(b, m, k) * b(b, k, n)     (products and sums
+        in float32), for m < rows, n < cols, b < batch
+
+    then `target[out_index] = S` (op None) or `target[out_index] += S` (op "+"), with
+    out_index in TILE_M, TILE_N, TILE_B. Block (x, y, z) of the launch's grid takes the
+    points TILE_N in [x * tile[1], ...), TILE_M in [y * tile[0], ...) and TILE_B = z; its
+    threads load the operands' tiles (tile[2] deep) into shared memory and multiply them,
+    on the tensor cores (`engine` "mma": float16/bfloat16 operands, `warp_tile` points per
+    warp) or the CUDA cores ("simt": an 8 x 8 register tile per thread). After the sum is
+    written, `followers` (runs in the same variables: elementwise statements of the next
+    band, such as a bias and an activation, or the rounding of a half result) run at each
+    point of the tile, reading what the block wrote. Sums of a point never cross blocks,
+    so there are no atomics, and each point is written once.
+
+    The order of the additions is the backend's (tiles of `tile[2]`); that is the freedom a
+    reduction's `reduction` mark gives a CPU loop."""
+
+    a: TileOperand
+    b: TileOperand
+    target: str
+    target_dtype: DType
+    out_index: tuple[IExpr, ...]
+    op: str | None
+    rows: IExpr
+    cols: IExpr
+    depth: IExpr
+    batch: IExpr
+    tile: tuple[int, int, int]
+    engine: str
+    warp_tile: tuple[int, int] = (0, 0)
+    followers: tuple["Node", ...] = ()
+
+
+@dataclass(frozen=True)
 class Scratch:
     """`buffers` private to the CPU thread that runs `body`: small, fixed-size arrays (a
     packed operand of a micro-kernel, copied in by `Copy` nodes in `body` and read through
@@ -306,7 +365,7 @@ class Scratch:
     body: "Node"
 
 
-Node = For | If | Block | Run | Copy | Combine | Barrier | Launch | Scratch
+Node = For | If | Block | Run | Copy | Combine | Barrier | Launch | Scratch | TileContraction
 
 
 @dataclass(frozen=True)
@@ -396,6 +455,9 @@ def walk_nodes(node: Node):
             if o is not None:
                 yield from walk_nodes(o)
         case Block(body=items):
+            for item in items:
+                yield from walk_nodes(item)
+        case TileContraction(followers=items):
             for item in items:
                 yield from walk_nodes(item)
 

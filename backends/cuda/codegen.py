@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from backends.cuda.tile_kernels import TileEmitter
 from polyhedral import loop_ir as L
 from tclang.lang import program as P
 from tclang.dtypes import DType
@@ -73,6 +74,32 @@ TC_DEV bool tc_inside(long long value, long long extent, long long* err, long lo
   return false; }
 """
 
+# what tile contractions (backends/cuda/tile_kernels.py) need: the tensor cores' fragments
+# and 16-byte copies into shared memory, asynchronous on sm_80 and later
+TILE_PRELUDE = r"""
+#ifndef TCLANG_EMULATION
+#include <mma.h>
+#endif
+#if defined(TCLANG_EMULATION)
+TC_DEV void tc_cp16(void* d, const void* s, bool ok) {
+  if (ok) memcpy(d, s, 16); else memset(d, 0, 16); }
+TC_DEV void tc_cp_commit() {}
+template <int N> TC_DEV void tc_cp_wait() {}
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+TC_DEV void tc_cp16(void* d, const void* s, bool ok) {
+  const unsigned at = (unsigned)__cvta_generic_to_shared(d);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(at), "l"(s),
+               "r"(ok ? 16 : 0)); }
+TC_DEV void tc_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> TC_DEV void tc_cp_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
+#else
+TC_DEV void tc_cp16(void* d, const void* s, bool ok) {
+  *(uint4*)d = ok ? *(const uint4*)s : make_uint4(0u, 0u, 0u, 0u); }
+TC_DEV void tc_cp_commit() {}
+template <int N> TC_DEV void tc_cp_wait() {}
+#endif
+"""
+
 NARROW_LIMIT = 1 << 30  # sizes and offsets below this: 32-bit indices, no overflow in sums
 JAM = 16  # at most this many points of a thread's loops share one reduction loop
 WIDE_STEP = 1 << 20  # a loop stepping this far counts in 64 bits (a grid-stride loop)
@@ -118,6 +145,8 @@ class _Generator:
 
     def run(self) -> KernelSource:
         out = [PRELUDE]
+        if any(isinstance(n, L.TileContraction) for n in L.walk_nodes(self.kernel.body)):
+            out.append(TILE_PRELUDE)
         launches = []
         for k, (launch, condition) in enumerate(_launches(self.kernel.body, None)):
             name = f"tclang_{self.kernel.name}_{k}"
@@ -221,6 +250,8 @@ class _Generator:
                 self.put(indent, f"{dst} = {_store(value, dt)};")
             case L.Barrier():
                 self.put(indent, "__syncthreads();")
+            case L.TileContraction():
+                TileEmitter(self, n, indent).emit()
             case L.Launch():
                 raise ValueError("a launch inside a launch")
             case _:

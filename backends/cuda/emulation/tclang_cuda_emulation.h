@@ -1595,6 +1595,71 @@ inline __half atomicAdd(__half* a, __half v) {
   return ::tclang_emu::detail::atomic_update(a, [v](__half o) { return __hadd(o, v); });
 }
 
+// ---------------------------------------------------------------------------------------
+// Tensor-core fragments (nvcuda::wmma), emulated with a defined layout: every lane of a warp
+// holds the whole tile, row-major, so loads, stores and products are the tile's own
+// arithmetic (float32 sums of exact half products, k in order). The generated code never
+// reads a fragment's elements, only loads, multiplies and stores whole ones, so the
+// layout a GPU uses (each lane a part) is not observable. Every lane stores the same
+// values; the code reads a stored tile after __syncwarp, as on the GPU.
+// ---------------------------------------------------------------------------------------
+namespace nvcuda { namespace wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+template <class Use, int M, int N, int K, class T, class Layout = void>
+struct fragment {
+  static constexpr int rows = std::is_same<Use, matrix_b>::value ? K : M;
+  static constexpr int cols = std::is_same<Use, matrix_a>::value ? K : N;
+  static constexpr int num_elements = rows * cols;
+  T x[rows * cols];
+};
+template <class Use, int M, int N, int K, class T, class Layout, class V>
+inline void fill_fragment(fragment<Use, M, N, K, T, Layout>& f, const V& v) {
+  for (int e = 0; e < f.num_elements; ++e) f.x[e] = T(v);
+}
+template <class Use, int M, int N, int K, class T>
+inline void load_matrix_sync(fragment<Use, M, N, K, T, row_major>& f, const T* p, unsigned ldm) {
+  for (int r = 0; r < f.rows; ++r)
+    for (int c = 0; c < f.cols; ++c) f.x[r * f.cols + c] = p[(size_t)r * ldm + c];
+  __syncwarp();
+}
+template <class Use, int M, int N, int K, class T>
+inline void load_matrix_sync(fragment<Use, M, N, K, T, col_major>& f, const T* p, unsigned ldm) {
+  for (int r = 0; r < f.rows; ++r)
+    for (int c = 0; c < f.cols; ++c) f.x[r * f.cols + c] = p[(size_t)c * ldm + r];
+  __syncwarp();
+}
+template <int M, int N, int K, class T>
+inline void store_matrix_sync(T* p, const fragment<accumulator, M, N, K, T, void>& f,
+                              unsigned ldm, layout_t layout) {
+  __syncwarp();
+  for (int r = 0; r < M; ++r)
+    for (int c = 0; c < N; ++c) {
+      const size_t at = layout == mem_row_major ? (size_t)r * ldm + c : (size_t)c * ldm + r;
+      p[at] = f.x[r * N + c];
+    }
+}
+template <int M, int N, int K, class TA, class LA, class LB, class TC>
+inline void mma_sync(fragment<accumulator, M, N, K, TC, void>& d,
+                     const fragment<matrix_a, M, N, K, TA, LA>& a,
+                     const fragment<matrix_b, M, N, K, TA, LB>& b,
+                     const fragment<accumulator, M, N, K, TC, void>& c) {
+  TC out[M * N];
+  for (int r = 0; r < M; ++r)
+    for (int q = 0; q < N; ++q) {
+      TC sum = c.x[r * N + q];
+      for (int k = 0; k < K; ++k)
+        sum += (TC)__half2float(a.x[r * K + k]) * (TC)__half2float(b.x[k * N + q]);
+      out[r * N + q] = sum;
+    }
+  for (int e = 0; e < M * N; ++e) d.x[e] = out[e];
+}
+}}  // namespace nvcuda::wmma
+
 #pragma GCC visibility pop
 
 // ---------------------------------------------------------------------------------------
