@@ -179,6 +179,13 @@ class _Emitter:
                 if op is not None:
                     value = self.combine(op, self.load(dst, dt), value, dt)
                 self.put(indent, f"{dst} = {value}")
+            case L.BlockCombine(op=op, dtype=dt, partial=b, count=c):
+                self.put(indent, "if t0 == 0:")
+                self.put(indent + 1, f"for _q in range(1, {c}):")
+                first = self.buffer_element(b, (L.Int(0),))
+                other = self.buffer_element(b, (L.Var("_q"),))
+                value = self.combine(op, self.load(first, dt), self.load(other, dt), dt)
+                self.put(indent + 2, f"{first} = {value}")
             case L.Barrier():
                 self.put(indent, "yield")
             case L.TileContraction():

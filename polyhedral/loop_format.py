@@ -110,6 +110,8 @@ def _lines(node: L.Node, kernel: L.Kernel | None, indent: int):
                 yield f"{pad}{dst} = {op}({dst}, {source});"
             else:
                 yield f"{pad}{dst} {op}= {source};"
+        case L.BlockCombine(op=op, partial=b, count=c):
+            yield f"{pad}{b}[0] = {op} over {b}[0:{c}];  // the block's threads together"
         case L.Barrier():
             yield f"{pad}__syncthreads();"
         case L.TileContraction():

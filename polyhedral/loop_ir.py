@@ -278,6 +278,22 @@ class Combine:
 
 
 @dataclass(frozen=True)
+class BlockCombine:
+    """partial[0] = partial[0] op partial[1] op ... op partial[count - 1]: the last steps of
+    a parallel reduction, by a block's `count` threads together (a power of two, at least
+    a warp; thread t wrote partial[t] before a barrier). The order of the combinations is
+    the backend's: CUDA combines within each warp by shuffles, then the warps' results,
+    with two barriers where a tree over shared memory takes one per level. Afterwards
+    partial[0] holds the result and the rest of `partial` is undefined; a barrier after it
+    is the caller's."""
+
+    op: str
+    dtype: DType
+    partial: str
+    count: int
+
+
+@dataclass(frozen=True)
 class Barrier:
     """All threads of a GPU block wait here (`__syncthreads()`)."""
 
@@ -365,7 +381,8 @@ class Scratch:
     body: "Node"
 
 
-Node = For | If | Block | Run | Copy | Combine | Barrier | Launch | Scratch | TileContraction
+Node = (For | If | Block | Run | Copy | Combine | BlockCombine | Barrier | Launch | Scratch |
+        TileContraction)
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from polyhedral.scop import Scop, ScopStatement, statement_box
 from polyhedral.subscripts import size_index
 from tclang.lang import program as P
 from tclang.lang.affine import Affine
-from tclang.dtypes import identity
+from tclang.dtypes import DType, identity
 from tclang.options import Options
 from tclang.target import Target
 
@@ -40,6 +40,10 @@ THREADS = 256
 SMALL_OUTPUT = 128  # left-side points below which a long reduction goes across a block
 LONG_REDUCTION = 4096
 ROW_REDUCTION = 32  # a row reduction shorter than a warp stays on one thread
+WARP = 32
+# partials a warp shuffle moves in one register (or two): the rest combine by a tree
+SHUFFLED = (DType.FLOAT32, DType.FLOAT64, DType.INT32, DType.INT64, DType.UINT32,
+            DType.UINT64)
 
 
 def plan_block_reduction(node: isl.ScheduleNode, scop: Scop, options: Options,
@@ -205,7 +209,9 @@ def _build(steps: list[ScopStatement], lhs, scop: Scop, threads: int, target: Ta
             L.Combine(None, dtype, partial, (t,), acc, (L.Int(0),) * max(1, len(lhs))),
             L.Barrier(),
         ]
-        half = threads // 2
+        if threads >= WARP and dtype in SHUFFLED:
+            body += [L.BlockCombine(s.op, dtype, partial, threads), L.Barrier()]
+        half = threads // 2 if not (threads >= WARP and dtype in SHUFFLED) else 0
         while half >= 1:
             body.append(L.If(L.Op("lt", (t, L.Int(half))),
                              L.Combine(s.op, dtype, partial, (t,), partial,

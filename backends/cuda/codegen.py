@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from backends.cuda.tile_kernels import TileEmitter
 from polyhedral import loop_ir as L
 from tclang.lang import program as P
-from tclang.dtypes import DType
+from tclang.dtypes import DType, identity
 
 CTYPES = {DType.BOOL: "bool", DType.UINT8: "unsigned char", DType.UINT16: "unsigned short",
           DType.UINT32: "unsigned int", DType.UINT64: "unsigned long long",
@@ -248,6 +248,8 @@ class _Generator:
                 if op is not None:
                     value = _combine(op, _load(dst, dt), value, dt)
                 self.put(indent, f"{dst} = {_store(value, dt)};")
+            case L.BlockCombine(op=op, dtype=dt, partial=b, count=c):
+                self.block_combine(op, dt, b, c, indent)
             case L.Barrier():
                 self.put(indent, "__syncthreads();")
             case L.TileContraction():
@@ -256,6 +258,27 @@ class _Generator:
                 raise ValueError("a launch inside a launch")
             case _:
                 raise TypeError(f"unknown loop IR node {n!r}")
+
+    def block_combine(self, op: str, dtype: DType, partial: str, count: int,
+                      indent: int) -> None:
+        """Each warp combines its lanes' partials by shuffles, lane 0 keeps the warp's in
+        partial[warp], then the first warp combines those (missing ones as the identity)."""
+        ctype = CTYPES[dtype]
+        ident = _literal(identity(op, dtype), dtype)
+        fold = _combine(op, "v", "__shfl_down_sync(0xffffffffu, v, o)", dtype)
+        put = self.put
+        put(indent, "{")
+        put(indent + 1, f"{ctype} v = {partial}[t0];")
+        put(indent + 1, f"for (int o = 16; o > 0; o >>= 1) v = {fold};")
+        put(indent + 1, "__syncthreads();  // every partial read before the warps' results land")
+        put(indent + 1, f"if ((t0 & 31) == 0) {partial}[t0 >> 5] = v;")
+        put(indent + 1, "__syncthreads();")
+        put(indent + 1, "if (t0 < 32) {")
+        put(indent + 2, f"v = t0 < {count // 32} ? {partial}[t0] : {ident};")
+        put(indent + 2, f"for (int o = 16; o > 0; o >>= 1) v = {fold};")
+        put(indent + 2, f"if (t0 == 0) {partial}[0] = v;")
+        put(indent + 1, "}")
+        put(indent, "}")
 
     # ---- private (register) promotion of accumulators ----
     def accumulates(self, loop: L.For) -> bool:
