@@ -58,7 +58,9 @@ def kernel_for(source: str, sizes: dict, options: Options = Options()) -> L.Kern
 def test_shared_memory_matmul_needs_its_barriers():
     source = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }"
     sizes = dict(M=64, K=96, N=64)
-    kernel = kernel_for(source, sizes)
+    # (a manual block keeps isl's mapping and its promotion; the automatic schedule is a
+    # tile contraction, whose barriers are the backend's: tests/e2e/test_tile_contractions.py)
+    kernel = kernel_for(source, sizes, Options(block=(32, 8)))
     launch = next(n for n in L.walk_nodes(kernel.body) if isinstance(n, L.Launch))
     assert [b.kind for b in launch.buffers] == ["shared", "shared"]  # A and B promoted
     assert barriers(kernel.body) >= 2
@@ -77,9 +79,11 @@ def test_shared_memory_matmul_needs_its_barriers():
 def test_block_reduction_needs_its_barriers():
     source = "def total(float(N) A) -> (s) { s +=! A(i) }"
     sizes = dict(N=5000)
-    kernel = kernel_for(source, sizes, Options(block=(128,)))
+    # 16 threads: the tree over shared memory, one barrier a level (from a warp up, the
+    # warps' shuffles combine each thread's own partial first: test_warp_shuffle_reduction)
+    kernel = kernel_for(source, sizes, Options(block=(16,)))
     launch = next(n for n in L.walk_nodes(kernel.body) if isinstance(n, L.Launch))
-    assert launch.block == (128,) and any(b.kind == "shared" for b in launch.buffers)
+    assert launch.block == (16,) and any(b.kind == "shared" for b in launch.buffers)
     A = np.random.default_rng(1).random(5000).astype(np.float32)
 
     good = run_emulated(kernel, dict(A=A, s=np.zeros((), np.float32)), sizes)
@@ -88,3 +92,36 @@ def test_block_reduction_needs_its_barriers():
     broken = dataclasses.replace(kernel, body=without_barriers(kernel.body))
     bad = run_emulated(broken, dict(A=A, s=np.zeros((), np.float32)), sizes)
     assert not np.isclose(bad["s"], A.sum(dtype=np.float64), rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype,op", [(np.float32, "+"), (np.float64, "min"),
+                                      (np.int32, "max"), (np.int64, "+"), (np.uint32, "max")])
+@pytest.mark.parametrize("threads", [32, 64, 256, 1024])
+def test_warp_shuffle_reduction(dtype, op, threads):
+    """From a warp up, a block's partials combine by shuffles (L.BlockCombine): every
+    operator and shuffled type, block sizes from one warp to 32, a length no block size
+    divides."""
+    name = {np.float32: "float", np.float64: "double", np.int32: "int32",
+            np.int64: "int64", np.uint32: "uint32"}[dtype]
+    reduction = {"+": "+=!", "min": "min=!", "max": "max=!"}[op]
+    source = f"def total({name}(N) A) -> (s) {{ s {reduction} A(i) }}"
+    sizes = dict(N=4999)
+    kernel = kernel_for(source, sizes, Options(block=(threads,)))
+    assert any(isinstance(n, L.BlockCombine) for n in L.walk_nodes(kernel.body))
+    rng = np.random.default_rng(threads)
+    A = (rng.random(4999) * 1000).astype(dtype)
+    got = run_emulated(kernel, dict(A=A, s=np.zeros((), dtype)), sizes)["s"]
+    want = {"+": np.sum, "min": np.min, "max": np.max}[op](A.astype(np.float64))
+    np.testing.assert_allclose(float(got), want, rtol=1e-5)
+
+
+def test_interpreter_runs_the_block_combine():
+    """The loop IR's meaning of L.BlockCombine (the interpreter's) is the reduction's."""
+    from backends.interpreter import compile_kernel
+    kernel = kernel_for("def total(float(N) A) -> (s) { s max=! A(i) }", dict(N=300),
+                        Options(block=(64,)))
+    assert any(isinstance(n, L.BlockCombine) for n in L.walk_nodes(kernel.body))
+    A = np.random.default_rng(5).random(300).astype(np.float32)
+    arrays = {"A": A, "s": np.zeros((), np.float32)}
+    compile_kernel(kernel)(arrays, dict(N=300))
+    assert float(arrays["s"]) == float(A.max())
