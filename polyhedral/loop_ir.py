@@ -345,7 +345,8 @@ class TileContraction:
     points TILE_N in [x * tile[1], ...), TILE_M in [y * tile[0], ...) and TILE_B = z; its
     threads load the operands' tiles (tile[2] deep) into shared memory and multiply them,
     on the tensor cores (`engine` "mma": float16/bfloat16 operands, `warp_tile` points per
-    warp) or the CUDA cores ("simt": an 8 x 8 register tile per thread). After the sum is
+    warp, `stages` slices in shared memory, the next ones' copies in flight while one is
+    multiplied) or the CUDA cores ("simt": an 8 x 8 register tile per thread). After the sum is
     written, `followers` (runs in the same variables: elementwise statements of the next
     band, such as a bias and an activation, or the rounding of a half result) run at each
     point of the tile, reading what the block wrote. Sums of a point never cross blocks,
@@ -368,6 +369,7 @@ class TileContraction:
     engine: str
     warp_tile: tuple[int, int] = (0, 0)
     followers: tuple["Node", ...] = ()
+    stages: int = 2  # slices in flight in shared memory (tensor cores: copies ahead)
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ TILES = ((128, 128), (128, 64), (64, 128), (64, 64))
 SIMT_DEPTH = 8  # a tile's depth: 8 x (128 + 128) floats a stage
 MMA_DEPTH = 32  # two 16-deep steps of the tensor cores a stage
 MMA_DTYPES = (DType.FLOAT16,)
+STAGES = 3
 
 
 def plan_tile_contraction(node: isl.ScheduleNode, scop: Scop, options: Options,
@@ -122,7 +123,7 @@ def plan_tile_contraction(node: isl.ScheduleNode, scop: Scop, options: Options,
     body = L.TileContraction(
         a, b, s.target, DType.FLOAT32, out_index, None if inits else "+",
         L.Int(rows), L.Int(cols), L.Int(depth), L.Int(batch), (bm, bn, depth_tile), engine,
-        warp_tile, follower_runs)
+        warp_tile, follower_runs, _stages(engine, depth, depth_tile, target))
     grid = (L.Int(-(-cols // bn)), L.Int(-(-rows // bm)), L.Int(batch))
     return body, grid, (tile_threads(body),), tuple(f.id for f in followers[len(own):])
 
@@ -158,14 +159,27 @@ def _choose_tile(rows: int, cols: int, batch: int, target: Target):
     return max(fitting, key=lambda t: -(-rows // t[0]) * -(-cols // t[1]))
 
 
-def _has_tensor_cores(target: Target) -> bool:
-    """sm_70 and later (WMMA's half fragments), or the CPU emulation of them."""
+def _stages(engine: str, depth: int, depth_tile: int, target: Target) -> int:
+    """Slices in shared memory: STAGES on the tensor cores of sm_80 and later (whose
+    asynchronous copies keep them in flight; over 48 KB a block, dynamic shared memory),
+    two elsewhere and where the depth has fewer slices."""
+    if engine != "mma" or _compute_capability(target) < 80:
+        return 2
+    return max(2, min(STAGES, -(-depth // depth_tile)))
+
+
+def _compute_capability(target: Target) -> int:
     if target.name == "cuda-emulated":
-        return True
+        return 90
     for word in target.arch.split():
         if word.startswith("sm_") and word[3:].isdigit():
-            return int(word[3:]) >= 70
-    return False
+            return int(word[3:])
+    return 0
+
+
+def _has_tensor_cores(target: Target) -> bool:
+    """sm_70 and later (WMMA's half fragments), or the CPU emulation of them."""
+    return _compute_capability(target) >= 70
 
 
 def _strip_casts(e: P.Expr) -> P.Expr:

@@ -20,6 +20,7 @@ from pathlib import Path
 from tclang.c_text import index_c, size_variable
 from tclang.errors import TCError
 from tclang.export_abi import Wrapper, parameters
+from backends.cuda.launches import STATIC_SHARED as LT_STATIC_SHARED
 
 
 def cuda_source(wrapper: Wrapper, kernels: str, launches) -> str:
@@ -79,8 +80,11 @@ def cuda_source(wrapper: Wrapper, kernels: str, launches) -> str:
         block = [str(x) for x in entry.block] + ["1"] * (3 - len(entry.block))
         condition = index_c(entry.condition) if entry.condition is not None else "1"
         out += [f"        if ({condition}) {{",
-                f"            dim3 grid({', '.join(grid[:3])}), block({', '.join(block[:3])});",
-                f"            {entry.function}<<<grid, block, 0, stream>>>("
+                f"            dim3 grid({', '.join(grid[:3])}), block({', '.join(block[:3])});"]
+        if entry.shared > LT_STATIC_SHARED:  # over 48 KB a block: opted into
+            out.append(f"            cudaFuncSetAttribute({entry.function}, "
+                       f"cudaFuncAttributeMaxDynamicSharedMemorySize, {entry.shared});")
+        out += [f"            {entry.function}<<<grid, block, {entry.shared}, stream>>>("
                 f"{', '.join(args)});", "        }"]
     out += ["        if ((e = cudaGetLastError()) != cudaSuccess) { "
             "result = tc_cuda_fail(e, \"a kernel launch\"); break; }",

@@ -121,6 +121,9 @@ def _artifact(cubin: bytes, text: str, entries, buffers, statements, size_names)
     cuda, _, _ = _device()
     module = cuda.module_from_buffer(cubin)
     functions = [(e, module.get_function(e.function)) for e in entries]
+    for e, fn in functions:
+        if e.shared > LT.STATIC_SHARED:  # a launch asks for more than 48 KB: opt in
+            fn.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, e.shared)
     # what every call would otherwise redo: the error record (on the device, zero until a
     # kernel records a bad subscript, and zeroed again after), its host copy, and the
     # argument packing PyCUDA prepares once per signature. A lock keeps two threads'
@@ -142,7 +145,7 @@ def _artifact(cubin: bytes, text: str, entries, buffers, statements, size_names)
             if signature not in prepared:
                 prepared[signature] = [(e, fn.prepare(signature)) for e, fn in functions]
             env = dict(zip(size_names, sizes))
-            found = [(e.function, fn, *e.dims(env)) for e, fn in prepared[signature]
+            found = [(e.function, fn, *e.dims(env), e.shared) for e, fn in prepared[signature]
                      if e.runs(env)]
             if len(planned) > 64:  # a shape-generic kernel called on many shapes
                 planned.clear()
@@ -175,9 +178,9 @@ def _artifact(cubin: bytes, text: str, entries, buffers, statements, size_names)
         if not in_order:  # the callers' stream may still be writing the inputs
             cuda.Context.synchronize()
         launched = []
-        for function, fn, grid, block in launches(signature, sizes):
+        for function, fn, grid, block, shared in launches(signature, sizes):
             try:
-                fn.prepared_call(grid, block, *args)
+                fn.prepared_call(grid, block, *args, shared_size=shared)
             except cuda.Error as failure:
                 raise _launch_error("refused to launch", [(function, grid, block)],
                                     failure) from None

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from backends.cuda.tile_kernels import TileEmitter
+from backends.cuda.tile_kernels import TileEmitter, shared_bytes
 from polyhedral import loop_ir as L
 from tclang.lang import program as P
 from tclang.dtypes import DType, identity
@@ -120,6 +120,7 @@ class KernelSource:
 
     text: str
     launches: tuple[tuple[str, L.Launch, L.IExpr | None], ...]
+    shared: tuple[int, ...] = ()  # each launch's dynamic shared memory, bytes
 
 
 def generate(kernel: L.Kernel) -> KernelSource:
@@ -152,7 +153,10 @@ class _Generator:
             name = f"tclang_{self.kernel.name}_{k}"
             out.append(self.kernel_function(name, launch))
             launches.append((name, launch, condition))
-        return KernelSource("\n".join(out), tuple(launches))
+        shared = tuple(sum(shared_bytes(n) for n in L.walk_nodes(launch)
+                           if isinstance(n, L.TileContraction))
+                       for _, launch, _ in launches)
+        return KernelSource("\n".join(out), tuple(launches), shared)
 
     # ---- one __global__ function ----
     def params(self) -> list[str]:

@@ -18,12 +18,16 @@ from polyhedral import loop_ir as L
 from backends.access_errors import ERR_FIELDS, raise_access_error  # noqa: F401 (re-export)
 
 
+STATIC_SHARED = 48 * 1024  # shared memory a launch gets without opting in
+
+
 @dataclass(frozen=True)
 class LaunchEntry:
     function: str
     grid: tuple[L.IExpr, ...]
     block: tuple[int, ...]
     condition: L.IExpr | None = None  # on the sizes; the launch is skipped when false
+    shared: int = 0  # bytes of dynamic shared memory it asks for
 
     def runs(self, sizes: dict[str, int]) -> bool:
         return self.condition is None or bool(L.evaluate(self.condition, sizes))
@@ -35,20 +39,22 @@ class LaunchEntry:
 
 
 def table(source: KernelSource) -> tuple[LaunchEntry, ...]:
-    return tuple(LaunchEntry(name, launch.grid, launch.block, condition)
-                 for name, launch, condition in source.launches)
+    return tuple(LaunchEntry(name, launch.grid, launch.block, condition, shared)
+                 for (name, launch, condition), shared in zip(source.launches, source.shared))
 
 
 def to_json(entries) -> bytes:
     return json.dumps([[e.function, [L.iexpr_to_json(g) for g in e.grid], list(e.block),
-                        L.iexpr_to_json(e.condition) if e.condition is not None else None]
+                        L.iexpr_to_json(e.condition) if e.condition is not None else None,
+                        e.shared]
                        for e in entries]).encode()
 
 
 def from_json(data: bytes) -> tuple[LaunchEntry, ...]:
     return tuple(LaunchEntry(f, tuple(L.iexpr_from_json(g) for g in grid), tuple(block),
-                             L.iexpr_from_json(c) if c is not None else None)
-                 for f, grid, block, c in json.loads(data.decode()))
+                             L.iexpr_from_json(c) if c is not None else None,
+                             int(shared[0]) if shared else 0)
+                 for f, grid, block, c, *shared in json.loads(data.decode()))
 
 
 def element_strides(shape, strides_bytes, itemsize: int) -> list[int]:

@@ -29,6 +29,29 @@ HALF_VECTOR = 8  # halves in a 16-byte copy
 FLOAT_VECTOR = 4
 
 
+def slice_shapes(n: L.TileContraction) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(rows, columns) of one stage's slice of each operand in shared memory (tensor
+    cores), its layout's fast direction last, padded by 16 bytes a row (WMMA's loads of
+    consecutive rows then start in different banks)."""
+    bm, bn, bk = n.tile
+    a = (bk, bm + HALF_VECTOR) if n.a.fast == "m" else (bm, bk + HALF_VECTOR)
+    b = (bn, bk + HALF_VECTOR) if n.b.fast == "k" else (bk, bn + HALF_VECTOR)
+    return a, b
+
+
+def shared_bytes(n: L.TileContraction) -> int:
+    """The dynamic shared memory a tensor-core launch asks for (0 for the CUDA cores',
+    whose slices are static): every stage's slices, or the warps' result tiles if more."""
+    if n.engine != "mma":
+        return 0
+    (ar, ac), (br, bc) = slice_shapes(n)
+    bm, bn, _ = n.tile
+    wm, wn = n.warp_tile
+    slices = n.stages * (ar * ac + br * bc) * 2
+    results = (bm // wm) * (bn // wn) * 16 * 16 * 4
+    return max(slices, results)
+
+
 class TileEmitter:
     """Prints one TileContraction through the generator's addresses and index printing."""
 
@@ -196,59 +219,78 @@ class TileEmitter:
         fm, fn = wm // 16, wn // 16
         warps = (bm // wm) * (bn // wn)
         threads = 32 * warps
-        pad = HALF_VECTOR
+        stages = n.stages
         a_col = n.a.fast == "m"  # the slice laid out m-fastest: a column-major fragment
         b_col = n.b.fast == "k"
-        a_shape = f"[{bk}][{bm + pad}]" if a_col else f"[{bm}][{bk + pad}]"
-        b_shape = f"[{bn}][{bk + pad}]" if b_col else f"[{bk}][{bn + pad}]"
+        (ar, ac), (br, bc) = slice_shapes(n)
+        a_bytes = stages * ar * ac * 2
+        total = shared_bytes(n)
         w = "nvcuda::wmma"
-        self.put(f"__shared__ __align__(128) __half As[2]{a_shape};")
-        self.put(f"__shared__ __align__(128) __half Bs[2]{b_shape};")
-        self.put(f"__shared__ __align__(128) float Cs[{warps}][16 * 16];")
+        # one region: the slices while the sums run, the warps' result tiles after them
+        self.put("#ifdef TCLANG_EMULATION")
+        self.put(f"__shared__ __align__(128) unsigned char tc_smem[{total}];")
+        self.put("#else")
+        self.put("extern __shared__ __align__(128) unsigned char tc_smem[];")
+        self.put("#endif")
+        self.put(f"__half (*As)[{ar}][{ac}] = reinterpret_cast<__half (*)[{ar}][{ac}]>(tc_smem);")
+        self.put(f"__half (*Bs)[{br}][{bc}] = reinterpret_cast<__half (*)[{br}][{bc}]>"
+                 f"(tc_smem + {a_bytes});")
+        self.put("float (*Cs)[16 * 16] = reinterpret_cast<float (*)[16 * 16]>(tc_smem);")
         self.put("const int warp = (int)t0 / 32, lane = (int)t0 % 32;")
         self.put(f"const int wm0 = (warp / {bn // wn}) * {wm}, wn0 = (warp % {bn // wn}) * {wn};")
         self.put(f"{w}::fragment<{w}::accumulator, 16, 16, 16, float> acc[{fm}][{fn}];")
         self.put("#pragma unroll")
-        self.put(f"for (int i = 0; i < {fm}; ++i) for (int j = 0; j < {fn}; ++j) "
-                 f"{w}::fill_fragment(acc[i][j], 0.0f);")
+        self.put(f"for (int i = 0; i < {fm}; ++i)")
+        self.put("#pragma unroll")
+        self.put(f"for (int j = 0; j < {fn}; ++j) {w}::fill_fragment(acc[i][j], 0.0f);")
         # a slice element's place in shared memory, its layout's fast direction last
         a_elem = "As[s][c][r]" if a_col else "As[s][r][c]"
         b_elem = "Bs[s][c][r]" if b_col else "Bs[s][r][c]"
+        # each thread's 16-byte pieces: where they come from at depth 0 and go to, worked
+        # out once; a stage adds its depth times the operand's step along k
+        self.pieces("a", "a_at", bm, bk, a_col, a_elem.replace("As[s]", "As[0]"), "m0 + r",
+                    "c", "ROWS", "c", "(a_at(0, 1) - a_at(0, 0))", threads)
+        self.pieces("b", "b_at", bk, bn, b_col, b_elem.replace("Bs[s]", "Bs[0]"), "r",
+                    "n0 + c", "COLS", "r", "(b_at(1, 0) - b_at(0, 0))", threads)
         self.put(f"auto load = [&]({it} k0, int s) {{")
         self.mma_load("a", n.a, "a_at", bm, bk, a_col, a_elem, "m0 + r", "k0 + c", "ROWS",
-                      "DEPTH", threads)
+                      "DEPTH", threads, "&As[s][0][0]")
         self.mma_load("b", n.b, "b_at", bk, bn, b_col, b_elem, "k0 + r", "n0 + c", "DEPTH",
-                      "COLS", threads)
+                      "COLS", threads, "&Bs[s][0][0]")
         self.put("};")
         a_layout = f"{w}::col_major" if a_col else f"{w}::row_major"
         b_layout = f"{w}::col_major" if b_col else f"{w}::row_major"
-        a_ptr = (f"&As[cur][kk][wm0 + i * 16]", bm + pad) if a_col else \
-            (f"&As[cur][wm0 + i * 16][kk]", bk + pad)
-        b_ptr = (f"&Bs[cur][wn0 + j * 16][kk]", bk + pad) if b_col else \
-            (f"&Bs[cur][kk][wn0 + j * 16]", bn + pad)
-        self.put("load(0, 0); tc_cp_commit();")
+        a_ptr = "&As[cur][kk][wm0 + i * 16]" if a_col else "&As[cur][wm0 + i * 16][kk]"
+        b_ptr = "&Bs[cur][wn0 + j * 16][kk]" if b_col else "&Bs[cur][kk][wn0 + j * 16]"
+        # stages - 1 slices ahead: at step s, slice s is complete once all but the
+        # stages - 2 latest copy groups are; the barrier after the wait also tells that
+        # every warp is done with the stage the next copies overwrite (step s - 1's)
+        self.put(f"for (int p = 0; p < {stages - 1}; ++p) {{ if (p < steps) load(p * {bk}, p); "
+                 f"tc_cp_commit(); }}")
         self.put(f"for ({it} s = 0; s < steps; ++s) {{")
-        self.put("const int cur = (int)(s & 1);", 1)
-        self.put(f"if (s + 1 < steps) load((s + 1) * {bk}, cur ^ 1);", 1)
-        self.put("tc_cp_commit(); tc_cp_wait<1>(); __syncthreads();", 1)
+        self.put(f"const int cur = (int)(s % {stages});", 1)
+        self.put(f"tc_cp_wait<{stages - 2}>(); __syncthreads();", 1)
+        self.put(f"if (s + {stages - 1} < steps) load((s + {stages - 1}) * {bk}, "
+                 f"(int)((s + {stages - 1}) % {stages}));", 1)
+        self.put("tc_cp_commit();", 1)
         self.put("#pragma unroll", 1)
         self.put(f"for (int kk = 0; kk < {bk}; kk += 16) {{", 1)
         self.put(f"{w}::fragment<{w}::matrix_a, 16, 16, 16, __half, {a_layout}> fa[{fm}];", 2)
         self.put(f"{w}::fragment<{w}::matrix_b, 16, 16, 16, __half, {b_layout}> fb[{fn}];", 2)
         self.put("#pragma unroll", 2)
-        self.put(f"for (int i = 0; i < {fm}; ++i) {w}::load_matrix_sync(fa[i], {a_ptr[0]}, "
-                 f"{a_ptr[1]});", 2)
+        self.put(f"for (int i = 0; i < {fm}; ++i) {w}::load_matrix_sync(fa[i], {a_ptr}, {ac});",
+                 2)
         self.put("#pragma unroll", 2)
-        self.put(f"for (int j = 0; j < {fn}; ++j) {w}::load_matrix_sync(fb[j], {b_ptr[0]}, "
-                 f"{b_ptr[1]});", 2)
+        self.put(f"for (int j = 0; j < {fn}; ++j) {w}::load_matrix_sync(fb[j], {b_ptr}, {bc});",
+                 2)
         self.put("#pragma unroll", 2)
         self.put(f"for (int i = 0; i < {fm}; ++i)", 2)
         self.put("#pragma unroll", 3)
         self.put(f"for (int j = 0; j < {fn}; ++j) {w}::mma_sync(acc[i][j], fa[i], fb[j], "
                  f"acc[i][j]);", 3)
         self.put("}", 1)
-        self.put("__syncthreads();", 1)
         self.put("}")
+        self.put("tc_cp_wait<0>(); __syncthreads();  // the slices' memory becomes Cs")
         self.put("#pragma unroll")  # (fragments indexed by constants stay in registers)
         self.put(f"for (int i = 0; i < {fm}; ++i)")
         self.put("#pragma unroll")
@@ -264,23 +306,47 @@ class TileEmitter:
         self.put("__syncwarp();", 1)
         self.put("}")
 
-    def mma_load(self, name: str, op: L.TileOperand, at: str, rows: int, cols: int,
-                 transposed: bool, elem: str, row: str, col: str, row_extent: str,
-                 col_extent: str, threads: int) -> None:
-        """Copies of a slice (rows x cols points) into shared memory: 16-byte asynchronous
-        copies along the fast direction when `name_vec`, else one half at a time."""
+    def pieces(self, name: str, at: str, rows: int, cols: int, transposed: bool,
+               elem: str, row: str, col: str, extent: str, k: str, step: str,
+               threads: int) -> None:
+        """`name_src[p]`, `name_dst[p]`, `name_k[p]`, `name_ok[p]`: a thread's p-th piece of
+        a slice (the run of HALF_VECTOR points along the fast direction it copies), its
+        element offset in the operand at depth 0, its place in a stage, its depth within
+        the slice, and whether it lies inside the operand's rows or columns."""
         v = HALF_VECTOR
-        run, across = (rows, cols) if transposed else (cols, rows)
+        run = rows if transposed else cols
         pieces = rows * cols // v
+        count = -(-pieces // threads)
         coords = (f"const int c = q / {run // v}; const int r = (q % {run // v}) * {v};"
                   if transposed else
                   f"const int r = q / {run // v}; const int c = (q % {run // v}) * {v};")
+        self.put(f"{self.it} {name}_src[{count}]; int {name}_dst[{count}], {name}_k[{count}]; "
+                 f"bool {name}_ok[{count}];")
+        self.put(f"const {self.it} {name}_step = {step};")
+        self.put("#pragma unroll")
+        self.put(f"for (int p = 0; p < {count}; ++p) {{")
+        self.put(f"const int q = (int)t0 + p * {threads};", 1)
+        self.put(coords, 1)
+        self.put(f"{name}_ok[p] = q < {pieces} && ({row if name == 'a' else col}) < {extent};", 1)
+        self.put(f"{name}_k[p] = {k};", 1)
+        self.put(f"{name}_src[p] = {name}_ok[p] ? {at}({row}, {col}) : 0;", 1)
+        self.put(f"{name}_dst[p] = (int)(&{elem} - &{elem.split('[')[0]}[0][0][0]);", 1)
+        self.put("}")
+
+    def mma_load(self, name: str, op: L.TileOperand, at: str, rows: int, cols: int,
+                 transposed: bool, elem: str, row: str, col: str, row_extent: str,
+                 col_extent: str, threads: int, stage: str) -> None:
+        """Copies of a slice (rows x cols points) into shared memory: 16-byte asynchronous
+        copies along the fast direction when `name_vec` (the pieces worked out before),
+        else one half at a time."""
+        count = -(-(rows * cols // HALF_VECTOR) // threads)
+        depth = "DEPTH"
         self.put(f"if ({name}_vec) {{", 1)
-        self.put(f"for (int q = (int)t0; q < {pieces}; q += {threads}) {{", 2)
-        self.put(coords, 3)
-        self.put(f"const bool ok = {row} < {row_extent} && {col} < {col_extent};", 3)
-        self.put(f"tc_cp16(&{elem}, ok ? (const void*)({op.tensor}_ + {at}({row}, {col})) : "
-                 f"(const void*){op.tensor}_, ok);", 3)
+        self.put("#pragma unroll", 2)
+        self.put(f"for (int p = 0; p < {count}; ++p) {{", 2)
+        self.put(f"const bool ok = {name}_ok[p] && k0 + {name}_k[p] < {depth};", 3)
+        self.put(f"tc_cp16({stage} + {name}_dst[p], {op.tensor}_ + (ok ? {name}_src[p] + "
+                 f"k0 * {name}_step : 0), ok);", 3)
         self.put("}", 2)
         self.put("} else {", 1)
         self.put(f"for (int q = (int)t0; q < {rows * cols}; q += {threads}) {{", 2)

@@ -11,6 +11,8 @@ cases = [
  ("bmm", K.BMM, "bmm", lambda: (r(3, 65, 17), r(3, 17, 66)), lambda x, y: x @ y),
  ("conv", K.CONV2D, "conv2d", lambda: (r(2, 5, 13, 11), r(7, 5, 3, 3)), None),
  ("hmm", K.MATMUL.replace("float", "half"), "matmul", lambda: (r(67, 45, dt=np.float16), r(45, 131, dt=np.float16)), lambda a, b: (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16)),
+ ("hmm3", K.MATMUL.replace("float", "half"), "matmul", lambda: (r(67, 200, dt=np.float16), r(200, 131, dt=np.float16)), lambda a, b: (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16)),
+ ("hmmT", "def mt(half(K,M) A, half(N,K) B) -> (C) { C(m,n) +=! A(k,m) * B(n,k) }", "mt", lambda: (r(300, 130, dt=np.float16), r(129, 300, dt=np.float16)), lambda a, b: (a.astype(np.float32).T @ b.astype(np.float32).T).astype(np.float16)),
  ("hmm2", K.MATMUL.replace("float", "half"), "matmul", lambda: (r(128, 64, dt=np.float16), r(64, 256, dt=np.float16)), lambda a, b: (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16)),
 ]
 def conv_ref(I, W):

@@ -26,11 +26,12 @@ from benchmarks.gpu_peers import repeats_for, time_batch  # noqa: E402
 from polyhedral import tile_contraction as T  # noqa: E402
 from tclang import middle_end  # noqa: E402
 
-VARIANTS = {  # name: (tiles, warp tile of a 128x128 tile)
-    "128x128 w64x32": (((128, 128),), (64, 32)),
-    "128x128 w64x64": (((128, 128),), (64, 64)),
-    "128x128 w32x64": (((128, 128),), (32, 64)),
-    "128x64 w32x32": (((128, 64),), (32, 32)),
+VARIANTS = {  # name: (tiles, warp tile of the largest tile, stages, depth of a slice)
+    "128x128x32 w64x32 3 stages": (((128, 128),), (64, 32), 3, 32),
+    "128x128x64 w64x32 2 stages": (((128, 128),), (64, 32), 2, 64),
+    "128x128x64 w64x32 3 stages": (((128, 128),), (64, 32), 3, 64),
+    "128x128x64 w32x64 3 stages": (((128, 128),), (32, 64), 3, 64),
+    "128x128x32 w32x64 4 stages": (((128, 128),), (32, 64), 4, 32),
 }
 
 
@@ -42,18 +43,19 @@ def main() -> None:
     n = args.n
     flops = 2.0 * n ** 3
     rows = []
-    original = T._warp_tile
+    original, tiles_default, stages_default, depth_default = \
+        T._warp_tile, T.TILES, T.STAGES, T.MMA_DEPTH
     for dtype, name in ((torch.half, "half"), (torch.float32, "float")):
         a = torch.randn(n, n, device="cuda", dtype=dtype)
         b = torch.randn(n, n, device="cuda", dtype=dtype)
         out = torch.empty(n, n, device="cuda", dtype=dtype)
         calls = {"cuBLAS": lambda: torch.matmul(a, b, out=out)}
-        for k, (label, (tiles, warp)) in enumerate(VARIANTS.items()):
-            if name == "float" and warp != (64, 32):
-                continue  # the CUDA cores' kernel has no warp tile
-            T.TILES = tiles
-            T._warp_tile = (lambda w: (lambda bm, bn: w if (bm, bn) == (128, 128)
-                                       else original(bm, bn)))(warp)
+        for k, (label, (tiles, warp, stages, depth)) in enumerate(VARIANTS.items()):
+            if name == "float" and (tiles, warp) != (((128, 128),), (64, 32)):
+                continue  # the CUDA cores' kernel has no warp tile, nor stages
+            T.TILES, T.STAGES, T.MMA_DEPTH = tiles, stages, depth
+            T._warp_tile = (lambda w, big: (lambda bm, bn: w if (bm, bn) == big
+                                            else original(bm, bn)))(warp, tiles[0])
             middle_end.stop()
             source = (f"def mm{k}({name}(M,K) A, {name}(K,N) B) -> (C) "
                       f"{{ C(m,n) +=! A(m,k) * B(k,n) }}")
@@ -70,7 +72,8 @@ def main() -> None:
         for key in calls:
             t = statistics.median(times[key])
             rows.append((name, key, flops / t / 1e12))
-    T._warp_tile = original
+    T._warp_tile, T.TILES, T.STAGES, T.MMA_DEPTH = \
+        original, tiles_default, stages_default, depth_default
     print("| dtype | kernel | TFLOP/s |\n|---|---|---|")
     for name, key, rate in rows:
         print(f"| {name} | {key} | {rate:.1f} |")
