@@ -20,7 +20,7 @@ half result to half) run in the same launch, on the tile each block just wrote.
 Only for specialized sizes (the tile choice and the grid need them), for statements over
 their whole box (no guard in the domain), affine subscripts, and float32 (CUDA cores) or
 float16 (tensor cores) operands; a manual GPU schedule (tile, block or grid options) keeps
-the isl mapping, as does `shared_memory=False` and bounds checking.
+the isl mapping, as do `shared_memory=False`, `private_memory=False` and bounds checking.
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ def plan_tile_contraction(node: isl.ScheduleNode, scop: Scop, options: Options,
     """(body, grid, block, absorbed statement ids) of a launch computing the band's
     contraction a tile per block, or None where the band is not one (or it does not pay)."""
     if scop.sizes is None or options.block or options.grid or options.tile is not None or \
-            options.shared_memory is False or options.check_bounds or target.bounds_checked:
+            options.shared_memory is False or options.private_memory is False or \
+            options.check_bounds or target.bounds_checked:
         return None
     names = [s.get_tuple_name() for s in sets(node.get_domain())]
     statements = [scop.statement(n) for n in names]

@@ -45,16 +45,21 @@ def test_conv2d_matches_numpy(shape):
     np.testing.assert_allclose(got, _conv(x, w), rtol=1e-4, atol=1e-4)
 
 
+# isl's mapping of a contraction, as the tile plan leaves it to integer ones (float32 and
+# half ones are tile contractions: tests/e2e/test_tile_contractions.py)
+INT_MATMUL = K.MATMUL.replace("float", "int32")
+
+
 def test_a_small_grid_takes_smaller_tiles_on_y():
-    a = np.ones((64, 64), np.float32)
-    loops = tc.compile(K.MATMUL, "matmul", a, a, backend=CUDA).loops
+    a = np.ones((64, 64), np.int32)
+    loops = tc.compile(INT_MATMUL, "matmul", a, a, backend=CUDA).loops
     assert "grid(2, 8)" in loops  # not 2x2 blocks of 32x32 points
 
 
 def test_large_contractions_take_32x128_tiles():
-    a = np.ones((2048, 64), np.float32)
-    b = np.ones((64, 2048), np.float32)
-    kernel = tc.compile(K.MATMUL, "matmul", a, b, backend=CUDA)
+    a = np.ones((2048, 64), np.int32)
+    b = np.ones((64, 2048), np.int32)
+    kernel = tc.compile(INT_MATMUL, "matmul", a, b, backend=CUDA)
     assert "B_shared[32][129]" in kernel.loops
     assert "16 points in registers across" in kernel.source
 
@@ -87,9 +92,9 @@ def test_index_width_follows_the_largest_offset():
     """An output of 2^32 elements (inputs broadcast: nothing allocated to compile) needs
     64-bit index arithmetic; the same kernel on small shapes gets 32-bit."""
     def source(m, n):
-        a = np.broadcast_to(np.ones(1, np.float32), (m, 16))
-        b = np.broadcast_to(np.ones(1, np.float32), (16, n))
-        return tc.compile(K.MATMUL, "matmul", a, b, backend=CUDA).source
+        a = np.broadcast_to(np.ones(1, np.int32), (m, 16))
+        b = np.broadcast_to(np.ones(1, np.int32), (16, n))
+        return tc.compile(INT_MATMUL, "matmul", a, b, backend=CUDA).source
 
     big, small = source(65536, 65536), source(512, 512)
     assert "const long long i_" in big and "const int i_" not in big

@@ -193,7 +193,7 @@ def test_manual_gpu_schedules_keep_the_isl_mapping():
     rng = np.random.default_rng(4)
     A, B = _rand((80, 40), np.float32, rng), _rand((40, 90), np.float32, rng)
     for options in (tc.Options(block=(16, 8)), tc.Options(tile=16),
-                    tc.Options(shared_memory=False)):
+                    tc.Options(shared_memory=False), tc.Options(private_memory=False)):
         kernel = tc.define(MATMUL, backend=BACKEND, options=options).mm
         assert not _uses_tiles(kernel, (A, B))
         np.testing.assert_allclose(kernel(A, B), A @ B, rtol=1e-5, atol=1e-5)
