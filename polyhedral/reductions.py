@@ -40,7 +40,6 @@ THREADS = 256
 SMALL_OUTPUT = 128  # left-side points below which a long reduction goes across a block
 LONG_REDUCTION = 4096
 ROW_REDUCTION = 32  # a row reduction shorter than a warp stays on one thread
-WARP = 32
 # partials a warp shuffle moves in one register (or two): the rest combine by a tree
 SHUFFLED = (DType.FLOAT32, DType.FLOAT64, DType.INT32, DType.INT64, DType.UINT32,
             DType.UINT64)
@@ -209,9 +208,10 @@ def _build(steps: list[ScopStatement], lhs, scop: Scop, threads: int, target: Ta
             L.Combine(None, dtype, partial, (t,), acc, (L.Int(0),) * max(1, len(lhs))),
             L.Barrier(),
         ]
-        if threads >= WARP and dtype in SHUFFLED:
+        shuffled = threads >= target.warp and dtype in SHUFFLED
+        if shuffled:
             body += [L.BlockCombine(s.op, dtype, partial, threads), L.Barrier()]
-        half = threads // 2 if not (threads >= WARP and dtype in SHUFFLED) else 0
+        half = 0 if shuffled else threads // 2
         while half >= 1:
             body.append(L.If(L.Op("lt", (t, L.Int(half))),
                              L.Combine(s.op, dtype, partial, (t,), partial,
