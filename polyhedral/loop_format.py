@@ -104,6 +104,9 @@ def _lines(node: L.Node, kernel: L.Kernel | None, indent: int):
         case L.Combine(op=op, dst=d, dst_index=di, src=src, src_index=si):
             dst = f"{d}[{']['.join(format_index(i) for i in di)}]" if di else d
             source = f"{src}[{']['.join(format_index(i) for i in si)}]" if si else src
+            if node.atomic:
+                yield f"{pad}atomically {dst} = {op}({dst}, {source});  // blocks share it"
+                return
             if op is None:
                 yield f"{pad}{dst} = {source};"
             elif op in ("min", "max"):

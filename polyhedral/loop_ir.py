@@ -275,6 +275,7 @@ class Combine:
     dst_index: tuple[IExpr, ...]
     src: str
     src_index: tuple[IExpr, ...]
+    atomic: bool = False  # dst is combined with by several blocks at once (an atomic update)
 
 
 @dataclass(frozen=True)

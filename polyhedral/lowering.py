@@ -125,6 +125,9 @@ class _Lowering:
             if plan is not None and plan.body is not None:  # built by the mapping itself
                 if plan.body == L.Block(()):  # its statements run in an earlier launch
                     return plan.body
+                if isinstance(plan.body, L.Block) and \
+                        all(isinstance(x, L.Launch) for x in plan.body.body):
+                    return plan.body  # launches in sequence (a reduction across blocks)
                 return L.Launch(name, plan.grid, plan.block, plan.buffers, plan.body)
             if plan is not None:
                 self.promoting = {t.tensor: t for t in plan.shared}

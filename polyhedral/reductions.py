@@ -40,6 +40,8 @@ THREADS = 256
 SMALL_OUTPUT = 128  # left-side points below which a long reduction goes across a block
 LONG_REDUCTION = 4096
 ROW_REDUCTION = 32  # a row reduction shorter than a warp stays on one thread
+ACROSS_BLOCKS = 1 << 16  # a reduction to one value this long is shared by many blocks
+ACROSS_GRID = 1024
 # partials a warp shuffle moves in one register (or two): the rest combine by a tree
 SHUFFLED = (DType.FLOAT32, DType.FLOAT64, DType.INT32, DType.INT64, DType.UINT32,
             DType.UINT64)
@@ -80,7 +82,69 @@ def plan_block_reduction(node: isl.ScheduleNode, scop: Scop, options: Options,
         if followers:
             return _build(steps, lhs, scop, limit, target, followers) + \
                 (tuple(f.id for f in followers),)
+    across = _across_blocks(steps, lhs, longest, scop, options)
+    if across is not None:
+        return _build_across_blocks(across, lhs, longest, scop, limit, target)
     return _build(steps, lhs, scop, limit, target) + ((),)
+
+
+def _across_blocks(steps, lhs, longest: int, scop: Scop, options: Options):
+    """The update if the band is one long reduction to a single value that blocks can share:
+    `+`, `min` or `max` of a type with atomic updates, reading nothing it writes, and
+    reductions allowed to be reordered (the blocks' results arrive in any order)."""
+    if scop.sizes is None or len(steps) != 1 or steps[0].kind != "reduce" or \
+            options.reorder_reductions is False or longest < ACROSS_BLOCKS or \
+            _volume(lhs, scop.sizes) != 1:
+        return None
+    st = steps[0]
+    s = st.source
+    dtype = scop.definition.tensor(s.target).dtype
+    if s.op not in ("+", "min", "max") or dtype not in SHUFFLED or \
+            any(r.tensor == s.target for r in _all_reads(s)):
+        return None
+    return st
+
+
+def _build_across_blocks(st: ScopStatement, lhs, longest: int, scop: Scop, threads: int,
+                         target: Target):
+    """A reduction to one value over many blocks: the target starts at the identity (a
+    launch of one thread, for `op=!`), then each block reduces a strided share into a
+    register, its threads combine in shared memory, and its thread 0 combines the block's
+    result into the target atomically."""
+    s = st.source
+    sizes = scop.sizes
+    dtype = scop.definition.tensor(s.target).dtype
+    blocks = max(1, min(ACROSS_GRID, -(-longest // (threads * 4))))
+    t = L.Var("t0")
+    lhs_values = _decompose(L.Int(0), lhs, sizes)
+    red = [s.range_of(i) for i in s.reduction_indices]
+    acc, partial = f"{s.target}_acc", f"{s.target}_partial"
+    ident_id = f"R{s.position}"
+    identity_def = _identity_statement(ident_id, s, dtype, st)
+    to_acc = (L.Promotion(-1, acc, tuple(lhs_values)),)
+    r = L.Var("rr")
+    first = L.add(L.Op("mul", (L.Var("b0"), L.Int(threads))), t)
+    body: list[L.Node] = [
+        L.Run(ident_id, tuple(lhs_values), to_acc),
+        L.For(r.name, first, _count(red, sizes), blocks * threads,
+              _instance(scop, st, lhs_values + _decompose(r, red, sizes), to_acc)),
+        L.Combine(None, dtype, partial, (t,), acc, (L.Int(0),) * max(1, len(lhs))),
+        L.Barrier(),
+        L.BlockCombine(s.op, dtype, partial, threads),
+        L.Barrier(),
+        L.If(L.Op("eq", (t, L.Int(0))),
+             L.Combine(s.op, dtype, s.target, tuple(lhs_values), partial, (L.Int(0),),
+                       atomic=True)),
+    ]
+    buffers = (L.Buffer(partial, dtype, (L.Int(threads),), "shared"),
+               L.Buffer(acc, dtype, (L.Int(1),) * max(1, len(lhs)), "private"))
+    launches = []
+    if s.reset:
+        launches.append(L.Launch("identity", (L.Int(1),), (1,), (),
+                                 L.Run(ident_id, tuple(lhs_values))))
+    launches.append(L.Launch("blocks", (L.Int(blocks),), (threads,), buffers,
+                             L.Block(tuple(body))))
+    return L.Block(tuple(launches)), (), (identity_def,), (L.Int(blocks),), (threads,), ()
 
 
 def _row_followers(names, steps: list[ScopStatement], scop: Scop):

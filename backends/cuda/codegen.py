@@ -100,6 +100,39 @@ template <int N> TC_DEV void tc_cp_wait() {}
 #endif
 """
 
+# a block's result combined into a value many blocks share (reductions across blocks)
+ATOMIC_PRELUDE = r"""
+TC_DEV void tc_atomic_add(float* p, float v) { atomicAdd(p, v); }
+TC_DEV void tc_atomic_add(double* p, double v) { atomicAdd(p, v); }
+TC_DEV void tc_atomic_add(int* p, int v) { atomicAdd(p, v); }
+TC_DEV void tc_atomic_add(unsigned* p, unsigned v) { atomicAdd(p, v); }
+TC_DEV void tc_atomic_add(long long* p, long long v) {
+  atomicAdd((unsigned long long*)p, (unsigned long long)v); }
+TC_DEV void tc_atomic_add(unsigned long long* p, unsigned long long v) { atomicAdd(p, v); }
+template <class T> TC_DEV void tc_atomic_min(T* p, T v) { atomicMin(p, v); }
+template <class T> TC_DEV void tc_atomic_max(T* p, T v) { atomicMax(p, v); }
+/* floats: compare-and-swap on the bits, fmin/fmax as the language's min and max */
+TC_DEV void tc_atomic_min(float* p, float v) {
+  int* q = (int*)p; int old = *q, seen;
+  do { seen = old; const int next = __float_as_int(fminf(__int_as_float(seen), v));
+       if (next == seen) return; old = atomicCAS(q, seen, next); } while (old != seen); }
+TC_DEV void tc_atomic_max(float* p, float v) {
+  int* q = (int*)p; int old = *q, seen;
+  do { seen = old; const int next = __float_as_int(fmaxf(__int_as_float(seen), v));
+       if (next == seen) return; old = atomicCAS(q, seen, next); } while (old != seen); }
+TC_DEV void tc_atomic_min(double* p, double v) {
+  unsigned long long* q = (unsigned long long*)p; unsigned long long old = *q, seen;
+  do { seen = old; const unsigned long long next = (unsigned long long)__double_as_longlong(
+         fmin(__longlong_as_double((long long)seen), v));
+       if (next == seen) return; old = atomicCAS(q, seen, next); } while (old != seen); }
+TC_DEV void tc_atomic_max(double* p, double v) {
+  unsigned long long* q = (unsigned long long*)p; unsigned long long old = *q, seen;
+  do { seen = old; const unsigned long long next = (unsigned long long)__double_as_longlong(
+         fmax(__longlong_as_double((long long)seen), v));
+       if (next == seen) return; old = atomicCAS(q, seen, next); } while (old != seen); }
+"""
+_ATOMIC = {"+": "add", "min": "min", "max": "max"}
+
 NARROW_LIMIT = 1 << 30  # sizes and offsets below this: 32-bit indices, no overflow in sums
 JAM = 16  # at most this many points of a thread's loops share one reduction loop
 WIDE_STEP = 1 << 20  # a loop stepping this far counts in 64 bits (a grid-stride loop)
@@ -146,8 +179,11 @@ class _Generator:
 
     def run(self) -> KernelSource:
         out = [PRELUDE]
-        if any(isinstance(n, L.TileContraction) for n in L.walk_nodes(self.kernel.body)):
+        nodes = list(L.walk_nodes(self.kernel.body))
+        if any(isinstance(n, L.TileContraction) for n in nodes):
             out.append(TILE_PRELUDE)
+        if any(isinstance(n, L.Combine) and n.atomic for n in nodes):
+            out.append(ATOMIC_PRELUDE)
         launches = []
         for k, (launch, condition) in enumerate(_launches(self.kernel.body, None)):
             name = f"tclang_{self.kernel.name}_{k}"
@@ -246,6 +282,10 @@ class _Generator:
                 local = self.local_address(b, [f"({self.index(i)}) - ({self.index(o)})"
                                                for i, o in zip(idx, off)])
                 self.put(indent, f"{local} = {glob};" if d == "in" else f"{glob} = {local};")
+            case L.Combine(op=op, dtype=dt, dst=d, dst_index=di, src=src, src_index=si,
+                           atomic=True):
+                value = self.named_element(src, si)
+                self.put(indent, f"tc_atomic_{_ATOMIC[op]}(&{self.named_element(d, di)}, {value});")
             case L.Combine(op=op, dtype=dt, dst=d, dst_index=di, src=src, src_index=si):
                 dst = self.named_element(d, di)
                 value = _load(self.named_element(src, si), dt)
