@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tclang.lang import program as P
+from tclang.bfloat16 import STORAGE as BF16_STORAGE
 from tclang.dtypes import from_numpy
 from tclang.errors import TCArgumentError
 from tclang.host_tensors import host_view, is_host_tensor, refuse_grad
@@ -58,10 +59,14 @@ _TORCH_DTYPES: dict = {}
 
 
 def _torch_numpy_dtype(dtype) -> np.dtype:
-    """The NumPy dtype of a torch dtype (bfloat16 and the like have none: refused)."""
+    """The NumPy dtype of a torch dtype (bfloat16: tclang's bfloat16 storage; others
+    NumPy lacks are refused)."""
     found = _TORCH_DTYPES.get(dtype)
     if found is None:
         import torch
+        if dtype == torch.bfloat16:
+            _TORCH_DTYPES[dtype] = BF16_STORAGE
+            return BF16_STORAGE
         try:
             found = np.dtype(torch.empty(0, dtype=dtype).numpy().dtype)
         except (TypeError, RuntimeError):
@@ -126,7 +131,7 @@ def as_array(value, name: str, position: int, scalar_dtype=None, device: bool = 
                                   f"which is not an array ({err})",
                                   hint="pass a NumPy array or an object with "
                                        "__array_interface__ or __dlpack__") from None
-    if array.dtype.kind in "OUSVMm":
+    if array.dtype.kind in "OUSVMm" and from_numpy(array.dtype) is None:
         what = type(value).__name__ if array.ndim == 0 else f"array of {array.dtype.name}"
         raise TCArgumentError(f"argument {position} ({name}) is a {what}, not an array of "
                               "numbers", hint="pass a numeric NumPy array")

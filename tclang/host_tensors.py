@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tclang.bfloat16 import STORAGE as BF16_STORAGE
 from tclang.errors import TCArgumentError
 
 
@@ -40,11 +41,30 @@ def host_view(tensor, what: str, name: str) -> np.ndarray:
     argument it is in errors."""
     refuse_grad(tensor, what, name)
     try:
+        if str(tensor.dtype) == "torch.bfloat16":  # NumPy has none: its bits, as tclang's
+            import torch
+            return tensor.view(torch.int16).numpy().view(BF16_STORAGE)
         return tensor.numpy()
     except (TypeError, RuntimeError) as err:  # a dtype NumPy lacks (bfloat16), a conjugate
         raise TCArgumentError(f"{what} is a tensor NumPy cannot view ({err})",
-                              hint="convert it to a float32, float64, float16 or integer "
-                                   "tensor") from None
+                              hint="convert it to a float32, float64, float16, bfloat16 or "
+                                   "integer tensor") from None
+
+
+def as_torch(array: np.ndarray):
+    """A NumPy result as a torch tensor sharing its memory (bfloat16 ones included)."""
+    import torch
+    if array.dtype == BF16_STORAGE:
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
+
+
+def torch_dtype(dtype: np.dtype):
+    """The torch dtype of a NumPy dtype (tclang's bfloat16 storage: torch.bfloat16)."""
+    import torch
+    if dtype == BF16_STORAGE:
+        return torch.bfloat16
+    return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
 
 
 def modified_in_place(out) -> None:
@@ -77,7 +97,6 @@ def like_the_caller(result, args: tuple, out):
         return result
     if not any(is_host_tensor(a) for a in args):
         return result
-    import torch
     if isinstance(result, tuple):
-        return tuple(torch.from_numpy(r) for r in result)
-    return torch.from_numpy(result)
+        return tuple(as_torch(r) for r in result)
+    return as_torch(result)

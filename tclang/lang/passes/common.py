@@ -60,7 +60,7 @@ def _provides(defn: P.Definition, s: P.Statement, writers: Counter) -> bool:
     assignment of a non-trivial, unguarded expression of T's exact type, not reading T."""
     if s.op != "=" or writers[s.target] != 1 or len(set(s.indices)) != len(s.indices):
         return False
-    if not isinstance(s.rhs, _OPERATIONS) or s.rhs.dtype is DType.FLOAT16:
+    if not isinstance(s.rhs, _OPERATIONS) or s.rhs.dtype.is_narrow_float:
         return False
     if defn.tensor(s.target).dtype is not s.rhs.dtype:
         return False
