@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tclang.bfloat16 import STORAGE as BF16_STORAGE
+from tclang.bfloat16 import NUMPY_HAS_BFLOAT16, STORAGE as BF16_STORAGE
 from tclang.errors import TCArgumentError
 
 
@@ -85,6 +85,23 @@ def modified_in_place(out) -> None:
     from torch.autograd.graph import increment_version
     # (an inference-mode tensor has no counter: increment_version skips it)
     increment_version([o for o in outs if isinstance(o, torch.Tensor)])
+
+
+def refuse_numpy_bfloat16(defn, args: tuple, out) -> None:
+    """A bfloat16 output a NumPy caller would get, where NumPy has no bfloat16 (ml_dtypes
+    is not installed), is refused before anything runs: tclang's private storage dtype
+    must not escape. Torch callers (an input or out= is a tensor) get torch.bfloat16."""
+    if NUMPY_HAS_BFLOAT16 or out is not None or \
+            not any(t.dtype.value == "bfloat16" for t in defn.outputs):
+        return
+    if any(type(a).__module__.startswith("torch") for a in args):
+        return
+    names = ", ".join(t.name for t in defn.outputs if t.dtype.value == "bfloat16")
+    raise TCArgumentError(f"{defn.name} returns bfloat16 ({names}), which NumPy has no type "
+                          "for", hint="pass torch tensors (the results are then torch "
+                                      "tensors of torch.bfloat16), pass out= tensors, or "
+                                      "install ml_dtypes (pip install tclang[bf16]) for "
+                                      "NumPy arrays of ml_dtypes.bfloat16")
 
 
 def like_the_caller(result, args: tuple, out):
