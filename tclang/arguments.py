@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tclang.lang import program as P
-from tclang.bfloat16 import STORAGE as BF16_STORAGE
+from tclang.bfloat16 import STORAGE as BF16_STORAGE, dtype_key
 from tclang.dtypes import DType, from_numpy
 from tclang.errors import TCArgumentError
 from tclang.host_tensors import host_view, is_host_tensor, refuse_grad
@@ -94,7 +94,7 @@ class Binding:
     def shape_key(self) -> tuple:
         """Shapes, dtypes and layout keys (tclang/layouts.py): what a specialized kernel
         depends on."""
-        return tuple((a.shape, a.dtype.str, layout_key(a.shape, _element_strides(a)))
+        return tuple((a.shape, dtype_key(a.dtype), layout_key(a.shape, _element_strides(a)))
                      for a in self.arrays)
 
 

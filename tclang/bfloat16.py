@@ -31,6 +31,17 @@ def is_bfloat16(dtype) -> bool:
         getattr(dtype, "itemsize", 0) == 2
 
 
+def dtype_key(dtype) -> str:
+    """A NumPy dtype as text for keys and records (`.str`, which says only `|V2` for
+    bfloat16: "bfloat16" instead); `dtype_of_key` reads it back."""
+    dtype = np.dtype(dtype)
+    return "bfloat16" if is_bfloat16(dtype) else dtype.str
+
+
+def dtype_of_key(text: str) -> np.dtype:
+    return STORAGE if text == "bfloat16" else np.dtype(text)
+
+
 def bits(array) -> np.ndarray:
     """The uint16 bits of a bfloat16 array (a view, no copy)."""
     return np.asarray(array).view(np.uint16)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from tclang import call_records
+from tclang.bfloat16 import dtype_key
 from tclang.errors import TCArgumentError, TCError, api_boundary, hide_internal_frames
 from tclang.host_tensors import like_the_caller, modified_in_place, refuse_numpy_bfloat16
 from tclang.locks import fork_safe
@@ -685,7 +686,7 @@ class Kernel:
         and dtypes."""
         if self.module.options.specialize:
             return binding.shape_key()
-        return tuple((a.ndim, a.dtype.str) for a in binding.arrays)
+        return tuple((a.ndim, dtype_key(a.dtype)) for a in binding.arrays)
 
     def _for(self, binding: Binding) -> CompiledKernel:
         fast = self._fast_key(binding)
