@@ -33,8 +33,7 @@ from typing import Mapping
 import numpy as np
 
 from tclang.lang import program as P
-from tclang import bfloat16
-from tclang.dtypes import DType
+from tclang.dtypes import DType, round_float
 from tclang.lang.passes.rewrite import map_statements, postorder, rewrite_bottom_up
 from tclang.lang.program_text import expression_text
 
@@ -176,10 +175,10 @@ def _cast(value, src: DType, dst: DType):
     if dst.is_float:
         if dst is DType.BFLOAT16:  # through float32, as the backends convert
             with np.errstate(over="ignore"):
-                out = bfloat16.round_float32(np.float32(np.array(value, dtype=_numpy(src))))
-            if not np.isfinite(out):
+                out = round_float(float(np.float32(np.array(value, dtype=_numpy(src)))), dst)
+            if not math.isfinite(out):
                 raise _NotFoldable
-            return float(out)
+            return out
         if dst is DType.FLOAT16:
             out = np.array(np.array(value, dtype=_numpy(src)), dtype=np.float16)
             if not np.isfinite(out):
