@@ -150,3 +150,18 @@ def test_generic_code_and_gathers(backend):
         assert torch.equal(k(t, i), t.float()[i.long()] * 2.0)
     with pytest.raises(tc.TCIndexError):
         k(torch.randn(2, 2).bfloat16(), torch.tensor([2], dtype=torch.int32))
+
+
+@pytest.mark.parametrize("check", ["auto", "full", "sample"])
+def test_tclang_run_checks_bfloat16_programs(check, tmp_path, capsys):
+    """`tclang run` calls with NumPy arrays: bfloat16 results come back in tclang's
+    storage, and every check compares them through float32."""
+    from tclang.cli import main
+    source = tmp_path / "b.tc"
+    source.write_text("def bmm(bf16(M, K) A, bf16(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }\n"
+                      "def cast(float(N) X) -> (Y) { Y(i) = bfloat16(X(i) * 3.0) }\n")
+    assert main(["run", str(source), "--entry", "bmm", "--sizes", "M=4,K=13,N=3",
+                 "--check", check, "--repeat", "1"]) == 0
+    assert main(["run", str(source), "--entry", "cast", "--sizes", "N=7", "--check", check,
+                 "--repeat", "1"]) == 0
+    assert capsys.readouterr().out.count(" matches ") == 2
