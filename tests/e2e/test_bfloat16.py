@@ -165,3 +165,13 @@ def test_tclang_run_checks_bfloat16_programs(check, tmp_path, capsys):
     assert main(["run", str(source), "--entry", "cast", "--sizes", "N=7", "--check", check,
                  "--repeat", "1"]) == 0
     assert capsys.readouterr().out.count(" matches ") == 2
+
+
+def test_compare_times_bfloat16_schedules_and_checks_the_peers():
+    k = tc.define("def bmm(bf16(M, K) A, bf16(K, N) B) -> (C) { C(m, n) +=! A(m, k) * B(k, n) }").bmm
+    a, b = torch.randn(16, 13).bfloat16(), torch.randn(13, 7).bfloat16()
+    result = tc.compare(k, a, b, manual=["tile=4"], rounds=1, min_time=0.01, limits=False,
+                        progress=False)
+    status = {row.label.split(":")[0]: row.status for row in result.rows}
+    assert status["numpy"] != "differs" and status["torch"] != "differs", result.table()
+    assert all(s not in ("wrong", "error") for s in status.values()), result.table()
