@@ -20,7 +20,6 @@ from dataclasses import replace
 
 from tclang.lang import program as P
 from tclang.lang.affine import Affine
-from tclang.dtypes import DType
 from tclang.lang.passes.rewrite import postorder, renumber_reads
 from tclang.lang.program_text import expression_text
 
