@@ -59,14 +59,6 @@ def as_torch(array: np.ndarray):
     return torch.from_numpy(array)
 
 
-def torch_dtype(dtype: np.dtype):
-    """The torch dtype of a NumPy dtype (tclang's bfloat16 storage: torch.bfloat16)."""
-    import torch
-    if dtype == BF16_STORAGE:
-        return torch.bfloat16
-    return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
-
-
 def modified_in_place(out) -> None:
     """Tell autograd that a kernel wrote the out= tensors (CPU or CUDA) in place, as
     PyTorch's own in-place operations do: bump their version counters, which views and

@@ -4,8 +4,8 @@ Across statements: where a later statement computes, at a point its evaluation n
 (not inside a `?:` branch), the very expression an earlier statement `T(i..) = e` stored,
 it reads T instead. That is exact when T holds e at every point read: the earlier statement
 is the only one writing T, it assigns (no reduction), e has no `?:` and does not read T,
-nothing in between writes what e reads, T's type is e's (not half, which would round), and
-the later statement's indices run over the same ranges as the earlier one's.
+nothing in between writes what e reads, T's type is e's (not half or bfloat16, which would
+round), and the later statement's indices run over the same ranges as the earlier one's.
 
 Within a statement: an expression that occurs more than once where evaluation never skips
 it is computed once, as a `Let` the backends evaluate first, with `Local`s in its place
