@@ -175,3 +175,17 @@ def test_compare_times_bfloat16_schedules_and_checks_the_peers():
     status = {row.label.split(":")[0]: row.status for row in result.rows}
     assert status["numpy"] != "differs" and status["torch"] != "differs", result.table()
     assert all(s not in ("wrong", "error") for s in status.values()), result.table()
+
+
+def test_tclang_torch_function_trains_in_bfloat16():
+    import tclang.torch as tct
+    f = tct.function("def f(bf16(N, M) X, bf16(M) W) -> (Y) { Y(n) +=! X(n, i) * W(i) }", "f")
+    gen = torch.Generator().manual_seed(2)
+    X = torch.randn(3, 9, generator=gen).bfloat16().requires_grad_()
+    W = torch.randn(9, generator=gen).bfloat16().requires_grad_()
+    Y = f(X, W)
+    assert Y.dtype == torch.bfloat16
+    Y.float().sum().backward()
+    assert W.grad.dtype == torch.bfloat16 and X.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(W.grad.float(), X.detach().float().sum(0), rtol=1.6e-2, atol=1.6e-2)
+    torch.testing.assert_close(X.grad.float(), W.detach().float().expand(3, 9), rtol=0, atol=0)
