@@ -18,6 +18,7 @@ import numpy as np
 from backends import reference_math
 from polyhedral import loop_ir as L
 from tclang.lang import program as P
+from tclang import bfloat16
 from tclang.dtypes import DType
 from tclang.errors import TCIndexError
 
@@ -115,7 +116,22 @@ def _lockstep(threads):
         alive = still
 
 
-_RUNTIME = {"np": np, "_idiv": _idiv, "_imod": _imod, "_f2i": _f2i, "_i2i": _i2i,
+def _bf2f(b):
+    """A bfloat16 element (its uint16 bits) as float32."""
+    return np.uint32(int(b) << 16).view(np.float32)
+
+
+def _f2bf(x):
+    """float32 `x` rounded to nearest-even bfloat16: its bits (stored in a uint16 view)."""
+    return bfloat16.round_bits(np.float32(x))[()]
+
+
+def _rbf(x):
+    """float32 `x` rounded to bfloat16, as float32 (a cast to bfloat16)."""
+    return bfloat16.round_float32(np.float32(x))
+
+
+_RUNTIME = {"np": np, "_bf2f": _bf2f, "_f2bf": _f2bf, "_rbf": _rbf, "_idiv": _idiv, "_imod": _imod, "_f2i": _f2i, "_i2i": _i2i,
             "_check": _check, "_lockstep": _lockstep, "_math": reference_math,
             "_product": itertools.product, "TCIndexError": TCIndexError}
 
@@ -138,8 +154,9 @@ class _Emitter:
             head.append(f"    z_{name} = int(sizes[{name!r}])")
         for name, value in self.kernel.size_values:
             head.append(f"    z_{name} = {value}")
-        for b in self.kernel.buffers:
-            head.append(f"    t_{b.name} = arrays[{b.name!r}]")
+        for b in self.kernel.buffers:  # bfloat16: read and written as its uint16 bits
+            view = ".view(np.uint16)" if b.dtype is DType.BFLOAT16 else ""
+            head.append(f"    t_{b.name} = arrays[{b.name!r}]{view}")
         consts = [f"{name} = {text}" for text, name in self.constants.items()]
         return "\n".join(consts + head + (["    pass"] if not body else
                                           ["  " + line for line in body])) + "\n"
@@ -178,14 +195,14 @@ class _Emitter:
                 value = self.load(self.buffer_element(src, si), dt)
                 if op is not None:
                     value = self.combine(op, self.load(dst, dt), value, dt)
-                self.put(indent, f"{dst} = {value}")
+                self.put(indent, f"{dst} = {self.stored(value, dt)}")
             case L.BlockCombine(op=op, dtype=dt, partial=b, count=c):
                 self.put(indent, "if t0 == 0:")
                 self.put(indent + 1, f"for _q in range(1, {c}):")
                 first = self.buffer_element(b, (L.Int(0),))
                 other = self.buffer_element(b, (L.Var("_q"),))
                 value = self.combine(op, self.load(first, dt), self.load(other, dt), dt)
-                self.put(indent + 2, f"{first} = {value}")
+                self.put(indent + 2, f"{first} = {self.stored(value, dt)}")
             case L.Barrier():
                 self.put(indent, "yield")
             case L.TileContraction():
@@ -229,7 +246,7 @@ class _Emitter:
             put(indent + 4, f"_s = np.float32(_s + np.float32({a}) * np.float32({b}))")
             value = "_s" if n.op is None else \
                 self.combine(n.op, self.load(out, n.target_dtype), "_s", n.target_dtype)
-            put(indent + 3, f"{out} = {value}")
+            put(indent + 3, f"{out} = {self.stored(value, n.target_dtype)}")
 
     def launch(self, n: L.Launch, indent: int) -> None:
         k = self.launches
@@ -256,7 +273,8 @@ class _Emitter:
 
     def alloc(self, b: L.Buffer) -> str:
         shape = ", ".join(self.index(d) for d in b.shape)
-        return f"np.zeros(({shape}{',' if b.shape else ''}), dtype=np.{b.dtype.value})"
+        dtype = "uint16" if b.dtype is DType.BFLOAT16 else b.dtype.value
+        return f"np.zeros(({shape}{',' if b.shape else ''}), dtype=np.{dtype})"
 
     # ---- statement instances ----
     def run(self, r: L.Run, indent: int) -> None:
@@ -270,11 +288,12 @@ class _Emitter:
                               _where(s), checks)
         dtype = self.kernel.declared(s.target).dtype
         if s.kind in ("init", "assign"):
-            self.put(indent, f"{target} = {self.value(s.value, s, promoted)}")
+            self.put(indent, f"{target} = {self.stored(self.value(s.value, s, promoted), dtype)}")
             return
         value = self.value(s.value, s, promoted)
         current = self.load(target, dtype)
-        self.put(indent, f"{target} = {self.combine(s.op, current, value, dtype)}")
+        combined = self.combine(s.op, current, value, dtype)
+        self.put(indent, f"{target} = {self.stored(combined, dtype)}")
 
     def combine(self, op: str, acc: str, value: str, dtype: DType) -> str:
         if op == "+":
@@ -304,14 +323,25 @@ class _Emitter:
 
     @staticmethod
     def load(text: str, dtype: DType) -> str:
+        if dtype is DType.BFLOAT16:
+            return f"_bf2f({text})"
         return f"np.float32({text})" if dtype is DType.FLOAT16 else text
+
+    @staticmethod
+    def stored(value: str, dtype: DType) -> str:
+        """`value` as an element of a `dtype` array holds it (float16: NumPy rounds; a
+        bfloat16 element is its bits, rounded here)."""
+        return f"_f2bf({value})" if dtype is DType.BFLOAT16 else value
 
     def const(self, value, dtype: DType) -> str:
         literal = f"float('{value}')" if isinstance(value, float) and not np.isfinite(value) \
             else repr(value)
-        key = f"np.{dtype.numpy.name}({literal})"
         if dtype is DType.FLOAT16:
             key = f"np.float32(np.float16({literal}))"
+        elif dtype is DType.BFLOAT16:
+            key = f"_rbf({literal})"
+        else:
+            key = f"np.{dtype.numpy.name}({literal})"
         if key not in self.constants:
             self.constants[key] = f"_k{len(self.constants)}"
         return self.constants[key]
@@ -372,6 +402,8 @@ class _Emitter:
             return f"np.bool_({x} != 0)"
         if dst is DType.FLOAT16:
             return f"np.float32(np.float16({x}))"
+        if dst is DType.BFLOAT16:
+            return f"_rbf({x})"
         if dst.is_float:
             return f"np.{dst.value}({x})"
         if src.is_float:

@@ -19,7 +19,7 @@ half result to half) run in the same launch, on the tile each block just wrote.
 
 Only for specialized sizes (the tile choice and the grid need them), for statements over
 their whole box (no guard in the domain), affine subscripts, and float32 (CUDA cores) or
-float16 (tensor cores) operands; a manual GPU schedule (tile, block or grid options) keeps
+float16 and bfloat16 (tensor cores; bfloat16 from sm_80) operands; a manual GPU schedule (tile, block or grid options) keeps
 the isl mapping, as do `shared_memory=False`, `private_memory=False` and bounds checking.
 """
 
@@ -45,7 +45,7 @@ MIN_DEPTH = 16
 TILES = ((128, 128), (128, 64), (64, 128), (64, 64))
 SIMT_DEPTH = 8  # a tile's depth: 8 x (128 + 128) floats a stage
 MMA_DEPTH = 32  # two 16-deep steps of the tensor cores a stage
-MMA_DTYPES = (DType.FLOAT16,)
+MMA_DTYPES = (DType.FLOAT16, DType.BFLOAT16)
 STAGES = 3
 
 
@@ -84,7 +84,7 @@ def plan_tile_contraction(node: isl.ScheduleNode, scop: Scop, options: Options,
         return None
     if left.dtype == DType.FLOAT32:
         engine = "simt"
-    elif left.dtype in MMA_DTYPES and _has_tensor_cores(target):
+    elif left.dtype in MMA_DTYPES and _has_tensor_cores(target, left.dtype):
         engine = "mma"
     else:
         return None
@@ -178,15 +178,15 @@ def _compute_capability(target: Target) -> int:
     return 0
 
 
-def _has_tensor_cores(target: Target) -> bool:
-    """sm_70 and later (WMMA's half fragments), or the CPU emulation of them."""
-    return _compute_capability(target) >= 70
+def _has_tensor_cores(target: Target, dtype: DType) -> bool:
+    """WMMA's half fragments from sm_70, bfloat16's from sm_80; the CPU emulation of them."""
+    return _compute_capability(target) >= (80 if dtype is DType.BFLOAT16 else 70)
 
 
 def _strip_casts(e: P.Expr) -> P.Expr:
-    """A read under casts that widen it exactly to float32 (a half or a float)."""
+    """A read under casts that widen it exactly to float32 (a half, a bfloat16, a float)."""
     while type(e) is P.Cast and e.dtype == DType.FLOAT32 and \
-            e.operand.dtype in (DType.FLOAT16, DType.FLOAT32):
+            e.operand.dtype in (DType.FLOAT16, DType.BFLOAT16, DType.FLOAT32):
         e = e.operand
     return e
 
@@ -196,14 +196,14 @@ def _product_of_reads(rhs: P.Expr):
     e = _strip_casts(rhs)
     if type(e) is not P.Binary or e.op != "mul":
         return None
-    if e.dtype not in (DType.FLOAT32, DType.FLOAT16):
+    if e.dtype not in (DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16):
         return None
     pair = (_strip_casts(e.lhs), _strip_casts(e.rhs))
     for r in pair:
         if type(r) is not P.Read or r.is_gather or r.guard is not None or \
                 any(a is None for a in r.affine):
             return None
-    if e.dtype == DType.FLOAT16 and any(r.dtype != DType.FLOAT16 for r in pair):
+    if e.dtype.is_narrow_float and any(r.dtype != e.dtype for r in pair):
         return None
     return pair
 

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from tclang.lang import program as P
-from tclang.dtypes import from_numpy
+from tclang.bfloat16 import STORAGE as BF16_STORAGE, dtype_key
+from tclang.dtypes import DType, from_numpy
 from tclang.errors import TCArgumentError
 from tclang.host_tensors import host_view, is_host_tensor, refuse_grad
 from tclang.layouts import layout_key
@@ -58,10 +59,14 @@ _TORCH_DTYPES: dict = {}
 
 
 def _torch_numpy_dtype(dtype) -> np.dtype:
-    """The NumPy dtype of a torch dtype (bfloat16 and the like have none: refused)."""
+    """The NumPy dtype of a torch dtype (bfloat16: tclang's bfloat16 storage; others
+    NumPy lacks are refused)."""
     found = _TORCH_DTYPES.get(dtype)
     if found is None:
         import torch
+        if dtype == torch.bfloat16:
+            _TORCH_DTYPES[dtype] = BF16_STORAGE
+            return BF16_STORAGE
         try:
             found = np.dtype(torch.empty(0, dtype=dtype).numpy().dtype)
         except (TypeError, RuntimeError):
@@ -89,7 +94,7 @@ class Binding:
     def shape_key(self) -> tuple:
         """Shapes, dtypes and layout keys (tclang/layouts.py): what a specialized kernel
         depends on."""
-        return tuple((a.shape, a.dtype.str, layout_key(a.shape, _element_strides(a)))
+        return tuple((a.shape, dtype_key(a.dtype), layout_key(a.shape, _element_strides(a)))
                      for a in self.arrays)
 
 
@@ -126,7 +131,7 @@ def as_array(value, name: str, position: int, scalar_dtype=None, device: bool = 
                                   f"which is not an array ({err})",
                                   hint="pass a NumPy array or an object with "
                                        "__array_interface__ or __dlpack__") from None
-    if array.dtype.kind in "OUSVMm":
+    if array.dtype.kind in "OUSVMm" and from_numpy(array.dtype) is None:
         what = type(value).__name__ if array.ndim == 0 else f"array of {array.dtype.name}"
         raise TCArgumentError(f"argument {position} ({name}) is a {what}, not an array of "
                               "numbers", hint="pass a numeric NumPy array")
@@ -216,12 +221,20 @@ def bind_arguments(defn: P.Definition, args: tuple, device: bool = False) -> Bin
 def _check_dtype(defn, tensor: P.Tensor, array: np.ndarray, position: int) -> None:
     found = from_numpy(array.dtype)
     if found is not tensor.dtype or not array.dtype.isnative:  # GPU arrays are not swapped
-        shown = array.dtype.name if array.dtype.isnative else array.dtype.str
+        shown = dtype_name(array.dtype) if array.dtype.isnative else array.dtype.str
+        convert = f"{tensor.name}.astype(np.{tensor.dtype.value})"
+        if tensor.dtype is DType.BFLOAT16:
+            convert = f"{tensor.name}.bfloat16() (a torch tensor) or {tensor.name}.astype(" \
+                      "ml_dtypes.bfloat16)"
         raise TCArgumentError(
             f"argument {position} ({tensor.name}) of {defn.name} must be "
             f"{tensor.dtype.value}, but it is {shown}",
-            hint=f"tclang never converts silently: pass {tensor.name}.astype("
-                 f"np.{tensor.dtype.value}) if that is what you mean")
+            hint=f"tclang never converts silently: pass {convert} if that is what you mean")
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    """A NumPy dtype's name in messages (tclang's bfloat16 storage: bfloat16)."""
+    return "bfloat16" if from_numpy(dtype) is DType.BFLOAT16 else dtype.name
 
 
 def _check_rank(defn, tensor: P.Tensor, array: np.ndarray, position: int) -> None:
@@ -288,7 +301,7 @@ def check_out(defn: P.Definition, out, binding: Binding) -> tuple[np.ndarray, ..
                                   f"has {array.shape}")
         if from_numpy(array.dtype) is not tensor.dtype:
             raise TCArgumentError(f"out[{k}] ({tensor.name}) must be {tensor.dtype.value}, "
-                                  f"but it is {array.dtype.name}")
+                                  f"but it is {dtype_name(array.dtype)}")
         if not array.dtype.isnative:
             raise TCArgumentError(f"out[{k}] ({tensor.name}) is {array.dtype.str}, not in "
                                   "this machine's byte order: kernels write native numbers",

@@ -33,12 +33,13 @@ _OPERATORS = {**L.C_OPERATORS, "floordiv": "tcx_floordiv({0}, {1})",
               "floormod": "tcx_floormod({0}, {1})", "rem": "tcx_floormod({0}, {1})",
               "min": "tcx_min({0}, {1})", "max": "tcx_max({0}, {1})"}
 
-#: the C type an exported function takes for each element type (float16: its IEEE bits)
+#: the C type an exported function takes for each element type (float16: its IEEE bits,
+#: bfloat16: its bits, the upper half of a float32's)
 C_TYPES = {
     DType.BOOL: "uint8_t", DType.UINT8: "uint8_t", DType.UINT16: "uint16_t",
     DType.UINT32: "uint32_t", DType.UINT64: "uint64_t", DType.INT8: "int8_t",
     DType.INT16: "int16_t", DType.INT32: "int32_t", DType.INT64: "int64_t",
-    DType.FLOAT16: "uint16_t", DType.FLOAT32: "float", DType.FLOAT64: "double",
+    DType.FLOAT16: "uint16_t", DType.BFLOAT16: "uint16_t", DType.FLOAT32: "float", DType.FLOAT64: "double",
 }
 
 

@@ -34,6 +34,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from tclang import diskcache
+from tclang.bfloat16 import dtype_key, dtype_of_key
 from tclang.cachekey import installed_files, key_digest as _digest
 
 FORMAT = 1  # bump when a record's layout changes
@@ -101,8 +102,8 @@ def signatures(source: str) -> list[dict] | None:
         return None
     try:
         found = json.loads(blobs["signatures"].decode())
-        return [dict(name=d["name"], inputs=[(np.dtype(t), int(r)) for t, r in d["inputs"]],
-                     outputs=[np.dtype(t) for t in d["outputs"]]) for d in found]
+        return [dict(name=d["name"], inputs=[(dtype_of_key(t), int(r)) for t, r in d["inputs"]],
+                     outputs=[dtype_of_key(t) for t in d["outputs"]]) for d in found]
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -113,8 +114,9 @@ def remember_source(source: str, program) -> None:
     digest = _digest(key)
     if _exists(digest):
         return
-    found = [dict(name=d.name, inputs=[[t.dtype.numpy.str, t.rank] for t in d.inputs],
-                  outputs=[t.dtype.numpy.str for t in d.outputs]) for d in program.definitions]
+    found = [dict(name=d.name, inputs=[[dtype_key(t.dtype.numpy), t.rank] for t in d.inputs],
+                  outputs=[dtype_key(t.dtype.numpy) for t in d.outputs])
+             for d in program.definitions]
     diskcache.store(digest, key, {"signatures": json.dumps(found).encode()}, warn=False)
 
 
@@ -130,7 +132,7 @@ def load_call(source: str, entry: str, backend, backend_name: str, options_key: 
         return None
     try:
         call = json.loads(blobs.pop("call").decode())
-        new = tuple((np.zeros if zero else np.empty, tuple(shape), np.dtype(dtype))
+        new = tuple((np.zeros if zero else np.empty, tuple(shape), dtype_of_key(dtype))
                     for zero, shape, dtype in call["new"])
         prepared = (new, [int(s) for s in call["sizes"]], int(call["outputs"]))
         # what a backend's restore reads of the kernel summary: buffer names, statements
@@ -155,7 +157,7 @@ def remember_call(source: str, entry: str, backend, backend_name: str, options_k
         return
     new, sizes, outputs = prepared
     info = compiled._c.info
-    call = dict(new=[[make is np.zeros, list(shape), np.dtype(dtype).str]
+    call = dict(new=[[make is np.zeros, list(shape), dtype_key(dtype)]
                      for make, shape, dtype in new],
                 sizes=list(sizes), outputs=outputs, buffers=[b.name for b in info.buffers],
                 statements=[list(s) for s in info.statements])

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tclang.bfloat16 import is_bfloat16, to_numpy_float32
+from tclang.host_tensors import call_numpy
 from tclang.lang import program as P
 
 MODES = ("auto", "full", "sample", "none")
@@ -66,16 +68,24 @@ def tolerance(dtype) -> float:
     """The largest relative error (relative to max(|expected|, 1)) that is rounding: a
     schedule may reorder a reduction, and the CPU backend fuses multiply-adds."""
     dtype = np.dtype(dtype)
+    if is_bfloat16(dtype):
+        return 2e-2  # 8 significant bits
     if not np.issubdtype(dtype, np.floating):
         return 0.0
     return {2: 1e-2, 4: 1e-3}.get(dtype.itemsize, 1e-9)
 
 
+def float64(a) -> np.ndarray:
+    """An array's values in float64 (bfloat16 ones through float32)."""
+    a = np.asarray(a)
+    return to_numpy_float32(a).astype(np.float64) if is_bfloat16(a.dtype) else \
+        np.asarray(a, dtype=np.float64)
+
+
 def max_error(actual, expected) -> tuple[float, tuple | None]:
     """(largest relative error, its index): |a - e| / max(|e|, 1), NaN where only one
     side is NaN counting as infinite."""
-    actual = np.asarray(actual, dtype=np.float64)
-    expected = np.asarray(expected, dtype=np.float64)
+    actual, expected = float64(actual), float64(expected)
     if actual.shape != expected.shape:
         return math.inf, None
     if actual.size == 0:
@@ -99,8 +109,8 @@ def _compare(names, outputs, expected, dtypes, positions=None):
             worst = error
             if index is not None:
                 point = positions(k, index) if positions else tuple(int(i) for i in index)
-                got_v = np.asarray(got)[index]
-                want_v = np.asarray(want)[index]
+                got_v = float64(got)[index]
+                want_v = float64(want)[index]
                 where = f"{name}{tuple(point) if len(point) != 1 else f'({point[0]})'}: " \
                         f"{got_v:.6g} where {want_v:.6g} was expected"
             elif np.shape(got) != np.shape(want):
@@ -130,7 +140,7 @@ def check(kernel, inputs: tuple, outputs: tuple, mode: str = "auto", budget: flo
         from tclang.peers import recognise
         op = recognise(definition, sizes)
         try:
-            expected = op.numpy([np.asarray(a, dtype=np.float64) for a in inputs]) \
+            expected = op.numpy([float64(a) for a in inputs]) \
                 if op is not None else None
         except (MemoryError, ValueError) as err:  # too big for NumPy's way: the interpreter
             expected, note = None, f"NumPy's {op.name} failed ({err}), so the reference " \
@@ -167,9 +177,8 @@ def _full(kernel, inputs, outputs, names, dtypes, estimate, progress, options):
     module = kernel.module
     reference = tclang.define(module.program.source, backend="reference",
                               options=options if options is not None else module.options)
-    expected = _with_progress(lambda: reference[kernel.name](*inputs), estimate,
+    expected = _with_progress(lambda: call_numpy(reference[kernel.name], inputs), estimate,
                               "checking every point on the reference interpreter", progress)
-    expected = expected if isinstance(expected, tuple) else (expected,)
     ok, error, where = _compare(names, outputs, expected, dtypes)
     return CheckResult(ok, "the reference interpreter (every point)", error, where)
 

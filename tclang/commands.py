@@ -448,12 +448,13 @@ def _run(args) -> int:
     where it computes the operator, else the reference interpreter on all or a sample of
     the output points, a progress bar past ~2 s), then time --repeat runs."""
     from tclang.checking import check
+    from tclang.host_tensors import call_numpy
     from tclang.timing import spread
     _, kernel, inputs = _kernel_and_inputs(args)
     start = time.perf_counter()
     compiled = kernel.compile(*inputs)
     compile_s = time.perf_counter() - start
-    result = _as_tuple(compiled(*inputs))
+    result = call_numpy(compiled, inputs)
     checked = check(kernel, inputs, result, mode=args.check)
     outs = result if len(result) > 1 else result[0]
     times = []

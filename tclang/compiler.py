@@ -29,6 +29,7 @@ from backends.contract import Artifact, Backend
 from polyhedral import loop_ir as L
 from tclang import budget as compile_budget, diskcache
 from tclang.registry import BACKENDS, get_backend  # noqa: F401 (BACKENDS: for the CLI)
+from tclang.bfloat16 import dtype_of_key
 from tclang.cachekey import key_digest
 from tclang.dtypes import DType
 from tclang.errors import Span
@@ -268,7 +269,7 @@ def _check_buffer(buffer: L.Buffer, shape: tuple) -> None:
     extents, dtype = shape[0], shape[1]
     rank = len(extents) if isinstance(extents, tuple) else extents
     name = buffer.name
-    if np.dtype(dtype).newbyteorder("=") != np.dtype(buffer.dtype.numpy).newbyteorder("="):
+    if dtype_of_key(dtype).newbyteorder("=") != np.dtype(buffer.dtype.numpy).newbyteorder("="):
         raise ValueError(f"input {name} stored as {buffer.dtype.value}, called with {dtype}")
     if len(buffer.shape) != rank:
         raise ValueError(f"input {name} stored with rank {len(buffer.shape)}, not {rank}")

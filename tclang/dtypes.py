@@ -6,6 +6,9 @@ import enum
 
 import numpy as np
 
+from tclang import bfloat16
+from tclang.bfloat16 import STORAGE as BF16_STORAGE, is_bfloat16
+
 
 class DType(enum.Enum):
     BOOL = "bool"
@@ -18,12 +21,18 @@ class DType(enum.Enum):
     INT32 = "int32"
     INT64 = "int64"
     FLOAT16 = "float16"
+    BFLOAT16 = "bfloat16"
     FLOAT32 = "float32"
     FLOAT64 = "float64"
 
     @property
     def is_float(self) -> bool:
-        return self in (DType.FLOAT16, DType.FLOAT32, DType.FLOAT64)
+        return self in (DType.FLOAT16, DType.BFLOAT16, DType.FLOAT32, DType.FLOAT64)
+
+    @property
+    def is_narrow_float(self) -> bool:
+        """float16 or bfloat16: stored in 16 bits, computed in float32."""
+        return self is DType.FLOAT16 or self is DType.BFLOAT16
 
     @property
     def is_int(self) -> bool:
@@ -36,25 +45,29 @@ class DType(enum.Enum):
 
     @property
     def bits(self) -> int:
-        return 1 if self is DType.BOOL else int(self.value.lstrip("uintfloa"))
+        return 1 if self is DType.BOOL else int(self.value.lstrip("uintbfloa"))
 
     @property
     def numpy(self) -> np.dtype:
+        """The NumPy dtype of arrays of this type (bfloat16: tclang/bfloat16.py's)."""
         return _NUMPY[self]
 
     @property
     def compute(self) -> "DType":
-        """The type arithmetic runs in: float16 is stored as half, computed in float32."""
-        return DType.FLOAT32 if self is DType.FLOAT16 else self
+        """The type arithmetic runs in: float16 and bfloat16 are stored in 16 bits,
+        computed in float32."""
+        return DType.FLOAT32 if self.is_narrow_float else self
 
     def __repr__(self) -> str:
         return self.value
 
 
-_NUMPY = {d: np.dtype(d.value) for d in DType}  # built once: the hot call path asks
+_NUMPY = {d: BF16_STORAGE if d is DType.BFLOAT16 else np.dtype(d.value)
+          for d in DType}  # built once: the hot call path asks
 
 
-ALIASES = {"half": DType.FLOAT16, "float": DType.FLOAT32, "double": DType.FLOAT64}
+ALIASES = {"half": DType.FLOAT16, "bf16": DType.BFLOAT16, "float": DType.FLOAT32,
+           "double": DType.FLOAT64}
 
 
 def parse_type_name(name: str) -> DType:
@@ -64,22 +77,42 @@ def parse_type_name(name: str) -> DType:
 def from_numpy(dtype) -> DType | None:
     """The tclang type of a NumPy dtype, or None if tclang has no such type."""
     try:
-        return DType(np.dtype(dtype).name)
+        dtype = np.dtype(dtype)
+        if dtype.kind == "V" and is_bfloat16(dtype):
+            return DType.BFLOAT16
+        return DType(dtype.name)
     except (ValueError, TypeError):
         return None
+
+
+def round_float(value: float, dtype: DType) -> float:
+    """A Python number rounded to float type `dtype` (past its range: inf), as a float.
+    bfloat16 rounds through float32, as the backends' casts do."""
+    if dtype is DType.BFLOAT16:
+        return bfloat16.round_float(value)
+    with np.errstate(over="ignore"):
+        return float(np.array(value, dtype=np.float64).astype(dtype.numpy))
+
+
+def float_max(dtype: DType) -> float:
+    """The largest finite value of float type `dtype`."""
+    return bfloat16.MAX if dtype is DType.BFLOAT16 else float(np.finfo(dtype.numpy).max)
 
 
 def promote(a: DType, b: DType) -> DType:
     """The type of a binary operation on `a` and `b` (section 3 of LANGUAGE.md).
 
     Int with float gives the float; two floats give the wider; two ints give the wider,
-    signed if either is signed. bool takes part in arithmetic as an 8-bit unsigned integer
+    signed if either is signed. float16 with bfloat16 gives float32 (neither holds the
+    other's values). bool takes part in arithmetic as an 8-bit unsigned integer
     would (it never wins over a wider type); bool with bool stays bool.
     """
     if a is b:
         return a
     if a.is_float and b.is_float:
-        return a if a.bits >= b.bits else b
+        if a.bits == b.bits:  # float16 and bfloat16
+            return DType.FLOAT32
+        return a if a.bits > b.bits else b
     if a.is_float:
         return a
     if b.is_float:

@@ -198,7 +198,8 @@ def header_text(defn: Definition, sizes: dict | None, machine: str, cuda: bool =
  *
  * Each argument is a pointer, its extents (sizes) and its strides in elements (NULL:
  * C-contiguous); rank-0 tensors may pass NULL for both. float16 elements are passed as
- * their IEEE binary16 bits (uint16_t) and bool as uint8_t. A call returns TCLANG_OK or a
+ * their IEEE binary16 bits (uint16_t), bfloat16 ones as their bits (uint16_t: the upper
+ * half of the float32 of the same value) and bool as uint8_t. A call returns TCLANG_OK or a
  * status saying why nothing (bad arguments or sizes) or not everything (an index error,
  * out of memory) was computed; tclang_{name}_error() gives the message. Outputs are
  * written in place; points no statement writes are zero. {where}

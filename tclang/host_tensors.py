@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tclang.bfloat16 import NUMPY_HAS_BFLOAT16, STORAGE as BF16_STORAGE
 from tclang.errors import TCArgumentError
 
 
@@ -40,11 +41,22 @@ def host_view(tensor, what: str, name: str) -> np.ndarray:
     argument it is in errors."""
     refuse_grad(tensor, what, name)
     try:
+        if str(tensor.dtype) == "torch.bfloat16":  # NumPy has none: its bits, as tclang's
+            import torch
+            return tensor.view(torch.int16).numpy().view(BF16_STORAGE)
         return tensor.numpy()
     except (TypeError, RuntimeError) as err:  # a dtype NumPy lacks (bfloat16), a conjugate
         raise TCArgumentError(f"{what} is a tensor NumPy cannot view ({err})",
-                              hint="convert it to a float32, float64, float16 or integer "
-                                   "tensor") from None
+                              hint="convert it to a float32, float64, float16, bfloat16 or "
+                                   "integer tensor") from None
+
+
+def as_torch(array: np.ndarray):
+    """A NumPy result as a torch tensor sharing its memory (bfloat16 ones included)."""
+    import torch
+    if array.dtype == BF16_STORAGE:
+        return torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(array)
 
 
 def modified_in_place(out) -> None:
@@ -67,6 +79,39 @@ def modified_in_place(out) -> None:
     increment_version([o for o in outs if isinstance(o, torch.Tensor)])
 
 
+def refuse_numpy_bfloat16(defn, args: tuple, out) -> None:
+    """A bfloat16 output a NumPy caller would get, where NumPy has no bfloat16 (ml_dtypes
+    is not installed), is refused before anything runs: tclang's private storage dtype
+    must not escape. Torch callers (an input or out= is a tensor) get torch.bfloat16."""
+    if NUMPY_HAS_BFLOAT16 or out is not None or \
+            not any(t.dtype.value == "bfloat16" for t in defn.outputs):
+        return
+    if any(type(a).__module__.startswith("torch") for a in args):
+        return
+    names = ", ".join(t.name for t in defn.outputs if t.dtype.value == "bfloat16")
+    raise TCArgumentError(f"{defn.name} returns bfloat16 ({names}), which NumPy has no type "
+                          "for", hint="pass torch tensors (the results are then torch "
+                                      "tensors of torch.bfloat16), pass out= tensors, or "
+                                      "install ml_dtypes (pip install tclang[bf16]) for "
+                                      "NumPy arrays of ml_dtypes.bfloat16")
+
+
+def call_numpy(kernel, inputs: tuple) -> tuple:
+    """kernel(*inputs) for tclang's own NumPy callers (`tclang run` and its checks), as a
+    tuple. Where NumPy has no bfloat16, bfloat16 outputs are written into zeroed arrays of
+    tclang's storage passed as out= (the zeros tclang would allocate), which only tclang's
+    own code reads (tclang/bfloat16.py converts them)."""
+    defn = kernel.definition
+    if NUMPY_HAS_BFLOAT16 or not any(t.dtype.value == "bfloat16" for t in defn.outputs):
+        result = kernel(*inputs)
+        return result if isinstance(result, tuple) else (result,)
+    from tclang.arguments import bind_arguments, output_shapes
+    shapes = output_shapes(defn, bind_arguments(defn, tuple(inputs)).sizes)
+    outs = tuple(np.zeros(shape, t.dtype.numpy) for t, shape in zip(defn.outputs, shapes))
+    kernel(*inputs, out=outs if len(outs) > 1 else outs[0])
+    return outs
+
+
 def like_the_caller(result, args: tuple, out):
     """`result` as the caller's kind: the out= tensors themselves, or tensors sharing the
     NumPy results' memory when an input was a CPU tensor; else unchanged."""
@@ -77,7 +122,6 @@ def like_the_caller(result, args: tuple, out):
         return result
     if not any(is_host_tensor(a) for a in args):
         return result
-    import torch
     if isinstance(result, tuple):
-        return tuple(torch.from_numpy(r) for r in result)
-    return torch.from_numpy(result)
+        return tuple(as_torch(r) for r in result)
+    return as_torch(result)

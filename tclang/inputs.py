@@ -160,5 +160,9 @@ def random_inputs(defn: P.Definition, sizes: dict[str, int],
             values = rng.integers(-5, 6, size=shape)
         else:
             values = rng.integers(0, 11, size=shape)
+        if t.dtype.value == "bfloat16":  # NumPy cannot cast to tclang's bfloat16 storage
+            from tclang.bfloat16 import from_float32
+            arrays.append(from_float32(np.asarray(values, dtype=np.float32)))
+            continue
         arrays.append(np.asarray(values).astype(dtype))
     return tuple(arrays)

@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from tclang import call_records
+from tclang.bfloat16 import dtype_key
 from tclang.errors import TCArgumentError, TCError, api_boundary, hide_internal_frames
-from tclang.host_tensors import like_the_caller, modified_in_place
+from tclang.host_tensors import like_the_caller, modified_in_place, refuse_numpy_bfloat16
 from tclang.locks import fork_safe
 from tclang.recent import Recent, max_variants
 from tclang.registry import get_backend
@@ -202,6 +203,7 @@ class CompiledKernel:
             hot = self._hot.look_up(args, out)
             if hot is not None and hot.entry is not None:
                 return hot.run()
+            refuse_numpy_bfloat16(self.definition, args, out)
             binding = bind_arguments(self.definition, args, self._device)
             result = self.run(binding, out)
             if hot is not None:  # only once the whole call, out= included, was found right
@@ -571,6 +573,7 @@ def _device_call(kernel, hot_calls, args, out, compiled_for):
     hot = hot_calls.look_up(args, out)
     if hot is not None and hot.entry is not None:
         return hot.run()
+    refuse_numpy_bfloat16(kernel.definition, args, out)
     binding = bind_arguments(kernel.definition, args, True)
     compiled = compiled_for(binding)
     result = compiled.run(binding, out)
@@ -633,6 +636,7 @@ class Kernel:
                         return hot.run()
                     except _AllocationFailed:
                         pass  # the checked path says which array, and where
+            refuse_numpy_bfloat16(self.definition, args, out)
             binding = bind_arguments(self.definition, args, self.module.on_device)
             compiled = self._for(binding)
             result = compiled.run(binding, out)
@@ -682,7 +686,7 @@ class Kernel:
         and dtypes."""
         if self.module.options.specialize:
             return binding.shape_key()
-        return tuple((a.ndim, a.dtype.str) for a in binding.arrays)
+        return tuple((a.ndim, dtype_key(a.dtype)) for a in binding.arrays)
 
     def _for(self, binding: Binding) -> CompiledKernel:
         fast = self._fast_key(binding)

@@ -17,6 +17,8 @@ from dataclasses import replace
 import numpy as np
 
 from tclang import checking
+from tclang.bfloat16 import is_bfloat16, to_numpy_float32
+from tclang.host_tensors import call_numpy
 from tclang.dtypes import DType
 from tclang.lang import program as P
 
@@ -154,8 +156,7 @@ class Sampler:
                 if compiled is None:
                     compiled = self._kernel(chunk)
                 arrays = tuple(inputs) + tuple(part[c] for c in self.sliced)
-                got = compiled(*arrays)
-                got = got if isinstance(got, tuple) else (got,)
+                got = call_numpy(compiled, arrays)
                 results.append(tuple(self._trim(k, g, n) for k, g in enumerate(got)))
                 done += n
                 bar.update(n)
@@ -190,6 +191,8 @@ class Sampler:
     def _trim(self, k: int, got, n: int):
         name = self.defn.outputs[k].name
         got = np.asarray(got)
+        if is_bfloat16(got.dtype):
+            got = to_numpy_float32(got)
         if name not in self.dims:
             return got
         index = [slice(None)] * got.ndim

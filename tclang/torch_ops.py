@@ -23,6 +23,7 @@ import hashlib
 import torch
 
 from tclang.autodiff import sizes_of
+from tclang.dtypes import DType
 from tclang.errors import TCGradError
 from tclang.lang.program import Definition
 
@@ -183,4 +184,6 @@ def _shape(shape, sizes) -> tuple:
 
 def _torch_dtype(dtype):
     import numpy as np
+    if dtype is DType.BFLOAT16:
+        return torch.bfloat16
     return torch.from_numpy(np.zeros(0, dtype.numpy)).dtype

@@ -15,6 +15,12 @@ Rules every case follows (tests/e2e/test_reference.py checks them):
 - references return the exact output dtypes (float32 results are computed in float64 and
   rounded once).
 
+bfloat16 cases (tag "bfloat16"): NumPy has no bfloat16, so their bfloat16 inputs are CPU
+torch tensors of torch.bfloat16 (the calls then return torch tensors), and their references
+compute in float32 (sums in float64, rounded once) from the bfloat16 values and round the
+results to bfloat16 (nearest even). `as_numpy` gives any input or output as a NumPy array
+(bfloat16 as float32). Skipped where torch is not installed.
+
 `run_case` runs one case on one shape and checks that the inputs were not modified;
 `assert_close` compares with the case's tolerances (exactly for integer and bool outputs).
 """
@@ -63,7 +69,36 @@ def _i(rng, shape, lo, hi, dtype=I32):
 
 def _d(x):
     """The float64 working copy a reference computes with."""
-    return np.asarray(x, dtype=F64)
+    return np.asarray(as_numpy(x), dtype=F64)
+
+
+def is_tensor(x) -> bool:
+    return type(x).__module__.startswith("torch")
+
+
+def as_numpy(x) -> np.ndarray:
+    """An input or output as NumPy: a torch tensor's values (a bfloat16 one as float32)."""
+    if is_tensor(x):
+        import torch
+        return (x.float() if x.dtype == torch.bfloat16 else x).numpy()
+    return np.asarray(x)
+
+
+def _bf16(rng, shape, lo=-1.0, hi=1.0):
+    """Uniform values rounded to bfloat16: a CPU torch tensor of torch.bfloat16."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is an optional extra
+        import pytest
+        pytest.skip("bfloat16 cases take torch tensors: torch is not installed")
+    return torch.from_numpy(np.asarray(rng.uniform(lo, hi, size=shape)).astype(F32)).bfloat16()
+
+
+def _to_bf16(x):
+    """Float results rounded once to float32, then to the nearest bfloat16 (ties to even):
+    a torch tensor of torch.bfloat16."""
+    import torch
+    return torch.from_numpy(np.array(x, dtype=F32, order="C")).bfloat16()
 
 
 def _f32(x):
@@ -1136,6 +1171,90 @@ def f16(half(N, M) A, half(M) x) -> (y, z, s) {
     tags=("float16",),
 )
 
+def _bf16_ref(A, x):
+    A32, x32 = as_numpy(A), as_numpy(x)
+    y = _to_bf16(A32 * x32[None, :] + A32)
+    z = torch_of((A32 * x32[None, :]).astype(F64).sum(axis=1).astype(F32))
+    s = _to_bf16(A32.astype(F64).sum(axis=1))
+    return y, z, s
+
+
+def torch_of(x):
+    """A NumPy reference result as the torch tensor a call with torch inputs returns."""
+    import torch
+    return torch.from_numpy(np.array(x, order="C"))
+
+
+_add(
+    "bfloat16",
+    """
+# bfloat16 (bf16) is stored in 16 bits and computed in float32, as half
+def bf(bfloat16(N, M) A, bf16(M) x) -> (y, z, s) {
+    y(i, j) = A(i, j) * x(j) + A(i, j)
+    z(i) +=! float(A(i, j)) * float(x(j))
+    s(i) +=! A(i, j)
+}
+""",
+    "bf",
+    ({"N": 1, "M": 7}, {"N": 11, "M": 1}, {"N": 3, "M": 5}, {"N": 13, "M": 16}),
+    lambda s, r: (_bf16(r, (s["N"], s["M"])), _bf16(r, (s["M"],))),
+    _bf16_ref,
+    rtol=1.6e-2, atol=1.6e-2,
+    tags=("bfloat16", "reduction"),
+)
+
+_add(
+    "bfloat16_matmul",
+    """
+# a bfloat16 matmul: float32 accumulators, one rounding to bfloat16 per element
+def bmm(bf16(M, K) A, bf16(K, N) B) -> (C) {
+    C(m, n) +=! A(m, k) * B(k, n)
+}
+""",
+    "bmm",
+    ({"M": 3, "K": 7, "N": 1}, {"M": 1, "K": 4, "N": 11}, {"M": 13, "K": 1, "N": 5},
+     {"M": 6, "K": 9, "N": 7}, {"M": 16, "K": 13, "N": 15}),
+    lambda s, r: (_bf16(r, (s["M"], s["K"])), _bf16(r, (s["K"], s["N"]))),
+    lambda A, B: _to_bf16(_d(A) @ _d(B)),
+    rtol=1.6e-2, atol=1.6e-2,
+    tags=("bfloat16", "reduction"),
+)
+
+
+def _bf16_mixed_ref(X, B, H, I):
+    B32, H32 = as_numpy(B), H.astype(F32)
+    tenth = float(as_numpy(_to_bf16(np.float32(0.1))))
+    return (_to_bf16(X * F32(3.0)), _to_bf16(B32 * I.astype(F32)), torch_of(B32 + H32),
+            torch_of(np.trunc(B32 * F32(100.0)).astype(I32)), _to_bf16(B32.max()),
+            torch_of(B32.astype(F16)), _to_bf16(B32 + F32(tenth)),
+            torch_of(_f32(np.exp(_d(B32)))))
+
+
+_add(
+    "bfloat16_mixed",
+    """
+# casts to and from bfloat16; bfloat16 with an integer stays bfloat16, with half (or a
+# float literal) it is float; a max reduction in bfloat16; a bfloat16 literal
+def bmix(float(N) X, bf16(N) B, half(N) H, int32(N) I) -> (R, C, D, F, M, G, L, E) {
+    R(i) = bfloat16(X(i) * 3.0)
+    C(i) = B(i) * I(i)
+    D(i) = B(i) + H(i)
+    F(i) = int32(B(i) * 100.0)
+    M max=! B(i)
+    G(i) = half(B(i))
+    L(i) = B(i) + bfloat16(0.1)
+    E(i) = exp(B(i))
+}
+""",
+    "bmix",
+    ({"N": 1}, {"N": 7}, {"N": 13}, {"N": 16}),
+    lambda s, r: (_u(r, (s["N"],), -2.0, 2.0), _bf16(r, (s["N"],), -2.0, 2.0),
+                  _u(r, (s["N"],), dtype=F16), _i(r, (s["N"],), -5, 6)),
+    _bf16_mixed_ref,
+    rtol=1.6e-2, atol=1.6e-2,
+    tags=("bfloat16", "casts"),
+)
+
 _add(
     "int_div_mod",
     """
@@ -1526,10 +1645,22 @@ def make_inputs(case: Case, shape: dict[str, int], layout: str = "C") -> tuple:
     """The case's inputs for `shape`, from a fixed seed; layout "F" gives Fortran order."""
     inputs = tuple(case.make_inputs(shape, np.random.default_rng(_seed(case, shape))))
     if layout == "F":  # np.asfortranarray would turn a 0-d array into a 1-d one
-        inputs = tuple(np.asfortranarray(a) if a.ndim else a for a in inputs)
+        inputs = tuple(_fortran(a) if a.ndim else a for a in inputs)
     elif layout != "C":
         raise ValueError(f"layout must be 'C' or 'F', not {layout!r}")
     return inputs
+
+
+def _fortran(a):
+    """A Fortran-ordered copy of a NumPy array or torch tensor."""
+    if is_tensor(a):
+        order = tuple(reversed(range(a.ndim)))
+        return a.permute(order).contiguous().permute(order)
+    return np.asfortranarray(a)
+
+
+def _copy(a):
+    return a.clone() if is_tensor(a) else np.array(a, copy=True)
 
 
 def _as_tuple(x) -> tuple:
@@ -1554,10 +1685,11 @@ def define(case: Case, backend: str = "reference", options=None):
 
 def check_call(case: Case, fn, inputs: tuple) -> tuple[tuple, tuple]:
     """Call fn(*inputs), check the inputs were left alone; (outputs, expected) as tuples."""
-    copies = tuple(np.array(a, copy=True) for a in inputs)
+    copies = tuple(_copy(a) for a in inputs)
     outputs = _as_tuple(fn(*inputs))
     for k, (a, c) in enumerate(zip(inputs, copies)):
-        np.testing.assert_array_equal(a, c, err_msg=f"{case.name}: input {k} was modified")
+        np.testing.assert_array_equal(as_numpy(a), as_numpy(c),
+                                      err_msg=f"{case.name}: input {k} was modified")
     expected = _as_tuple(case.reference(*copies))
     return outputs, expected
 
@@ -1576,8 +1708,11 @@ def assert_close(outputs, expected, case: Case) -> None:
     assert len(outputs) == len(expected), \
         f"{case.name}: {len(outputs)} outputs, expected {len(expected)}"
     for k, (out, exp) in enumerate(zip(outputs, expected)):
-        out, exp = np.asarray(out), np.asarray(exp)
         what = f"{case.name}: output {k}"
+        if is_tensor(exp):  # torch in, torch out: the dtypes are torch's (bfloat16)
+            assert is_tensor(out), f"{what}: a {type(out).__name__}, expected a torch tensor"
+            assert out.dtype == exp.dtype, f"{what}: dtype {out.dtype}, expected {exp.dtype}"
+        out, exp = as_numpy(out), as_numpy(exp)
         assert out.dtype == exp.dtype, f"{what}: dtype {out.dtype}, expected {exp.dtype}"
         assert out.shape == exp.shape, f"{what}: shape {out.shape}, expected {exp.shape}"
         if np.issubdtype(exp.dtype, np.floating):

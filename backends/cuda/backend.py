@@ -25,6 +25,7 @@ from backends.contract import Artifact
 from backends.cuda import launches as LT
 from backends.cuda.codegen import generate, records_errors
 from polyhedral import loop_ir as L
+from tclang.bfloat16 import STORAGE as BF16_STORAGE
 from tclang.errors import TCArgumentError, TCCompileError, TCLaunchError
 from tclang.target import Target
 
@@ -255,7 +256,8 @@ def device_empty(shape, dtype: np.dtype, zero: bool, like):
 
 def _torch_empty(shape, dtype, zero, like):
     import torch
-    t = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
+    t = torch.bfloat16 if dtype == BF16_STORAGE else \
+        torch.from_numpy(np.empty(0, dtype=dtype)).dtype
     return (torch.zeros if zero else torch.empty)(shape, dtype=t, device=like.device)
 
 

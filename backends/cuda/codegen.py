@@ -7,7 +7,7 @@ thread ids become `b0 = blockIdx.x`... Index arithmetic is 32-bit where it prova
 are 32-bit, and 64-bit multiplies and divisions cost several instructions each), else
 64-bit; gathered subscripts are always 64-bit. The language's integer
 division and remainder (Python's), saturating float -> int casts and half-precision
-storage come from small device helpers at the top of the file. Under TCLANG_EMULATION each
+(`__half`) and bfloat16 (`__nv_bfloat16`) storage come from small device helpers at the top of the file. Under TCLANG_EMULATION each
 kernel also gets an `extern "C"` host entry that runs it with the CPU emulation of the
 thread model (backends/cuda/emulation).
 """
@@ -19,17 +19,23 @@ from dataclasses import dataclass
 from backends.cuda.tile_kernels import TileEmitter, shared_bytes
 from polyhedral import loop_ir as L
 from tclang.lang import program as P
-from tclang.dtypes import DType, identity
+from tclang.dtypes import DType, identity, round_float
 
 CTYPES = {DType.BOOL: "bool", DType.UINT8: "unsigned char", DType.UINT16: "unsigned short",
           DType.UINT32: "unsigned int", DType.UINT64: "unsigned long long",
           DType.INT8: "signed char", DType.INT16: "short", DType.INT32: "int",
-          DType.INT64: "long long", DType.FLOAT16: "__half", DType.FLOAT32: "float",
-          DType.FLOAT64: "double"}
+          DType.INT64: "long long", DType.FLOAT16: "__half", DType.BFLOAT16: "__nv_bfloat16",
+          DType.FLOAT32: "float", DType.FLOAT64: "double"}
+
+
+def _register_ctype(dtype: DType) -> str:
+    """The C type a value of `dtype` is computed in (half and bfloat16: float)."""
+    return "float" if dtype.is_narrow_float else CTYPES[dtype]
 
 PRELUDE = r"""
 #ifndef TCLANG_EMULATION
 #include <cuda_fp16.h>
+#include <cuda_bf16.h>
 #endif
 #include <math.h>
 #define TC_DEV __device__ __forceinline__
@@ -60,6 +66,7 @@ template <class I, class F> TC_DEV I tc_f2i(F x, I lo, I hi) {  /* saturating, N
   if (x >= (F)hi) return hi;
   return (I)x; }
 TC_DEV float tc_round_half(float x) { return __half2float(__float2half_rn(x)); }
+TC_DEV float tc_round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 TC_DEV float tc_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 TC_DEV double tc_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 template <class... S>
@@ -343,7 +350,7 @@ class _Generator:
         r = loop.body
         s = self.kernel.statement(r.statement)
         dtype = self.buffers[s.target].dtype
-        ctype = "float" if dtype is DType.FLOAT16 else CTYPES[dtype]
+        ctype = _register_ctype(dtype)
         position = {name: k for k, name in enumerate(s.indices)}
         self.put(indent, f"{{  // {s.target} accumulates in a register")
         for name in s.lhs:
@@ -575,7 +582,7 @@ class _Jam:
         return [run.indices[self.position[name]] for name in self.s.lhs]
 
     def declare(self, indent: int) -> None:
-        ctype = "float" if self.dtype is DType.FLOAT16 else CTYPES[self.dtype]
+        ctype = _register_ctype(self.dtype)
         for j, target in enumerate(self.targets):
             self.gen.put(indent, f"{ctype} acc{j} = {_load(target, self.dtype)};")
 
@@ -620,7 +627,7 @@ class _Values:
             case P.Read(tensor=t, subscripts=subs, affine=aff, ref=ref):
                 return self.read(t, subs, aff, ref)
             case P.Unary(op="neg", operand=x, dtype=dt):
-                return f"(({CTYPES[dt] if dt is not DType.FLOAT16 else 'float'})(-{self.emit(x)}))"
+                return f"(({_register_ctype(dt)})(-{self.emit(x)}))"
             case P.Unary(op="not", operand=x):
                 return f"(!{self.emit(x)})"
             case P.Binary(op="and", lhs=a, rhs=b):
@@ -675,7 +682,7 @@ class _Values:
     def arith(op: str, a: str, b: str, dtype: DType) -> str:
         if op in ("add", "sub", "mul"):
             sym = {"add": "+", "sub": "-", "mul": "*"}[op]
-            ctype = "float" if dtype is DType.FLOAT16 else CTYPES[dtype]
+            ctype = _register_ctype(dtype)
             return f"(({ctype})({a} {sym} {b}))"
         if dtype.is_float:
             return f"({a} / {b})" if op == "div" else f"tc_fmod({a}, {b})"
@@ -741,11 +748,10 @@ def _launches(node: L.Node, condition: L.IExpr | None) -> list:
 
 
 def _literal(value, dtype: DType) -> str:
-    import numpy as np
     if dtype is DType.BOOL:
         return "true" if value else "false"
     if dtype.is_float:
-        v = float(np.array(value, dtype=np.float64).astype(dtype.numpy))
+        v = round_float(value, dtype)
         if v != v:
             text = "(0.0/0.0)"
         elif v in (float("inf"), float("-inf")):
@@ -757,10 +763,14 @@ def _literal(value, dtype: DType) -> str:
 
 
 def _load(element: str, dtype: DType) -> str:
+    if dtype is DType.BFLOAT16:
+        return f"__bfloat162float({element})"
     return f"__half2float({element})" if dtype is DType.FLOAT16 else element
 
 
 def _store(value: str, dtype: DType) -> str:
+    if dtype is DType.BFLOAT16:
+        return f"__float2bfloat16_rn({value})"
     return f"__float2half_rn({value})" if dtype is DType.FLOAT16 else value
 
 
@@ -809,6 +819,8 @@ def _cast(x: str, src: DType, dst: DType) -> str:
         return f"({x} != 0)"
     if dst is DType.FLOAT16:
         return f"tc_round_half((float)({x}))"
+    if dst is DType.BFLOAT16:
+        return f"tc_round_bf16((float)({x}))"
     if dst.is_float:
         return f"(({CTYPES[dst]})({x}))"
     if src.is_float:

@@ -9,7 +9,7 @@ multiply them:
   warp reads each k-row of a slice as broadcast or conflict-free 16-byte words. The next
   slice is loaded into registers before the multiply and stored after it (its elements
   are laid out k-major in shared memory whatever their layout in memory).
-- "mma" (float16 operands, float32 sums): WMMA fragments of 16 x 16 x 16 on the tensor
+- "mma" (float16 or bfloat16 operands, float32 sums): WMMA fragments of 16 x 16 x 16 on the tensor
   cores, `warp_tile` points a warp. Slices keep the memory layout's fast direction, so
   each 16-byte piece is one asynchronous copy (`cp.async` on sm_80+) with zero fill past
   the edge.
@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from polyhedral import loop_ir as L
 from tclang.dtypes import DType
+
+CTYPES = {DType.FLOAT16: "__half", DType.BFLOAT16: "__nv_bfloat16"}  # tensor-core operands
 
 HALF_VECTOR = 8  # halves in a 16-byte copy
 FLOAT_VECTOR = 4
@@ -226,14 +228,16 @@ class TileEmitter:
         a_bytes = stages * ar * ac * 2
         total = shared_bytes(n)
         w = "nvcuda::wmma"
+        ctype = CTYPES[n.a.dtype]  # __half or __nv_bfloat16
         # one region: the slices while the sums run, the warps' result tiles after them
         self.put("#ifdef TCLANG_EMULATION")
         self.put(f"__shared__ __align__(128) unsigned char tc_smem[{total}];")
         self.put("#else")
         self.put("extern __shared__ __align__(128) unsigned char tc_smem[];")
         self.put("#endif")
-        self.put(f"__half (*As)[{ar}][{ac}] = reinterpret_cast<__half (*)[{ar}][{ac}]>(tc_smem);")
-        self.put(f"__half (*Bs)[{br}][{bc}] = reinterpret_cast<__half (*)[{br}][{bc}]>"
+        self.put(f"{ctype} (*As)[{ar}][{ac}] = reinterpret_cast<{ctype} (*)[{ar}][{ac}]>"
+                 f"(tc_smem);")
+        self.put(f"{ctype} (*Bs)[{br}][{bc}] = reinterpret_cast<{ctype} (*)[{br}][{bc}]>"
                  f"(tc_smem + {a_bytes});")
         self.put("float (*Cs)[16 * 16] = reinterpret_cast<float (*)[16 * 16]>(tc_smem);")
         self.put("const int warp = (int)t0 / 32, lane = (int)t0 % 32;")
@@ -275,8 +279,8 @@ class TileEmitter:
         self.put("tc_cp_commit();", 1)
         self.put("#pragma unroll", 1)
         self.put(f"for (int kk = 0; kk < {bk}; kk += 16) {{", 1)
-        self.put(f"{w}::fragment<{w}::matrix_a, 16, 16, 16, __half, {a_layout}> fa[{fm}];", 2)
-        self.put(f"{w}::fragment<{w}::matrix_b, 16, 16, 16, __half, {b_layout}> fb[{fn}];", 2)
+        self.put(f"{w}::fragment<{w}::matrix_a, 16, 16, 16, {ctype}, {a_layout}> fa[{fm}];", 2)
+        self.put(f"{w}::fragment<{w}::matrix_b, 16, 16, 16, {ctype}, {b_layout}> fb[{fn}];", 2)
         self.put("#pragma unroll", 2)
         self.put(f"for (int i = 0; i < {fm}; ++i) {w}::load_matrix_sync(fa[i], {a_ptr}, {ac});",
                  2)
@@ -355,7 +359,7 @@ class TileEmitter:
         else:
             self.put(f"const int r = q / {cols}; const int c = q % {cols};", 3)
         self.put(f"{elem} = ({row} < {row_extent} && {col} < {col_extent}) ? "
-                 f"{op.tensor}_[{at}({row}, {col})] : __float2half_rn(0.0f);", 3)
+                 f"{op.tensor}_[{at}({row}, {col})] : {CTYPES[op.dtype]}(0.0f);", 3)
         self.put("}", 2)
         self.put("}", 1)
 

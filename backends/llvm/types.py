@@ -1,16 +1,21 @@
 """tclang types in LLVM: how each is stored in memory and computed in registers.
 
 bool is a byte in memory and an i1 in registers; float16 is a `half` in memory and a
-`float` in registers (rounded back to half only at stores and at casts to half).
+`float` in registers (rounded back to half only at stores and at casts to half). bfloat16
+is an i16 in memory (the upper half of the float32 of the same value) and a `float` in
+registers: a load shifts its bits up, a store or cast rounds to nearest even with integer
+operations (no libcall, the same on every CPU; LLVM's `bfloat` type would need
+`__truncsfbf2` where the CPU lacks AVX512-BF16).
 """
 
 from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from tclang.dtypes import DType
+from tclang.dtypes import DType, round_float
 
-I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+I1, I8, I16, I32, I64 = (ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType(32),
+                         ir.IntType(64))
 HALF, FLOAT, DOUBLE = ir.HalfType(), ir.FloatType(), ir.DoubleType()
 
 
@@ -19,6 +24,8 @@ def storage(dtype: DType) -> ir.Type:
         return I8
     if dtype is DType.FLOAT16:
         return HALF
+    if dtype is DType.BFLOAT16:
+        return I16
     if dtype is DType.FLOAT32:
         return FLOAT
     if dtype is DType.FLOAT64:
@@ -29,7 +36,7 @@ def storage(dtype: DType) -> ir.Type:
 def register(dtype: DType) -> ir.Type:
     if dtype is DType.BOOL:
         return I1
-    if dtype is DType.FLOAT16:
+    if dtype.is_narrow_float:
         return FLOAT
     return storage(dtype)
 
@@ -40,7 +47,33 @@ def load(builder: ir.IRBuilder, pointer: ir.Value, dtype: DType) -> ir.Value:
         return builder.icmp_unsigned("!=", value, ir.Constant(I8, 0))
     if dtype is DType.FLOAT16:
         return builder.fpext(value, FLOAT)
+    if dtype is DType.BFLOAT16:
+        return bfloat16_value(builder, value)
     return value
+
+
+def bfloat16_value(builder: ir.IRBuilder, bits: ir.Value) -> ir.Value:
+    """The float of bfloat16 `bits` (an i16): exact."""
+    wide = builder.shl(builder.zext(bits, I32), ir.Constant(I32, 16))
+    return builder.bitcast(wide, FLOAT)
+
+
+def bfloat16_bits(builder: ir.IRBuilder, value: ir.Value) -> ir.Value:
+    """float `value` rounded to nearest-even bfloat16, as its i16 bits; a NaN stays a
+    quiet NaN with its sign."""
+    u = builder.bitcast(value, I32)
+    upper = builder.lshr(u, ir.Constant(I32, 16))
+    odd = builder.and_(upper, ir.Constant(I32, 1))
+    rounded = builder.lshr(builder.add(builder.add(u, ir.Constant(I32, 0x7FFF)), odd),
+                           ir.Constant(I32, 16))
+    quiet = builder.or_(upper, ir.Constant(I32, 0x40))
+    nan = builder.fcmp_unordered("uno", value, value)
+    return builder.trunc(builder.select(nan, quiet, rounded), I16)
+
+
+def round_bfloat16(builder: ir.IRBuilder, value: ir.Value) -> ir.Value:
+    """float `value` rounded to bfloat16, still a float."""
+    return bfloat16_value(builder, bfloat16_bits(builder, value))
 
 
 def store(builder: ir.IRBuilder, value: ir.Value, pointer: ir.Value, dtype: DType) -> None:
@@ -48,18 +81,17 @@ def store(builder: ir.IRBuilder, value: ir.Value, pointer: ir.Value, dtype: DTyp
         value = builder.zext(value, I8)
     elif dtype is DType.FLOAT16:
         value = builder.fptrunc(value, HALF)
+    elif dtype is DType.BFLOAT16:
+        value = bfloat16_bits(builder, value)
     builder.store(value, pointer)
 
 
 def constant(value, dtype: DType) -> ir.Constant:
     """A literal rounded to its type (float literals keep their decimal value until here)."""
-    import numpy as np
-
     if dtype is DType.BOOL:
         return ir.Constant(I1, int(bool(value)))
     if dtype.is_float:
-        rounded = float(np.array(value, dtype=np.float64).astype(dtype.numpy))
-        return ir.Constant(register(dtype), rounded)
+        return ir.Constant(register(dtype), round_float(value, dtype))
     bits = dtype.bits
     return ir.Constant(register(dtype), int(value) & ((1 << bits) - 1))
 
@@ -83,6 +115,8 @@ def convert(builder: ir.IRBuilder, value: ir.Value, src: DType, dst: DType) -> i
                 builder.fptrunc(value, out)
         if dst is DType.FLOAT16:  # round to half precision, keep computing in float
             value = builder.fpext(builder.fptrunc(value, HALF), FLOAT)
+        elif dst is DType.BFLOAT16:  # round to bfloat16, keep computing in float
+            value = round_bfloat16(builder, value)
         return value
     out = register(dst)
     if src.is_float:

@@ -545,7 +545,9 @@ class _Builder:
             # has, so the contribution is rounded to it (the language never narrows by
             # itself)
             want = version.dtype.compute
-            if promote(expr.dtype, want).compute != want:
+            if version.dtype.is_narrow_float and expr.dtype is not version.dtype:
+                expr = P.Cast(expr, version.dtype)  # a half or bfloat16 gradient: rounded
+            elif promote(expr.dtype, want).compute != want:
                 expr = P.Cast(expr, want)
         if target not in self.written:
             op = ("+=!" if reduces else "=")

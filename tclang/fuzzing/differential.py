@@ -40,6 +40,8 @@ from tclang.dtypes import DType
 from tclang.errors import (TCArgumentError, TCError, TCIndexError, TCScheduleError, TCWarning)
 from tclang.lang.frontend import check_source
 from tclang.fuzzing.generator import VOLUME_CAP, GeneratedProgram, Model, finish
+from tclang.bfloat16 import NUMPY_HAS_BFLOAT16, bits, is_bfloat16, to_numpy_float32
+from tclang.host_tensors import as_torch, host_view
 from tclang.inputs import random_inputs
 
 # the program as written: the passes on the checked program (tclang/passes) are off, so
@@ -305,8 +307,7 @@ def _differential(program, backends, options_sets, check_bounds, seed, avoid_kno
                                                                  if bug else ""))
                 continue
             report.ran.append(label(backend, options))
-            if failure is None and any(not np.array_equal(a, b, equal_nan=True)
-                                       for a, b in zip(inputs, saved)):
+            if failure is None and any(not _same(a, b) for a, b in zip(inputs, saved)):
                 failure = Failure(backend, options, "modified-input", "an input changed")
                 inputs = tuple(np.copy(a) for a in saved)
             bug = known_bug(defn, backend, options, sizes, failure) \
@@ -387,9 +388,26 @@ def _call(program, backend, options, inputs, check_bounds, twice=False):
     if check_bounds:
         options = dataclasses.replace(options or tclang.Options(), check_bounds=True)
     kernel = tclang.define(program.source, backend=backend, options=options)[program.entry]
-    runs = [kernel(*inputs) for _ in range(2 if twice else 1)]
-    runs = [r if isinstance(r, tuple) else (r,) for r in runs]
+    runs = [call_kernel(kernel, inputs) for _ in range(2 if twice else 1)]
     return runs if twice else runs[0]
+
+
+def call_kernel(kernel, inputs) -> tuple:
+    """kernel(*inputs) as a tuple of NumPy arrays. A bfloat16 program, where NumPy has no
+    bfloat16 (no ml_dtypes), is called with torch tensors (viewing the same memory) and
+    its results viewed back (bfloat16 ones in tclang's storage dtype)."""
+    through_torch = not NUMPY_HAS_BFLOAT16 and any(
+        t.dtype is DType.BFLOAT16 for t in kernel.definition.inputs + kernel.definition.outputs)
+    out = kernel(*(tuple(as_torch(a) for a in inputs) if through_torch else inputs))
+    out = out if isinstance(out, tuple) else (out,)
+    return tuple(host_view(o, "a result", "it") for o in out) if through_torch else out
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two inputs hold the same values (bfloat16 ones: the same bits)."""
+    if is_bfloat16(a.dtype):
+        return np.array_equal(bits(a), bits(b))
+    return np.array_equal(a, b, equal_nan=True)
 
 
 @contextlib.contextmanager
@@ -407,7 +425,8 @@ def _checked(program: GeneratedProgram) -> P.Definition:
 
 # ---- comparing ----------------------------------------------------------------------------
 
-_EPS = {DType.FLOAT16: 2e-3, DType.FLOAT32: 1.2e-7, DType.FLOAT64: 2.3e-16}
+_EPS = {DType.FLOAT16: 2e-3, DType.BFLOAT16: 1.6e-2, DType.FLOAT32: 1.2e-7,
+        DType.FLOAT64: 2.3e-16}
 
 
 def tolerance(defn: P.Definition, sizes: dict[str, int]) -> float:
@@ -428,12 +447,14 @@ def tolerance(defn: P.Definition, sizes: dict[str, int]) -> float:
                   if isinstance(n, (P.Cast, P.Call, P.Binary, P.Unary, P.Select))}
         red = [r for r in s.domain if r.name in s.reduction_indices]
         terms += math.prod(max(1, (r.hi - r.lo).evaluate(sizes)) for r in red) if red else 1
-    half = _EPS[DType.FLOAT16]
+    stored = {t.dtype for t in defn.outputs + defn.temporaries if t.dtype.is_narrow_float}
+    rounded = stored | {n.dtype for s in defn.statements for n in P.walk(s.rhs)
+                        if isinstance(n, P.Cast) and n.dtype.is_narrow_float}
+    half = max((_EPS[d] for d in rounded), default=_EPS[DType.FLOAT16])  # bfloat16's: 8x
     if _reads_back_half(defn):
-        return 2e-2 + half * terms
+        return 10 * half + half * terms
     eps = max((_EPS[k] for k in kinds if k in _EPS), default=_EPS[DType.FLOAT64])
-    stores_half = any(t.dtype is DType.FLOAT16 for t in defn.outputs + defn.temporaries)
-    return min(0.05, eps * 64 * (4 + terms)) + (half if stores_half else 0.0)
+    return min(0.05, eps * 64 * (4 + terms)) + (half if stored else 0.0)
 
 
 def _reads_back_half(defn: P.Definition) -> bool:
@@ -442,15 +463,15 @@ def _reads_back_half(defn: P.Definition) -> bool:
     the store of an assignment into a half tensor?"""
     written: set[str] = set()
     for s in defn.statements:
-        half_target = defn.tensor(s.target).dtype is DType.FLOAT16
+        half_target = defn.tensor(s.target).dtype.is_narrow_float
         if half_target and s.target in written and s.is_reduction and not s.reset:
             return True
         stored = s.rhs if half_target and not s.is_reduction else None
         for n in P.walk(s.rhs):
-            if isinstance(n, P.Cast) and n.dtype is DType.FLOAT16 and n is not stored:
+            if isinstance(n, P.Cast) and n.dtype.is_narrow_float and n is not stored:
                 return True
             if isinstance(n, P.Read) and n.tensor in written and \
-                    defn.tensor(n.tensor).dtype is DType.FLOAT16:
+                    defn.tensor(n.tensor).dtype.is_narrow_float:
                 return True
         written.add(s.target)
     return False
@@ -461,6 +482,8 @@ def compare(actual, expected, rtol: float) -> str | None:
     actual, expected = np.asarray(actual), np.asarray(expected)
     if actual.shape != expected.shape or actual.dtype != expected.dtype:
         return f"got {actual.dtype}{actual.shape}, expected {expected.dtype}{expected.shape}"
+    if is_bfloat16(expected.dtype):  # compared as the float32 values they hold
+        actual, expected = to_numpy_float32(actual), to_numpy_float32(expected)
     if actual.size == 0:
         return None
     if expected.dtype.kind in "biu":

@@ -30,9 +30,10 @@ VOLUME_CAP = 3000  # statement instances per program: the reference is a Python 
 INDEX_NAMES = "ijklmnpqrs"
 RED_BOUND = 18  # the largest extent an index can get (N + 2 with N = 16)
 LIMIT = {"bool": 1, "int8": 60, "uint8": 60, "int16": 1e4, "int32": 1e8, "int64": 1e14,
-         "float16": 300.0, "float32": 1e6, "float64": 1e9}
+         "float16": 300.0, "bfloat16": 1e4, "float32": 1e6, "float64": 1e9}
 _TYPES = {"float": DType.FLOAT32, "float32": DType.FLOAT32, "double": DType.FLOAT64,
-          "int32": DType.INT32, "int64": DType.INT64, "half": DType.FLOAT16}
+          "int32": DType.INT32, "int64": DType.INT64, "half": DType.FLOAT16,
+          "bfloat16": DType.BFLOAT16}
 STATS: Counter = Counter()  # attempts, rejected, reject:<why>, programs
 
 
@@ -247,6 +248,16 @@ class _Indices:
         return len(self.exts) >= self.cap
 
 
+def bfloat16_callable() -> bool:
+    """Whether the fuzzer can call bfloat16 programs: NumPy has bfloat16 (ml_dtypes) or
+    torch is installed (differential.py then passes torch tensors)."""
+    from tclang.bfloat16 import NUMPY_HAS_BFLOAT16
+    if NUMPY_HAS_BFLOAT16:
+        return True
+    import importlib.util
+    return importlib.util.find_spec("torch") is not None
+
+
 def kind(dtype: DType) -> str:
     return "bool" if dtype is DType.BOOL else "float" if dtype.is_float else "int"
 
@@ -307,12 +318,14 @@ class _Builder:
         rng = self.rng
         rank = rng.choice((0, 1, 1, 2, 2, 2, 3, 3, 4))
         dtype = rng.choices(("float32", "float64", "int32", "int64", "float16", "bool", "int8",
-                             "uint8"), (50, 12, 14, 5, 6, 6, 5, 2))[0]
+                             "uint8", "bfloat16"),
+                            (50, 12, 14, 5, 6, 6, 5, 2, 5 if bfloat16_callable() else 0))[0]
         dims = tuple(rng.choice(self.pool) if rng.random() < 0.9 else rng.choice("23")
                      for _ in range(rank))
         name = name if rank else ("alpha", "beta", "gamma", "delta")[k]
         spelled = {"float32": ("float", "float32"), "float64": ("double", "float64"),
-                   "float16": ("half", "float16")}.get(dtype, (dtype,))
+                   "float16": ("half", "float16"),
+                   "bfloat16": ("bfloat16", "bf16")}.get(dtype, (dtype,))
         self.inputs.append(Decl(name, rng.choice(spelled), dims if rank else None))
         self.t[name] = _Tensor(name, DType(dtype), dims)
 
@@ -481,10 +494,10 @@ class _Builder:
                 v.map("(1.0 + 0.01 * tanh({0}))", promote(v.dtype, DType.FLOAT32), False, 1.02)
         elif "+" in op and v.mag > LIMIT[v.dtype.value] / RED_BOUND ** 3:
             v = self._bounded(v)
-        if "+" in op and v.dtype is DType.FLOAT16:  # a half sum would round at every term
+        if "+" in op and v.dtype.is_narrow_float:  # a half sum would round at every term
             v = v.map("float({0})", DType.FLOAT32)
         if target is not None and not is_widening(v.dtype, target.dtype):
-            if target.dtype is DType.FLOAT16 and v.mag > LIMIT["float16"]:
+            if target.dtype.is_narrow_float and v.mag > LIMIT[target.dtype.value]:
                 v = self._bounded(v)
             v = v.map(f"{target.dtype.value}({{0}})", target.dtype)
         return v

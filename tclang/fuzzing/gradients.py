@@ -31,7 +31,7 @@ RTOL = 1e-5  # central differences in float64 err by ~h^2 |f'''|: far below this
 def float64_source(source: str) -> str | None:
     """The program in float64 (its float types, then its literals if needed), or None."""
     import tclang
-    plain = re.sub(r"\b(float32|float|half|float16)\b", "double", source)
+    plain = re.sub(r"\b(float32|float|half|float16|bfloat16|bf16)\b", "double", source)
     for text in (plain, re.sub(r"(?<![\w.])(\d+\.\d*(?:e[+-]?\d+)?)", r"double(\1)", plain)):
         try:
             with warnings.catch_warnings():

@@ -270,8 +270,8 @@ def _run(source: str, defs, inputs, backend: str, options) -> Calls:
         return calls
     for d in defs:
         try:
-            out = module[d.entry](*inputs[d.entry])
-            calls.outputs[d.entry] = out if isinstance(out, tuple) else (out,)
+            from tclang.fuzzing.differential import call_kernel
+            calls.outputs[d.entry] = call_kernel(module[d.entry], inputs[d.entry])
         except Exception as err:  # noqa: BLE001 - every call's error is reported
             from tclang.fuzzing.differential import _describe
             calls.errors[d.entry] = _describe(err)

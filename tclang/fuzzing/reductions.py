@@ -9,8 +9,8 @@ the block-reduction path of the emulated GPU dropped the guard of
 generated program reached it. These programs are built from templates instead: a value
 under a guard on the indices (a triangle, a band, padding) or on data (a mask), reduced
 with `+=!`, `max=!` or `min=!` (or `+=` after an initialization), one or two reduction
-indices, a batch index or none, in float32, float64, int32 or half (accumulated in
-float32). They are `Model`s like the generic ones, so the shrinker works on them.
+indices, a batch index or none, in float32, float64, int32, half or bfloat16 (both
+accumulated in float32). They are `Model`s like the generic ones, so the shrinker works on them.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ import warnings
 
 from tclang.errors import TCError, TCWarning
 from tclang.fuzzing.generator import (STATS, Decl, Features, GeneratedProgram, Model, Node,
-                                      Stmt, fits)
+                                      Stmt, bfloat16_callable, fits)
 from tclang.lang.frontend import check_source
 
+NARROW = ("half", "bf16")  # stored in 16 bits, computed in float32
 KINDS = ("triangular", "guarded", "masked", "prefix", "softmax")
 # extents near the warp, vector, block and 1024 boundaries, and small odd ones
 EXTENTS = (1, 2, 3, 5, 7, 31, 32, 33, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257,
@@ -37,7 +38,8 @@ def reduction_program(rng: random.Random) -> GeneratedProgram | None:
     """A random reduction program of one of KINDS with sizes from EXTENTS (None if the
     front end or the sizes refuse the draw: the caller draws again)."""
     kind = rng.choice(KINDS)
-    dtype = rng.choices(("float", "double", "int32", "half"), (60, 15, 15, 10))[0]
+    dtype = rng.choices(("float", "double", "int32", "half", "bf16"),
+                        (60, 15, 15, 10, 5 if bfloat16_callable() else 0))[0]
     model = {"triangular": _triangular, "guarded": _guarded, "masked": _masked,
              "prefix": _prefix, "softmax": _softmax}[kind](rng, dtype)
     STATS["attempts"] += 1
@@ -79,7 +81,7 @@ def _value(rng, read: str, dtype: str) -> str:
     if dtype == "int32":
         return rng.choice((read, f"{read} * 2", f"({read} % 3)"))
     value = rng.choice((read, read, f"{read} * 0.5", f"tanh({read})", f"{read} * {read}"))
-    return f"float({value})" if dtype == "half" else value
+    return f"float({value})" if dtype in NARROW else value
 
 
 def _identity(op: str, dtype: str) -> str:
@@ -146,7 +148,7 @@ def _guarded(rng, dtype: str) -> Model:
     if rng.random() < 0.5:  # Z(i) = sum_k X(i + k - pad) * W(k), padded
         s = f"i + k - {pad}" if pad else "i + k"
         w = "W(k)" if dtype != "int32" else "W(k)"
-        value = f"{_value(rng, f'X({s})', dtype)} * {w}" if dtype != "half" else \
+        value = f"{_value(rng, f'X({s})', dtype)} * {w}" if dtype not in NARROW else \
             f"float(X({s})) * float(W(k))"
         rhs = f"({s} >= 0 && {s} < N) ? {value} : {_identity(op, dtype)}"
         where = ("i in 0:N", "k in 0:K")
@@ -203,7 +205,7 @@ def _prefix(rng, dtype: str) -> Model:
 
 def _softmax(rng, dtype: str) -> Model:
     """Causal (or banded) softmax: a guarded max, guarded exponentials, a sum, a division."""
-    if dtype in ("int32", "half"):
+    if dtype == "int32" or dtype in NARROW:
         dtype = "float"
     cond = rng.choice(("j <= i", "j >= i", "j <= i && j >= i - 4"))
     body = (Stmt("Mx", ("i",), "max=!", Node(f"({cond}) ? S(i, j) : -1000000.0"),

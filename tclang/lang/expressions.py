@@ -18,7 +18,7 @@ from tclang.lang import sizes as Z
 from tclang.lang import syntax as S
 from tclang.lang.affine import (Affine, Compare, Condition, Logic, Truth, affine_binary, condition_and,
                            condition_not)
-from tclang.dtypes import DType, parse_type_name, promote
+from tclang.dtypes import DType, float_max, parse_type_name, promote, round_float
 from tclang.errors import Span, TCSemanticError
 from tclang.lang.functions import BUILTINS
 
@@ -81,7 +81,7 @@ def cast_finite(e: P.Expr, dtype: DType, span: Span) -> P.Expr:
             math.isinf(result.value) and math.isfinite(e.value):
         raise error(f"the constant {e.value:g} is too large for {dtype.value}: it would be "
                     "infinite", span, hint=f"{dtype.value} holds magnitudes up to about "
-                                           f"{float(np.finfo(dtype.numpy).max):.3g}")
+                                           f"{float_max(dtype):.3g}")
     return result
 
 
@@ -89,8 +89,7 @@ def convert_constant(value, dtype: DType):
     if dtype is DType.BOOL:
         return bool(value)
     if dtype.is_float:  # rounding past the type's range gives inf: cast_finite refuses it
-        with np.errstate(over="ignore"):
-            return float(np.array(value, dtype=np.float64).astype(dtype.numpy))
+        return round_float(value, dtype)
     if isinstance(value, float):
         value = int(value)  # truncation toward zero, as the cast does
     return int(np.array(int(value)).astype(np.int64).astype(dtype.numpy))

@@ -1,4 +1,5 @@
-"""float16 sums and products accumulate in float32 and round to half once per element.
+"""float16 and bfloat16 sums and products accumulate in float32 and round to half
+(bfloat16) once per element.
 
 A half tensor is stored as half, so a reduction that updates it in place rounds after every
 term: 100,000 additions of 0.01 stall at 32 (32 + 0.01 rounds back to 32), and the result
@@ -12,6 +13,7 @@ Done on the checked definition, it holds for every backend and every schedule (r
 accumulators, GPU block reductions and tiling all see a float32 reduction), and fusion can
 keep the rounding next to its reduction. min and max are exact in any type and are left
 alone. The new statements keep the original's text and span, so errors still name it.
+bfloat16 tensors are rewritten the same way (with `bfloat16(...)` for `half(...)`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ WIDENED_OPS = ("+", "*")
 
 
 def widen_half_reductions(defn: P.Definition) -> P.Definition:
-    """`defn` with every float16 sum and product accumulated in a float32 temporary."""
+    """`defn` with every float16 and bfloat16 sum and product accumulated in a float32
+    temporary."""
     if not any(_widens(defn, s) for s in defn.statements):
         return defn
     taken = set(defn.tensors) | set(defn.sizes)
@@ -40,13 +43,13 @@ def widen_half_reductions(defn: P.Definition) -> P.Definition:
         taken.add(acc)
         temporaries.append(P.Tensor(acc, DType.FLOAT32, target.shape, "temporary",
                                     target.span))
-        statements += _widened(s, acc)
+        statements += _widened(s, acc, target.dtype)
     numbered = tuple(replace(s, position=k) for k, s in enumerate(statements))
     return replace(defn, temporaries=tuple(temporaries), statements=numbered)
 
 
 def _widens(defn: P.Definition, s: P.Statement) -> bool:
-    return s.op in WIDENED_OPS and defn.tensor(s.target).dtype is DType.FLOAT16
+    return s.op in WIDENED_OPS and defn.tensor(s.target).dtype.is_narrow_float
 
 
 def _fresh_name(base: str, taken: set[str]) -> str:
@@ -56,8 +59,9 @@ def _fresh_name(base: str, taken: set[str]) -> str:
     return name
 
 
-def _widened(s: P.Statement, acc: str) -> list[P.Statement]:
-    """The statements replacing reduction `s` of half tensor s.target, accumulating in acc."""
+def _widened(s: P.Statement, acc: str, narrow: DType) -> list[P.Statement]:
+    """The statements replacing reduction `s` of half (`narrow`: float16 or bfloat16)
+    tensor s.target, accumulating in acc."""
     lhs_domain = tuple(r for r in s.domain if r.name in s.indices)
 
     def assign(target: str, rhs: P.Expr) -> P.Statement:
@@ -67,12 +71,12 @@ def _widened(s: P.Statement, acc: str) -> list[P.Statement]:
     # a reduction without reduction indices may read its target at the same point: it
     # then reads the accumulator, which holds exactly that half value (identity or start)
     rhs = _map_reads(s.rhs, lambda r: P.Cast(replace(r, tensor=acc, dtype=DType.FLOAT32),
-                                             DType.FLOAT16) if r.tensor == s.target else r)
+                                             narrow) if r.tensor == s.target else r)
     reduce = replace(s, target=acc, rhs=P.Cast(rhs, DType.FLOAT32))
     start = [] if s.reset else \
-        [assign(acc, P.Cast(_same_point(s, s.target, DType.FLOAT16), DType.FLOAT32))]
+        [assign(acc, P.Cast(_same_point(s, s.target, narrow), DType.FLOAT32))]
     return start + [reduce, assign(s.target, P.Cast(_same_point(s, acc, DType.FLOAT32),
-                                                    DType.FLOAT16))]
+                                                    narrow))]
 
 
 def _same_point(s: P.Statement, tensor: str, dtype: DType) -> P.Read:

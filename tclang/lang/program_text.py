@@ -10,7 +10,8 @@ from tclang.dtypes import DType
 
 _INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "mod": "%", "and": "&&", "or": "||",
           "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
-_TYPE_NAMES = {DType.FLOAT16: "half", DType.FLOAT32: "float", DType.FLOAT64: "double"}
+_TYPE_NAMES = {DType.FLOAT16: "half", DType.BFLOAT16: "bfloat16", DType.FLOAT32: "float",
+               DType.FLOAT64: "double"}
 
 
 def type_name(dtype: DType) -> str:

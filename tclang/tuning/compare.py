@@ -29,7 +29,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tclang.bfloat16 import from_float32, is_bfloat16, to_numpy_float32
 from tclang.errors import TCError
+from tclang.host_tensors import as_torch
 from tclang.options import Options, parse_knobs
 from tclang.tuning import roofline
 from tclang.tuning import trials as T
@@ -380,15 +382,20 @@ def _peers(names, operator, inputs, reference) -> tuple[list, dict]:
     if operator is None:
         return rows, calls
     makers = {}
-    if "numpy" in names:
-        makers["numpy"] = (lambda: operator.numpy(inputs), operator.numpy_text)
+    narrow = any(is_bfloat16(np.asarray(a).dtype) for a in inputs)
+    if "numpy" in names:  # NumPy has no bfloat16: it computes from the values in float32
+        values = [to_numpy_float32(a) if is_bfloat16(np.asarray(a).dtype) else a
+                  for a in inputs] if narrow else inputs
+        makers["numpy"] = (lambda: operator.numpy(values),
+                           operator.numpy_text + (" (bfloat16 inputs as float32)"
+                                                  if narrow else ""))
     if "torch" in names and operator.torch is not None:
         try:
             import torch
         except ImportError:
             torch = None
         if torch is not None:
-            tensors = [torch.from_numpy(np.ascontiguousarray(a)) for a in inputs]
+            tensors = [as_torch(np.ascontiguousarray(a)) for a in inputs]  # bf16: torch's
 
             def call():
                 with torch.no_grad():
@@ -397,8 +404,15 @@ def _peers(names, operator, inputs, reference) -> tuple[list, dict]:
     for name, (call, text) in makers.items():
         row = Row(name, "peer", message=text)
         try:
-            got = np.asarray(call())
-            wrong = T.mismatch((got.astype(reference[0].dtype),), reference[:1])
+            got = call()
+            if type(got).__module__.startswith("torch"):
+                got = got.float() if str(got.dtype) == "torch.bfloat16" else got
+                got = got.numpy()
+            got = np.asarray(got)
+            want = reference[0]
+            if is_bfloat16(np.asarray(want).dtype):  # rounded as tclang's result is
+                got = from_float32(got.astype(np.float32))
+            wrong = T.mismatch((got.astype(want.dtype),), reference[:1])
         except Exception as err:  # noqa: BLE001 - a peer that fails is reported, not fatal
             wrong = f"it raised {err!r}"
         if wrong:

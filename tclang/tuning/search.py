@@ -191,8 +191,8 @@ def max_trials() -> int | None:
 def kernel_outputs(source: str, backend: str, entry: str, inputs: tuple) -> tuple:
     """The automatic schedule's outputs (what every candidate is checked against)."""
     import tclang as tc
-    out = tc.define(source, backend)[entry](*inputs)
-    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    from tclang.host_tensors import call_numpy
+    return call_numpy(tc.define(source, backend)[entry], inputs)
 
 
 class _Search:

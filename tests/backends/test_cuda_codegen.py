@@ -58,7 +58,8 @@ def _compile(text: str) -> tuple[int, str]:
 
 
 # shape-generic code for a sample of programs (every one would double the source)
-_GENERIC = {"matmul", "batch_matmul", "convolution", "softmax", "layernorm", "lut"}
+_GENERIC = {"matmul", "batch_matmul", "convolution", "softmax", "layernorm", "lut",
+            "bfloat16_matmul"}
 
 
 def _sources() -> dict[tuple[str, str], str]:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import tclang as tc
-from tests.corpus import CASES
+from tests.corpus import CASES, as_numpy
 
 # programs with no gradient, and why (each must be refused with a TCGradError)
 NOT_DIFFERENTIABLE = {
@@ -27,6 +27,7 @@ NOT_DIFFERENTIABLE = {
     "int_div_mod": "integer inputs only",
     "other_int_types": "integer inputs only",
     "casts": "an integer output computed from a float input",
+    "bfloat16_mixed": "an integer output computed from a float input",
     "builtins_unary": "trunc/floor/round of an input",
     "comparisons_logic": "bool outputs computed from float inputs",
     "reduce_into_existing": "a product and a max reduction without reset (*=, max=)",
@@ -36,7 +37,7 @@ NOT_DIFFERENTIABLE = {
 def _float64(source: str) -> str:
     """The program in float64: its types, and where that alone does not check (a float
     literal making an output float32), its float literals too."""
-    plain = re.sub(r"\b(float32|float|half|float16)\b", "double", source)
+    plain = re.sub(r"\b(float32|float|half|float16|bfloat16|bf16)\b", "double", source)
     try:
         tc.define(plain)
         return plain
@@ -88,8 +89,8 @@ def test_gradients_match_finite_differences(case):
     eps, tolerance = 1e-6, 1e-6
     checked = 0
     for sizes in case.shapes:
-        inputs = tuple(np.asarray(a, np.float64) if np.asarray(a).dtype.kind == "f" else a
-                       for a in case.make_inputs(sizes, rng))
+        inputs = tuple(np.asarray(a, np.float64) if a.dtype.kind == "f" else a
+                       for a in map(as_numpy, case.make_inputs(sizes, rng)))
         try:
             kernel(*inputs)
         except tc.TCIndexError:
@@ -238,3 +239,23 @@ def test_a_generated_training_forward_that_does_not_check_is_a_grad_error(monkey
     source = "def f(float(N) X) -> (Y) {\n Y(i) = X(i) * s where s = 2.0\n Y(i) = Y(i) * Y(i)\n}"
     with pytest.raises(tc.TCGradError, match="training forward of f does not check"):
         tc.grad(tc.define(source).f)
+
+
+@pytest.mark.parametrize("dtype", ["half", "bfloat16"])
+def test_half_and_bfloat16_gradients_have_their_inputs_type(dtype):
+    torch = pytest.importorskip("torch")
+    kernel = tc.define(f"def f({dtype}(N, M) X, {dtype}(M) W) -> (Y) "
+                       "{ Y(n) +=! X(n, i) * W(i) }").f
+    g = tc.grad(kernel)
+    assert f"{dtype}(N, M) dX" in g.source
+    t = torch.float16 if dtype == "half" else torch.bfloat16
+    gen = torch.Generator().manual_seed(5)
+    X, W, dY = (torch.randn(*s, generator=gen).to(t) for s in ((3, 50), (50,), (3,)))
+    dX, dW = g(X, W, dY)
+    assert dX.dtype == t and dW.dtype == t
+    eps = 2.0 ** -10 if dtype == "half" else 2.0 ** -7
+    truth_w = X.double().T @ dY.double()
+    truth_x = dY.double()[:, None] * W.double()[None, :]
+    # each term rounded once, the float32 sum rounded once more
+    assert (dW.double() - truth_w).abs().max() <= eps * (X.double().abs().T @ dY.double().abs()).max() * 2
+    assert torch.allclose(dX.double(), truth_x, rtol=eps, atol=0)

@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 
 import tclang as tc  # noqa: E402
 import tclang.torch as tct  # noqa: E402
-from tests.corpus import CASES  # noqa: E402
+from tests.corpus import CASES, as_numpy  # noqa: E402
 from tests.e2e.test_autodiff import NOT_DIFFERENTIABLE, _float64  # noqa: E402
 
 DIFFERENTIABLE = [c for c in CASES if c.name not in NOT_DIFFERENTIABLE]
@@ -34,7 +34,7 @@ def test_gradcheck_in_float64(case):
         arrays = case.make_inputs(sizes, rng)
         inputs = []
         for a in arrays:
-            a = np.asarray(a)
+            a = as_numpy(a)
             t = torch.from_numpy(np.array(a, np.float64 if a.dtype.kind == "f" else a.dtype))
             inputs.append(t.requires_grad_() if t.is_floating_point() else t)
         try:

@@ -75,6 +75,21 @@ def test_matmul_dtypes(dtype, tolerance, shape):
                                atol=tolerance * max(k, 1) ** 0.5)
 
 
+@pytest.mark.parametrize("shape", [(1, 1, 1), (7, 13, 5), (64, 33, 17)])
+def test_bfloat16_matmul_on_torch_cuda_tensors(shape):
+    """__nv_bfloat16 storage, float32 accumulators: torch.bfloat16 CUDA tensors in and out
+    (NumPy has no bfloat16)."""
+    torch = pytest.importorskip("torch")
+    m, k, n = shape
+    gen = torch.Generator().manual_seed(7)
+    a = torch.randn(m, k, generator=gen).bfloat16().cuda()
+    b = torch.randn(k, n, generator=gen).bfloat16().cuda().t().contiguous().t()
+    c = tclang.define(MM.replace("float", "bf16"), backend="cuda").mm(a, b)
+    assert c.dtype == torch.bfloat16 and c.device.type == "cuda"
+    expected = (a.double() @ b.double()).float().bfloat16()
+    torch.testing.assert_close(c.float(), expected.float(), rtol=1.6e-2, atol=1.6e-2)
+
+
 def test_strided_numpy_views():
     rng = np.random.default_rng(3)
     base_a = rng.standard_normal((14, 26)).astype(np.float32)

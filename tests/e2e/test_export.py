@@ -263,3 +263,29 @@ def test_generic_export_of_a_definition_with_obligations(tmp_path):
     assert status == STATUS["bad_sizes"] and "negative extent" in message, message
     with pytest.raises(tclang.TCArgumentError, match="no size Q"):
         module.f.export(tmp_path / "other", {"N": 4, "Q": 2})
+
+
+@pytest.mark.parametrize("generic", [False, True], ids=["specialized", "generic"])
+def test_bfloat16_elements_are_passed_as_their_bits(generic, tmp_path):
+    """A bfloat16 matmul's library takes and writes uint16_t bits (the upper half of the
+    float32), and computes what the CPU backend computes."""
+    torch = pytest.importorskip("torch")
+    from tclang import bfloat16
+    module = tclang.define("def bmm(bf16(M, K) A, bf16(K, N) B) -> (C) {\n"
+                           "    C(m, n) +=! A(m, k) * B(k, n)\n}")
+    defn = module.bmm.definition
+    shapes = [(7, 13, 5), (1, 1, 1), (16, 11, 3)] if generic else [(7, 13, 5)]
+    lib = module.bmm.export(tmp_path / "lib", None if generic else
+                            dict(zip("MKN", shapes[0])))
+    assert "uint16_t *A" in lib.header.read_text().replace("const ", "")
+    gen = torch.Generator().manual_seed(1)
+    for m, k, n in shapes:
+        a, b = torch.randn(m, k, generator=gen).bfloat16(), torch.randn(k, n, generator=gen).bfloat16()
+        inputs = [bfloat16.from_bits(t.view(torch.int16).numpy().view(np.uint16)) for t in (a, b)]
+        driver = build_driver(lib, defn, inputs, tmp_path)
+        status, message, outputs = run_driver(driver, defn, inputs, tmp_path)
+        assert status == STATUS["ok"], message
+        got = bfloat16.to_numpy_float32(outputs[0])
+        assert np.array_equal(got, module.bmm(a, b).float().numpy())
+        truth = (a.double() @ b.double()).float().bfloat16().float().numpy()
+        np.testing.assert_allclose(got, truth, rtol=8e-3, atol=8e-3)

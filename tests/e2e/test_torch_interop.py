@@ -70,8 +70,10 @@ def test_tensors_that_require_grad_are_refused_with_what_to_do():
 def test_wrong_dtypes_and_unviewable_tensors_are_argument_errors():
     with pytest.raises(tc.TCArgumentError, match="must be float32, but it is float64"):
         tc.define(MM).mm(torch.randn(2, 3, dtype=torch.float64), torch.randn(3, 2))
-    with pytest.raises(tc.TCArgumentError, match="NumPy cannot view"):
+    with pytest.raises(tc.TCArgumentError, match="must be float32, but it is bfloat16"):
         tc.define(MM).mm(torch.randn(2, 3).bfloat16(), torch.randn(3, 2))
+    with pytest.raises(tc.TCArgumentError, match="NumPy cannot view"):
+        tc.define(MM).mm(torch.randn(2, 3, dtype=torch.complex64).conj(), torch.randn(3, 2))
 
 
 TANH_LIKE = "def plus(float(N) X) -> (Y) { Y(i) = X(i) + 1.0 }"

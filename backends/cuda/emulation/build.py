@@ -53,10 +53,10 @@ BASE_FLAGS = ("-std=c++17", "-O1", "-fPIC", "-shared", "-pthread", "-Wno-unknown
 ERROR_LINES = 40
 # Headers a CUDA source may include; under emulation they are empty.
 STUB_HEADERS = ("cuda.h", "cuda_runtime.h", "cuda_runtime_api.h", "cuda_fp16.h",
-                "cuda_fp16.hpp", "math_constants.h", "device_launch_parameters.h",
+                "cuda_fp16.hpp", "cuda_bf16.h", "cuda_bf16.hpp", "math_constants.h", "device_launch_parameters.h",
                 "device_functions.h", "sm_20_atomic_functions.h", "vector_types.h")
 _STUB_TEXT = "#pragma once\n/* provided by tclang_cuda_emulation.h */\n"
-_LAYOUT_VERSION = "1"  # bump when the cache layout or the stubs change
+_LAYOUT_VERSION = "2"  # bump when the cache layout or the stubs change
 
 # Error codes of tclang_emu::launch (TCLANG_EMU_ERR_* in the header).
 ERR_INVALID_CONFIG = 1

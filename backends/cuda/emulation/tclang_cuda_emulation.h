@@ -52,12 +52,13 @@
 // Numerics: the device functions the C library lacks are computed in double for float (erfinv,
 // erfcinv, erfcx, normcdf(inv), cyl_bessel_i0/i1, sinpi/cospi, norm3d..., rsqrt, rcbrt):
 // correctly rounded or within an ulp or two; the double versions are within a few ulp.
-// Fast intrinsics (__expf, __fdividef, ...) are the exact host functions. __float2half(NaN) is
-// 0x7fff, as on the GPU.
+// Fast intrinsics (__expf, __fdividef, ...) are the exact host functions. __float2half(NaN) and
+// __float2bfloat16_rn(NaN) are 0x7fff, as on the GPU.
 //
 // Not supported: dynamic shared memory (`extern __shared__`), dynamic parallelism, cooperative
-// groups, textures/surfaces, inline PTX, __nv_bfloat16, arithmetic intrinsics in rounding modes
-// other than round-to-nearest (__fadd_rz, ...).
+// groups, textures/surfaces, inline PTX, bfloat16 arithmetic beyond conversions, __hadd,
+// __hmul and __hisnan (__nv_bfloat16 is a storage type here, as tclang uses it), arithmetic
+// intrinsics in rounding modes other than round-to-nearest (__fadd_rz, ...).
 //
 // Context switches are hand-written on x86-64 (callee-saved registers only); other targets,
 // or -DTCLANG_EMU_USE_UCONTEXT (for AddressSanitizer, say), use ucontext (makecontext/
@@ -1575,6 +1576,57 @@ inline bool operator<=(const __half& a, const __half& b) { return __hle(a, b); }
 inline bool operator>(const __half& a, const __half& b) { return __hgt(a, b); }
 inline bool operator>=(const __half& a, const __half& b) { return __hge(a, b); }
 
+// ---------------------------------------------------------------------------------------
+// bfloat16 (<cuda_bf16.h>): the upper 16 bits of a float; round-to-nearest-even conversions
+// ---------------------------------------------------------------------------------------
+namespace tclang_emu { namespace detail {
+inline unsigned short float_to_bf16_bits(float f) {
+  unsigned x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (unsigned short)0x7fffu;  // NaN, as the GPU
+  return (unsigned short)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+inline float bf16_bits_to_float(unsigned short h) {
+  unsigned x = (unsigned)h << 16;
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+}}  // namespace tclang_emu::detail
+
+struct __attribute__((visibility("default"))) __nv_bfloat16_raw { unsigned short x; };
+
+struct __attribute__((visibility("default"))) __nv_bfloat16 {
+  unsigned short __x;
+  __nv_bfloat16() = default;
+  constexpr __nv_bfloat16(const __nv_bfloat16_raw& r) : __x(r.x) {}
+  __nv_bfloat16(float f) : __x(::tclang_emu::detail::float_to_bf16_bits(f)) {}
+  __nv_bfloat16(double d) : __nv_bfloat16((float)d) {}   // through float (the GPU rounds once)
+  __nv_bfloat16(int v) : __nv_bfloat16((float)v) {}
+  operator float() const { return ::tclang_emu::detail::bf16_bits_to_float(__x); }
+  operator __nv_bfloat16_raw() const { return __nv_bfloat16_raw{__x}; }
+  __nv_bfloat16& operator=(const __nv_bfloat16_raw& r) { __x = r.x; return *this; }
+  __nv_bfloat16& operator=(float f) { __x = ::tclang_emu::detail::float_to_bf16_bits(f); return *this; }
+};
+static_assert(sizeof(__nv_bfloat16) == 2 && std::is_trivially_copyable<__nv_bfloat16>::value,
+              "__nv_bfloat16 layout");
+typedef __nv_bfloat16 nv_bfloat16;
+
+inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short x) { return __nv_bfloat16(__nv_bfloat16_raw{x}); }
+inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.__x; }
+inline __nv_bfloat16 __float2bfloat16(float f) {
+  return __ushort_as_bfloat16(::tclang_emu::detail::float_to_bf16_bits(f));
+}
+inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __float2bfloat16(f); }
+inline float __bfloat162float(__nv_bfloat16 h) { return ::tclang_emu::detail::bf16_bits_to_float(h.__x); }
+inline __nv_bfloat16 __hadd(__nv_bfloat16 a, __nv_bfloat16 b) {
+  return __float2bfloat16(__bfloat162float(a) + __bfloat162float(b));
+}
+inline __nv_bfloat16 __hmul(__nv_bfloat16 a, __nv_bfloat16 b) {
+  return __float2bfloat16(__bfloat162float(a) * __bfloat162float(b));
+}
+inline bool __hisnan(__nv_bfloat16 a) { return (a.__x & 0x7fffu) > 0x7f80u; }
+
 struct __attribute__((visibility("default"))) __align__(4) __half2 {
   __half x, y;
 };
@@ -1598,7 +1650,7 @@ inline __half atomicAdd(__half* a, __half v) {
 // ---------------------------------------------------------------------------------------
 // Tensor-core fragments (nvcuda::wmma), emulated with a defined layout: every lane of a warp
 // holds the whole tile, row-major, so loads, stores and products are the tile's own
-// arithmetic (float32 sums of exact half products, k in order). The generated code never
+// arithmetic (float32 sums of exact half or bfloat16 products, k in order). The generated code never
 // reads a fragment's elements, only loads, multiplies and stores whole ones, so the
 // layout a GPU uses (each lane a part) is not observable. Every lane stores the same
 // values; the code reads a stored tile after __syncwarp, as on the GPU.
@@ -1653,7 +1705,7 @@ inline void mma_sync(fragment<accumulator, M, N, K, TC, void>& d,
     for (int q = 0; q < N; ++q) {
       TC sum = c.x[r * N + q];
       for (int k = 0; k < K; ++k)
-        sum += (TC)__half2float(a.x[r * K + k]) * (TC)__half2float(b.x[k * N + q]);
+        sum += (TC)(float)a.x[r * K + k] * (TC)(float)b.x[k * N + q];
       out[r * N + q] = sum;
     }
   for (int e = 0; e < M * N; ++e) d.x[e] = out[e];

@@ -4,8 +4,8 @@ Across statements: where a later statement computes, at a point its evaluation n
 (not inside a `?:` branch), the very expression an earlier statement `T(i..) = e` stored,
 it reads T instead. That is exact when T holds e at every point read: the earlier statement
 is the only one writing T, it assigns (no reduction), e has no `?:` and does not read T,
-nothing in between writes what e reads, T's type is e's (not half, which would round), and
-the later statement's indices run over the same ranges as the earlier one's.
+nothing in between writes what e reads, T's type is e's (not half or bfloat16, which would
+round), and the later statement's indices run over the same ranges as the earlier one's.
 
 Within a statement: an expression that occurs more than once where evaluation never skips
 it is computed once, as a `Let` the backends evaluate first, with `Local`s in its place
@@ -20,7 +20,6 @@ from dataclasses import replace
 
 from tclang.lang import program as P
 from tclang.lang.affine import Affine
-from tclang.dtypes import DType
 from tclang.lang.passes.rewrite import postorder, renumber_reads
 from tclang.lang.program_text import expression_text
 
@@ -60,7 +59,7 @@ def _provides(defn: P.Definition, s: P.Statement, writers: Counter) -> bool:
     assignment of a non-trivial, unguarded expression of T's exact type, not reading T."""
     if s.op != "=" or writers[s.target] != 1 or len(set(s.indices)) != len(s.indices):
         return False
-    if not isinstance(s.rhs, _OPERATIONS) or s.rhs.dtype is DType.FLOAT16:
+    if not isinstance(s.rhs, _OPERATIONS) or s.rhs.dtype.is_narrow_float:
         return False
     if defn.tensor(s.target).dtype is not s.rhs.dtype:
         return False

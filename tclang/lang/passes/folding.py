@@ -5,7 +5,7 @@ every backend.
 Folding evaluates an operation whose operands are all constants, in the operation's own
 type: float32 arithmetic in float32 (IEEE rounding), integers wrapping at their width,
 `/` and `%` as the language defines them (floor, 0 for a zero divisor), comparisons with
-NaN unordered. It is not done where the result could differ from run time: float16
+NaN unordered. It is not done where the result could differ from run time: float16 and bfloat16
 arithmetic (computed in float32 and rounded only where stored: a constant would round
 early), float `%`, calls of the math library (exp, log, tanh... are not correctly rounded,
 and backends differ in the last bit), float min/max (NaN rules), float-to-integer casts
@@ -33,7 +33,7 @@ from typing import Mapping
 import numpy as np
 
 from tclang.lang import program as P
-from tclang.dtypes import DType
+from tclang.dtypes import DType, round_float
 from tclang.lang.passes.rewrite import map_statements, postorder, rewrite_bottom_up
 from tclang.lang.program_text import expression_text
 
@@ -84,7 +84,7 @@ def _fold(e: P.Expr) -> P.Expr:
     t = type(e)
     if t is P.Select and type(e.cond) is P.Const:
         return e.then if e.cond.value else e.other
-    if e.dtype is DType.FLOAT16 and t is not P.Cast:
+    if e.dtype.is_narrow_float and t is not P.Cast:
         return e
     try:
         if t is P.Binary and _consts(e.lhs, e.rhs):
@@ -114,6 +114,11 @@ def _float(value, dtype: DType):
     if not np.isfinite(out):
         raise _NotFoldable
     return float(out)
+
+
+def _numpy(dtype: DType) -> np.dtype:
+    """The NumPy type a constant of `dtype` is exact in (a bfloat16 one: float32)."""
+    return np.dtype(np.float32) if dtype is DType.BFLOAT16 else dtype.numpy
 
 
 def _wrap(value: int, dtype: DType):
@@ -157,7 +162,7 @@ def _unary(op: str, a, dtype: DType):
 
 def _compare(op: str, a, b, dtype: DType) -> bool:
     if dtype.is_float:
-        a, b = float(np.array(a, dtype=dtype.numpy)), float(np.array(b, dtype=dtype.numpy))
+        a, b = float(np.array(a, dtype=_numpy(dtype))), float(np.array(b, dtype=_numpy(dtype)))
         if math.isnan(a) or math.isnan(b):
             return op == "ne"
     return {"eq": a == b, "ne": a != b, "lt": a < b, "le": a <= b, "gt": a > b,
@@ -168,12 +173,18 @@ def _cast(value, src: DType, dst: DType):
     if dst is DType.BOOL:
         return bool(value != 0)
     if dst.is_float:
+        if dst is DType.BFLOAT16:  # through float32, as the backends convert
+            with np.errstate(over="ignore"):
+                out = round_float(float(np.float32(np.array(value, dtype=_numpy(src)))), dst)
+            if not math.isfinite(out):
+                raise _NotFoldable
+            return out
         if dst is DType.FLOAT16:
-            out = np.array(np.array(value, dtype=src.numpy), dtype=np.float16)
+            out = np.array(np.array(value, dtype=_numpy(src)), dtype=np.float16)
             if not np.isfinite(out):
                 raise _NotFoldable
             return float(out)
-        return _float(np.array(value, dtype=src.numpy if src is not DType.BOOL else np.uint8),
+        return _float(np.array(value, dtype=_numpy(src) if src is not DType.BOOL else np.uint8),
                       dst)
     if src.is_float:  # saturating at run time: fold only what fits
         if not math.isfinite(value):
