@@ -43,6 +43,7 @@ except Exception as err:  # ImportError, or a CuPy built for another CUDA failin
     CUPY_MISSING = f"{type(err).__name__}: {err}"
 
 HALF_MATMUL = K.MATMUL.replace("float", "half")
+BF16_MATMUL = K.MATMUL.replace("float", "bfloat16")
 
 
 @dataclass
@@ -78,6 +79,10 @@ def benchmarks(quick: bool) -> list[GpuBenchmark]:
         GpuBenchmark(f"matmul {n}^3 fp16", HALF_MATMUL, "matmul",
                      lambda: (normal(n, n, dtype=torch.half), normal(n, n, dtype=torch.half)),
                      lambda a, b: a @ b, lambda a, b: a @ b, 2.0 * n ** 3, tolerance=5e-2),
+        GpuBenchmark(f"matmul {n}^3 bf16", BF16_MATMUL, "matmul",
+                     lambda: (normal(n, n, dtype=torch.bfloat16),
+                              normal(n, n, dtype=torch.bfloat16)),
+                     lambda a, b: a @ b, None, 2.0 * n ** 3, tolerance=5e-2),
         GpuBenchmark(f"MLP layer {n}x{n}", K.MLP_LAYER, "mlp_layer",
                      lambda: (normal(n, n), normal(n, n), normal(n)),
                      lambda x, w, b: torch.relu(F.linear(x, w, b)), None, 2.0 * n ** 3),

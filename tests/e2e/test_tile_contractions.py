@@ -226,3 +226,44 @@ def test_tile_kernels_compile_with_nvcc(arch, tmp_path):
                               capture_output=True, text=True)
         assert done.returncode == 0, done.stderr[-3000:]
         assert " 0 bytes spill stores" in done.stderr, done.stderr[-2000:]
+
+
+BF16_MATMUL = MATMUL.replace("float", "bfloat16")
+
+
+@pytest.mark.parametrize("m,k,n", [(67, 45, 131), (128, 200, 64), (1, 33, 4099)])
+def test_bfloat16_matmul_on_the_tensor_cores(m, k, n):
+    torch = pytest.importorskip("torch")
+    gen = torch.Generator().manual_seed(m + k + n)
+    A = torch.randn(m, k, generator=gen).to(torch.bfloat16)
+    B = torch.randn(k, n, generator=gen).to(torch.bfloat16)
+    kernel = tc.define(BF16_MATMUL, backend=BACKEND).mm
+    got = kernel(A, B)
+    assert got.dtype == torch.bfloat16
+    want = (A.double() @ B.double())
+    assert float((got.double() - want).abs().max()) <= 1e-2 * max(1.0, float(want.abs().max()))
+    assert _uses_tiles(kernel, (A, B))
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_bfloat16_tiles_compile_with_nvcc(arch, tmp_path):
+    from backends.cuda.codegen import generate
+    defn = check_source(BF16_MATMUL).definitions[0]
+    kernel = schedule_definition(defn, dict(M=256, K=64, N=256), tc.Options(),
+                                 Target("cuda", "grid", arch=arch)).kernel
+    tile = next(n for n in L.walk_nodes(kernel.body) if isinstance(n, L.TileContraction))
+    assert tile.engine == "mma"
+    path = tmp_path / "bf16.cu"
+    path.write_text(generate(kernel).text)
+    done = subprocess.run(["nvcc", f"-arch={arch}", "-cubin", "-o", str(tmp_path / "k.cubin"),
+                           str(path)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_bfloat16_before_sm_80_keeps_the_cuda_cores():
+    defn = check_source(BF16_MATMUL).definitions[0]
+    kernel = schedule_definition(defn, dict(M=256, K=64, N=256), tc.Options(),
+                                 Target("cuda", "grid", arch="sm_75")).kernel
+    assert not any(isinstance(n, L.TileContraction) and n.engine == "mma"
+                   for n in L.walk_nodes(kernel.body))
