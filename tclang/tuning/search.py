@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import math
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -96,7 +97,8 @@ def autotune(kernel, *args, budget: int = 64, time_limit: float = 60.0,
              executor=None, jobs: int | None = None, seed: int = 0,
              strategy: str = "evolution", database=None, store: bool = True,
              progress: bool = True, min_time: float = 0.2,
-             reproducer_dir: str | None = None) -> TuningResult:
+             reproducer_dir: str | None = None,
+             time_budget: float | None = None) -> TuningResult:
     """Tune `kernel` (a `Kernel`, e.g. `mod.mm`) for the shapes and dtypes of `args`.
 
     budget: timed trials (refused candidates are counted but not timed, and do not count).
@@ -105,7 +107,9 @@ def autotune(kernel, *args, budget: int = 64, time_limit: float = 60.0,
     per device, in a spawned worker that holds the device's context: `jobs` caps the
     devices used), a concurrent.futures Executor, or a dask.distributed Client. store: keep the best in the tuning database
     (`database`: a path, default TCLANG_TUNING_DB or the cache directory's tuning.sqlite),
-    where `tc.define(..., options="tuned")` finds it.
+    where `tc.define(..., options="tuned")` finds it. time_budget: seconds of searching
+    (None: no limit): no trial starts after it, and the final re-timing of the best few
+    follows (a trial in flight may take up to `time_limit` more).
     """
     from tclang.arguments import bind_arguments
     from tclang.cachekey import canonical_source
@@ -117,6 +121,8 @@ def autotune(kernel, *args, budget: int = 64, time_limit: float = 60.0,
         raise TCError(f"budget must be at least 1 trial, not {budget}")
     check_seconds("time_limit", time_limit)  # nan: each trial failed in the executor
     check_seconds("min_time", min_time)
+    if time_budget is not None:
+        check_seconds("time_budget", time_budget)
     if jobs is not None and (not isinstance(jobs, int) or jobs < 1):
         raise TCError(f"jobs must be None (the default) or at least 1, not {jobs!r}")
     budget = min(budget, max_trials() or budget)
@@ -142,7 +148,9 @@ def autotune(kernel, *args, budget: int = 64, time_limit: float = 60.0,
     interrupted = False
     try:
         timed, attempts = 0, 0
-        while timed < budget and attempts < 4 * budget + 8:
+        deadline = None if time_budget is None else time.monotonic() + time_budget
+        while timed < budget and attempts < 4 * budget + 8 and \
+                (deadline is None or time.monotonic() < deadline or not search.trials):
             batch = search.propose(min(runner.width, budget - timed))
             if not batch:
                 break  # the space is exhausted

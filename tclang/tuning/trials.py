@@ -234,11 +234,11 @@ def _measure_here(task: Task, candidate: Candidate, workers) -> Trial:
     try:
         options = SearchSpace.options(candidate)
         kernel = tc.define(task.source, task.backend, options)[task.entry]
+        args = workers.device_inputs(task)  # on a real GPU: on the device, once a task
         with _compile_lock(device):  # compiles together, never during a timing
             start = time.perf_counter()
-            compiled = kernel.compile(*task.inputs)
+            compiled = kernel.compile(*args)
             compile_seconds = time.perf_counter() - start
-            args = workers.device_inputs(task)
             outputs = _as_tuple(compiled(*args))
             checked = workers.to_host(outputs)
     except TCScheduleError as err:

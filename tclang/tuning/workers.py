@@ -16,8 +16,8 @@ as "crashed" (its signal or exit status), one past the trial's time limit is kil
 reported as "timeout", and the next trial starts a fresh worker. A worker whose context a
 kernel broke (an illegal address leaves a CUDA context unusable) reports its trial and
 exits. Workers are also replaced every RECYCLE trials: the emulated backend never unloads
-a library, and loaded modules add up. They die with the tuner (PR_SET_PDEATHSIG, and an
-exit hook that stops them).
+a library, and loaded modules add up. They die with the tuner (each watches its parent,
+and an exit hook stops them).
 
 `run_gpu_trial(task, candidate)` is what `trials.run_trial` calls for a GPU backend, so
 every user of trials (the tuner's local pool, a concurrent.futures executor, a Dask
@@ -91,8 +91,8 @@ class DeviceWorker:
             names = [v.strip() for v in visible.split(",")] if visible else None
             env["CUDA_VISIBLE_DEVICES"] = names[self.device] if names and \
                 self.device < len(names) else str(self.device)
-        # not a daemon: multiprocessing refuses children to a daemonic process, and the
-        # close() below (an exit hook) stops it instead
+        # not a daemon: a daemonic process may not start the compiler's helpers through
+        # multiprocessing; close_all (an exit hook) stops it instead
         self.process = ctx.Process(target=serve, args=(child, env, self.measure),
                                    name=f"tclang-trials-{self.backend}-{self.device}",
                                    daemon=False)
@@ -174,7 +174,7 @@ class DeviceWorker:
 @contextlib.contextmanager
 def _children_allowed():
     """multiprocessing refuses to start a process from a daemonic one (a Pool worker, a
-    Dask worker); the worker dies with its parent all the same (PR_SET_PDEATHSIG)."""
+    Dask worker); the worker ends with its parent all the same (`_watch_parent`)."""
     current = multiprocessing.current_process()
     daemon = current._config.get("daemon")
     if daemon:
@@ -197,6 +197,8 @@ class DevicePool:
             self.free.put(w)
         self.busy: set = set()
         self.lock = threading.Lock()
+        self.broken: str | None = None  # why workers cannot start: said, not retried
+        self.failed_starts = 0
 
     @property
     def size(self) -> int:
@@ -205,14 +207,23 @@ class DevicePool:
     def run(self, task, candidate: Candidate):
         """One trial on the next free device; a failure of the worker is the trial's."""
         from tclang.tuning.trials import Trial
+        if self.broken:  # two workers in a row died while they started: so will the next
+            return Trial(candidate, "crashed", message=self.broken)
         worker = self.free.get()
         with self.lock:
             self.busy.add(worker)
         try:
-            return worker.run(task, candidate, task.time_limit)
+            starting = not worker.alive
+            trial = worker.run(task, candidate, task.time_limit)
+            self.failed_starts = 0
+            return trial
         except TimeoutError as err:
             return Trial(candidate, "timeout", message=str(err))
         except WorkerFailed as err:
+            if starting and not worker.served and "while it started" in str(err):
+                self.failed_starts += 1
+                if self.failed_starts >= 2:
+                    self.broken = str(err)
             return Trial(candidate, "crashed", message=str(err))
         except BaseException:  # Ctrl-C while waiting: the worker's trial is abandoned
             worker.close()
@@ -292,7 +303,7 @@ def serve(conn, env: dict, measure=None) -> None:
     import faulthandler
     faulthandler.disable()  # a crash is reported as the trial's status, not dumped
     from tclang.tuning import trials as T
-    T.die_with_parent()
+    _watch_parent(os.getppid())
     measure = measure or T._measure
     conn.send(("ready", os.getpid()))
     task = None
@@ -311,6 +322,19 @@ def serve(conn, env: dict, measure=None) -> None:
             trial = T.Trial(payload, "error", message=f"internal error in the trial "
                                                       f"worker: {err!r}")
         conn.send(("trial", trial, _usable(task)))
+
+
+def _watch_parent(parent: int) -> None:
+    """End this worker when the tuner's process ends (killed, crashed), even in the middle
+    of a trial. Not PR_SET_PDEATHSIG as a forked trial does: that follows the thread that
+    started the process, and a tuner starts its workers from a pool thread that ends with
+    the tuning, while the workers serve the next one."""
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="tclang-parent-watch", daemon=True).start()
 
 
 def _usable(task) -> bool:
