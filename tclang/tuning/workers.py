@@ -360,8 +360,11 @@ class _DeviceInputs:
     @classmethod
     def of(cls, task) -> tuple:
         if cls.task is not task:
-            from pycuda import gpuarray
             import numpy as np
+
+            from backends.cuda.backend import _device
+            _device()  # this worker's context, made current (a first trial has none yet)
+            from pycuda import gpuarray
             cls.arrays = ()
             cls.arrays = tuple(gpuarray.to_gpu(np.ascontiguousarray(a)) for a in task.inputs)
             cls.task = task

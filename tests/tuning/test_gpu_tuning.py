@@ -211,3 +211,54 @@ def test_trials_of_a_gpu_backend_never_fork(monkeypatch):
     A, B = matmul_inputs()
     task = Task(MATMUL, "mm", "cuda-emulated", (A, B), (A @ B,), min_time=0.01)
     assert trials.run_trial(task, (("unroll", 2),)).status == "ok"
+
+
+def test_device_timing_batches_calls_between_cuda_events(monkeypatch):
+    """time_on_device with a stand-in for pycuda.driver (CI has no GPU): a warm-up and a
+    synchronize, then batches of as many calls as last a millisecond on the device's clock,
+    each batch's time divided by its calls, until min_time has passed (3 batches at
+    least)."""
+    import sys
+    import types
+
+    clock = {"device": 0.0, "synced": 0}
+
+    class Event:
+        def record(self):
+            self.at = clock["device"]
+
+        def synchronize(self):
+            pass
+
+        def time_since(self, start):
+            return (self.at - start.at) * 1e3  # milliseconds, as CUDA says
+
+    class Context:
+        @staticmethod
+        def synchronize():
+            clock["synced"] += 1
+
+    driver = types.SimpleNamespace(Event=Event, Context=Context)
+    monkeypatch.setitem(sys.modules, "pycuda", types.SimpleNamespace(driver=driver))
+    monkeypatch.setitem(sys.modules, "pycuda.driver", driver)
+    calls = []
+
+    def launch():  # 50 µs of device time a call
+        calls.append(1)
+        clock["device"] += 50e-6
+
+    times = workers.time_on_device(launch, min_time=0.01)
+    assert clock["synced"] == 1 and len(times) >= 3
+    assert all(abs(t - 50e-6) < 1e-9 for t in times)
+    batch = (len(calls) - 2) / len(times)  # the warm-up and the one that sizes batches
+    assert batch == 20  # 1 ms / 50 µs
+    assert sum(times) * batch >= 0.01
+
+
+def test_what_only_a_real_gpu_uses_stays_off_the_emulated_path():
+    task = Task(MATMUL, "mm", "cuda-emulated", matmul_inputs(), None)
+    assert workers.device_count("cuda-emulated") == 1
+    assert workers.gpu_lock_name(task) is None
+    assert workers.device_inputs(task) is task.inputs  # host arrays, as the CPU's
+    assert workers.is_gpu("cuda") and workers.is_gpu("cuda-emulated")
+    assert not workers.is_gpu("cpu")
