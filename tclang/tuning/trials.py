@@ -103,7 +103,7 @@ def run_trial(task: Task, candidate: Candidate) -> Trial:
             os.close(read_end)
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the tuner's to handle
             faulthandler.disable()  # a crash is reported as this trial's status, not dumped
-            die_with_parent()
+            _die_with_parent()
             trial = _measure(task, candidate)
             with os.fdopen(write_end, "wb") as pipe:
                 pickle.dump(trial, pipe)
@@ -149,7 +149,7 @@ def kill_running() -> None:
     workers.kill_running()
 
 
-def die_with_parent() -> None:
+def _die_with_parent() -> None:
     """Linux: the trial is killed if the tuner dies (killed, timed out), so no orphan
     keeps computing, or holding the machine lock. Elsewhere nothing is done."""
     try:
