@@ -64,6 +64,9 @@ def add_commands(sub) -> None:
     tune.add_argument("--strategy", default="evolution", choices=["evolution", "random"])
     tune.add_argument("--time-limit", type=positive_argument, default=60.0,
                       help="seconds per trial before it is killed (default 60)")
+    tune.add_argument("--time-budget", type=positive_argument, default=None,
+                      metavar="SECONDS", help="stop starting trials after this many seconds "
+                                              "(the best few are timed again after)")
     tune.add_argument("--seed", type=count_argument(0), default=0)
     tune.set_defaults(run=_tune)
 
@@ -372,7 +375,8 @@ def _tune(args) -> int:
     try:
         result = tclang.autotune(kernel, *inputs, budget=args.budget, jobs=args.jobs,
                                  executor=executor, seed=args.seed, strategy=args.strategy,
-                                 time_limit=args.time_limit, database=args.database)
+                                 time_limit=args.time_limit, database=args.database,
+                                 time_budget=args.time_budget)
     finally:
         if executor is not None:
             executor.close()

@@ -189,7 +189,8 @@ def test_tclang_tune_and_compare_take_backend_cuda_emulated(tmp_path, capsys):
     db = str(tmp_path / "t.sqlite")
     sizes = "M=16,K=8,N=24"
     code = main(["tune", EXAMPLE, "--entry", "matmul", "--sizes", sizes, "--backend",
-                 "cuda-emulated", "--budget", "3", "--time-limit", "120", "--database", db])
+                 "cuda-emulated", "--budget", "3", "--time-limit", "120", "--database", db,
+                 "--time-budget", "300"])
     out = capsys.readouterr().out
     assert code == 0 and "tuned matmul" in out and "--backend cuda-emulated --tuned" in out
     code = main(["compare", EXAMPLE, "--entry", "matmul", "--sizes", sizes, "--backend",
