@@ -64,6 +64,9 @@ def add_commands(sub) -> None:
     tune.add_argument("--strategy", default="evolution", choices=["evolution", "random"])
     tune.add_argument("--time-limit", type=positive_argument, default=60.0,
                       help="seconds per trial before it is killed (default 60)")
+    tune.add_argument("--time-budget", type=positive_argument, default=None,
+                      metavar="SECONDS", help="stop starting trials after this many seconds "
+                                              "(the best few are timed again after)")
     tune.add_argument("--seed", type=count_argument(0), default=0)
     tune.set_defaults(run=_tune)
 
@@ -339,9 +342,12 @@ def _explain_grad(args) -> int:
 
 
 def _tuning_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", default="cpu", choices=["cpu", "cuda", "cuda-emulated"],
+                   help="cpu (default); cuda: trials in a spawned worker per GPU; "
+                        "cuda-emulated: the generated CUDA on the CPU")
     p.add_argument("--jobs", type=count_argument(1), default=None,
-                   help="trials at once on this machine (default 2); compiles overlap, "
-                        "timings never do")
+                   help="trials at once on this machine (default 2; with --backend cuda, "
+                        "the GPUs used, default all); compiles overlap, timings never do")
     p.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="run the trials on a Dask cluster, e.g. tcp://host:8786 "
                         "(pip install 'tclang[tune]')")
@@ -363,12 +369,14 @@ def _executor(args):
 
 def _tune(args) -> int:
     import tclang
-    kernel, inputs = _entry_and_inputs(args, tclang.define(read_source(args.file)))
+    kernel, inputs = _entry_and_inputs(args, tclang.define(read_source(args.file),
+                                                            backend=args.backend))
     executor = _executor(args)
     try:
         result = tclang.autotune(kernel, *inputs, budget=args.budget, jobs=args.jobs,
                                  executor=executor, seed=args.seed, strategy=args.strategy,
-                                 time_limit=args.time_limit, database=args.database)
+                                 time_limit=args.time_limit, database=args.database,
+                                 time_budget=args.time_budget)
     finally:
         if executor is not None:
             executor.close()
@@ -390,6 +398,8 @@ def _tuned_usage(args, entry: str, result) -> str:
 
     from tclang.tuning.database import default_path
     sizes = f" --sizes {args.sizes}" if args.sizes else ""
+    if getattr(args, "backend", "cpu") != "cpu":
+        sizes += f" --backend {args.backend}"
     try:
         default = default_path().resolve()
     except (TCError, OSError):  # no usable cache directory: only --database can be used
@@ -413,7 +423,8 @@ def _compare(args) -> int:
     if _knob_pairs(args):  # knob flags: one more manual schedule
         flags = knobs_options(_knob_pairs(args))
         manual.append((f"manual: {flags.describe()}", flags))
-    kernel, inputs = _entry_and_inputs(args, tclang.define(read_source(args.file)))
+    kernel, inputs = _entry_and_inputs(args, tclang.define(read_source(args.file),
+                                                            backend=args.backend))
     if args.tuned:
         stored = kernel.tuned_options(*inputs, database=args.database)
         if stored is None:

@@ -302,10 +302,8 @@ def compare(kernel, *args, manual=(), tune: int = 0, peers=("numpy", "torch"),
     check_seconds("min_time", min_time)
     check_seconds("time_limit", time_limit)
 
-    if kernel.module.on_device:
-        raise TCError("tc.compare runs on the CPU backends only for now (its trials fork, "
-                      "which a CUDA context does not survive); compare CUDA schedules with "
-                      "tc.Options(block=..., grid=...) and `tclang run --backend cuda`")
+    from tclang.tuning.workers import is_gpu
+    gpu = is_gpu(kernel.module.backend)
     definition = kernel.definition
     binding = bind_arguments(definition, args)
     sizes = dict(binding.sizes)
@@ -327,7 +325,8 @@ def compare(kernel, *args, manual=(), tune: int = 0, peers=("numpy", "torch"),
     from tclang.peers import recognise
     operator = recognise(definition, sizes)
     check = _check_automatic(kernel, inputs, reference, progress)
-    peer_rows, peer_calls = _peers(peers, operator, inputs, reference)
+    peer_rows, peer_calls = _peers(peers, operator, inputs, reference,
+                                   device=kernel.module.backend == "cuda")
     rows += peer_rows
     task = T.Task(source, entry, backend, inputs, reference, time_limit=time_limit,
                   min_time=min_time)
@@ -354,7 +353,8 @@ def compare(kernel, *args, manual=(), tune: int = 0, peers=("numpy", "torch"),
     finally:
         bar.close()
     flops, moved = roofline.kernel_work(definition, sizes)
-    measured = roofline.machine_limits(gap=0.3) if limits else None
+    # the limits measured are the CPU's (sgemm, a STREAM triad): no roofline for a GPU
+    measured = roofline.machine_limits(gap=0.3) if limits and not gpu else None
     return Comparison(entry, sizes, rows, flops, moved, measured, check,
                       operator.name if operator is not None else None)
 
@@ -373,11 +373,12 @@ def _manual(item) -> tuple[str, Options]:
     return label, options if isinstance(options, Options) else parse_manual(options)
 
 
-def _peers(names, operator, inputs, reference) -> tuple[list, dict]:
+def _peers(names, operator, inputs, reference, device: bool = False) -> tuple[list, dict]:
     """The peer rows and their calls: NumPy and PyTorch computing the recognised
     operator, each confirmed on these inputs against the automatic schedule's result
     (a structure can look like an operator and compute something else: such a peer is
-    reported, never timed)."""
+    reported, never timed). `device`: the kernel runs on a real GPU, so PyTorch's peer
+    does too (its inputs on the GPU, each call waited for), when PyTorch has CUDA."""
     rows, calls = [], {}
     if operator is None:
         return rows, calls
@@ -396,16 +397,23 @@ def _peers(names, operator, inputs, reference) -> tuple[list, dict]:
             torch = None
         if torch is not None:
             tensors = [as_torch(np.ascontiguousarray(a)) for a in inputs]  # bf16: torch's
+            on_gpu = device and torch.cuda.is_available()
+            if on_gpu:
+                tensors = [t.cuda() for t in tensors]
 
             def call():
                 with torch.no_grad():
-                    return operator.torch(tensors)
-            makers["torch"] = (call, operator.torch_text)
+                    result = operator.torch(tensors)
+                if on_gpu:
+                    torch.cuda.synchronize()  # the time is the GPU's work, not a launch
+                return result
+            makers["torch (cuda)" if on_gpu else "torch"] = (call, operator.torch_text)
     for name, (call, text) in makers.items():
         row = Row(name, "peer", message=text)
         try:
             got = call()
             if type(got).__module__.startswith("torch"):
+                got = got.cpu()
                 got = got.float() if str(got.dtype) == "torch.bfloat16" else got
                 got = got.numpy()
             got = np.asarray(got)

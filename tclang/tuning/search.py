@@ -10,7 +10,8 @@ exploring where the model is wrong. `strategy="random"` draws every batch at ran
 
 Trials run in parallel on `executor` (a concurrent.futures Executor or a
 dask.distributed Client; by default a local pool of `jobs` threads, each driving one forked
-trial process): compiles overlap, timings never do (tclang.tuning.trials). The few fastest
+trial process, or on a GPU backend one spawned worker per device: tclang.tuning.workers):
+compiles overlap, timings never do (tclang.tuning.trials). The few fastest
 points are timed again at the end, beside the automatic schedule, and the best is chosen
 on those times. Ctrl-C stops the search and keeps what it found.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import math
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -95,15 +97,19 @@ def autotune(kernel, *args, budget: int = 64, time_limit: float = 60.0,
              executor=None, jobs: int | None = None, seed: int = 0,
              strategy: str = "evolution", database=None, store: bool = True,
              progress: bool = True, min_time: float = 0.2,
-             reproducer_dir: str | None = None) -> TuningResult:
+             reproducer_dir: str | None = None,
+             time_budget: float | None = None) -> TuningResult:
     """Tune `kernel` (a `Kernel`, e.g. `mod.mm`) for the shapes and dtypes of `args`.
 
     budget: timed trials (refused candidates are counted but not timed, and do not count).
     time_limit: seconds per trial (compile, check, timing) before it is killed.
-    executor: None (local: `jobs` trials at once, default 2), a concurrent.futures
-    Executor, or a dask.distributed Client. store: keep the best in the tuning database
+    executor: None (local: `jobs` trials at once, default 2; on a GPU backend one trial
+    per device, in a spawned worker that holds the device's context: `jobs` caps the
+    devices used), a concurrent.futures Executor, or a dask.distributed Client. store: keep the best in the tuning database
     (`database`: a path, default TCLANG_TUNING_DB or the cache directory's tuning.sqlite),
-    where `tc.define(..., options="tuned")` finds it.
+    where `tc.define(..., options="tuned")` finds it. time_budget: seconds of searching
+    (None: no limit): no trial starts after it, and the final re-timing of the best few
+    follows (a trial in flight may take up to `time_limit` more).
     """
     from tclang.arguments import bind_arguments
     from tclang.cachekey import canonical_source
@@ -115,14 +121,12 @@ def autotune(kernel, *args, budget: int = 64, time_limit: float = 60.0,
         raise TCError(f"budget must be at least 1 trial, not {budget}")
     check_seconds("time_limit", time_limit)  # nan: each trial failed in the executor
     check_seconds("min_time", min_time)
+    if time_budget is not None:
+        check_seconds("time_budget", time_budget)
     if jobs is not None and (not isinstance(jobs, int) or jobs < 1):
         raise TCError(f"jobs must be None (the default) or at least 1, not {jobs!r}")
     budget = min(budget, max_trials() or budget)
     module = kernel.module
-    if module.on_device:
-        raise TCError("tc.autotune runs on the CPU backends only for now (its trials fork, "
-                      "which a CUDA context does not survive); set the CUDA backend's "
-                      "tc.Options(block=..., grid=...) by hand")
     definition = kernel.definition
     binding = bind_arguments(definition, args)
     shapes = binding.shape_key()
@@ -144,7 +148,9 @@ def autotune(kernel, *args, budget: int = 64, time_limit: float = 60.0,
     interrupted = False
     try:
         timed, attempts = 0, 0
-        while timed < budget and attempts < 4 * budget + 8:
+        deadline = None if time_budget is None else time.monotonic() + time_budget
+        while timed < budget and attempts < 4 * budget + 8 and \
+                (deadline is None or time.monotonic() < deadline or not search.trials):
             batch = search.propose(min(runner.width, budget - timed))
             if not batch:
                 break  # the space is exhausted
@@ -267,6 +273,10 @@ class _Runner:
         self.owned = executor is None
         self.dask = _is_dask(executor)
         if executor is None:
+            from tclang.tuning import workers
+            if workers.is_gpu(task.backend):  # one trial per device: its worker's
+                devices = workers.pool(task.backend).size
+                jobs = min(jobs or devices, devices)
             jobs = jobs or 2
             executor = concurrent.futures.ThreadPoolExecutor(jobs, thread_name_prefix="tune")
         self.executor = executor

@@ -28,6 +28,9 @@ CPU_KNOBS = ("fusion", "tile", "loop_order", "unroll", "parallel", "vector_width
 GPU_KNOBS = ("fusion", "tile", "loop_order", "unroll", "block", "shared_memory",
              "private_memory")
 MAX_ORDER_MEMBERS = 4  # beyond this, loop orders are sampled rather than listed
+GPU_POINTS = (1, 2, 4, 8)  # points a thread takes along a mapped member (its register tile)
+GPU_JAM = 16  # at most this many points a thread (backends/cuda/codegen.py's JAM)
+GPU_REDUCTION_TILES = (8, 16, 32, 64)  # a reduction member's tile: its shared-memory slab
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,8 @@ class SearchSpace:
     members: tuple[str, ...]  # the main statement's indices, outermost first
     extents: tuple[int, ...]
     choices: tuple[tuple[str, tuple], ...]  # knob -> the values it may take
+    parallel: int = 0  # members[:parallel] are the main statement's own indices
+    gpu: bool = False
 
     @classmethod
     def of(cls, definition: Definition, sizes: dict[str, int], backend: str,
@@ -70,7 +75,8 @@ class SearchSpace:
                               if mr * nv + nv <= vector_registers - 2)
                 choices["register_tile"] = (None, False) + tiles
                 choices["pack"] = (None, True, False)
-        return cls(tuple(members), extents, tuple(choices.items()))
+        parallel = min(len(main.indices), len(members))
+        return cls(tuple(members), extents, tuple(choices.items()), parallel, gpu)
 
     # ---- points ----
     @property
@@ -92,9 +98,37 @@ class SearchSpace:
         return values[int(rng.integers(len(values)))]
 
     def random(self, rng: np.random.Generator, knobs_set: float = 0.5) -> Candidate:
-        """Each knob set with probability `knobs_set`, else automatic."""
-        return tuple(sorted((name, self.random_value(name, rng) if rng.random() < knobs_set
-                             else None) for name in self.knobs))
+        """Each knob set with probability `knobs_set`, else automatic. On a GPU, half the
+        points that set a block get tiles made for it (`gpu_tiles`)."""
+        point = {name: self.random_value(name, rng) if rng.random() < knobs_set else None
+                 for name in self.knobs}
+        if self.gpu and point.get("block") and "tile" in point and rng.random() < 0.5:
+            point["tile"] = self.gpu_tiles(point["block"], rng)
+        return tuple(sorted(point.items()))
+
+    def mapped(self) -> list[int]:
+        """Positions of the members a GPU launch maps to threads, x first: the innermost
+        parallel ones (polyhedral/gpu.py maps at most three; the block knob sets two)."""
+        return list(reversed(range(max(0, self.parallel - 2), self.parallel)))
+
+    def gpu_tiles(self, block: tuple, rng: np.random.Generator) -> tuple[int, ...]:
+        """Tile sizes that give each thread a register tile: on each mapped member the
+        block's threads times 1 to 8 points (at most GPU_JAM points in all, so the CUDA
+        code keeps them in registers), a reduction member a slab of 8 to 64 (what is
+        copied to shared memory per step), other members untiled or their usual sizes."""
+        sizes = [int(rng.choice(self.tile_sizes(e))) for e in self.extents]
+        points = 1
+        for k, position in enumerate(self.mapped()):
+            threads = block[k] if k < len(block) else 1
+            choices = [p for p in GPU_POINTS if points * p <= GPU_JAM and
+                       threads * p <= max(threads, 2 * self.extents[position])]
+            p = int(rng.choice(choices)) if choices else 1
+            points *= p
+            sizes[position] = threads * p
+        for position in range(self.parallel, len(self.extents)):
+            fits = [t for t in GPU_REDUCTION_TILES if t <= max(8, self.extents[position])]
+            sizes[position] = int(rng.choice(fits))
+        return tuple(sizes)
 
     def mutate(self, candidate: Candidate, rng: np.random.Generator) -> Candidate:
         """One or two knobs changed: a new value, automatic again, or one tile size."""
@@ -150,6 +184,15 @@ class SearchSpace:
                 out.append(math.log2(v) if v else 0.0)
             elif knob == "block":
                 out += [0.0, 0.0] if not v else [math.log2(v[0]), math.log2(v[1])]
+                # the register tile each thread gets: log2 of tile / threads on x and y
+                tile = point.get("tile")
+                for k, position in enumerate(self.mapped()[:2]):
+                    size = tile[position] if isinstance(tile, tuple) and \
+                        position < len(tile) else 0
+                    threads = v[k] if v and k < len(v) else 0
+                    out.append(math.log2(size / threads) if size and threads and
+                               size >= threads else 0.0)
+                out += [0.0] * (2 - len(self.mapped()[:2]))
             else:  # fusion, parallel, pack, shared/private memory: one-hot
                 out += [1.0 if v == choice else 0.0 for choice in values[1:]]
         return np.array(out, dtype=np.float64)

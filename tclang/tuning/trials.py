@@ -3,7 +3,9 @@
 A candidate can crash the compiler or the kernel (a bug a tuner is good at finding) or run
 for ever (a schedule that is legal and hopeless): each trial runs in a child forked with
 os.fork (a daemonic worker, such as a Dask worker, may fork too) under a time limit, and a
-crash or a hang costs that one trial. The child:
+crash or a hang costs that one trial. A GPU backend's trials run instead in a spawned
+worker per device that holds its own CUDA context (tclang.tuning.workers: a context does
+not survive a fork), with the same steps and the same statuses. The child:
 
 1. compiles the candidate (a TCScheduleError, e.g. a loop order that breaks a dependence,
    makes the candidate "refused": counted, never timed);
@@ -15,7 +17,10 @@ crash or a hang costs that one trial. The child:
    cache directory): held shared while compiling and exclusively while timing, so compiles
    run in parallel but a timing never overlaps another timing or a compile on the same
    machine, whichever process or Dask worker of this user runs them. Warm-up, then repeats
-   until `min_time` has passed (at least 3): the median.
+   until `min_time` has passed (at least 3): the median. On a real GPU the inputs are on
+   the device, the time is CUDA events' around batches of calls, and the lock is the
+   device's own (`timing-gpu-<bus id>.lock`, held while timing): compiles run on the CPU
+   and do not disturb it.
 
 `run_trial(task, candidate)` is a plain function of picklable arguments: what a
 `concurrent.futures` executor or a `dask.distributed.Client` runs on its workers.
@@ -85,9 +90,13 @@ class Trial:
 
 
 def run_trial(task: Task, candidate: Candidate) -> Trial:
-    """Run one trial in a forked child under task.time_limit; never raises for what the
-    candidate does (crash, hang, wrong result, compile error)."""
+    """Run one trial in a forked child under task.time_limit (a GPU backend's: in its
+    device's spawned worker); never raises for what the candidate does (crash, hang,
+    wrong result, compile error)."""
     check_machine_lock()  # here, not in the child: one warning per process if it fails
+    from tclang.tuning import workers
+    if workers.is_gpu(task.backend):
+        return workers.run_gpu_trial(task, candidate)
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: never returns
@@ -130,13 +139,16 @@ os.register_at_fork(after_in_child=_forget_running)
 
 
 def kill_running() -> None:
-    """Kill every trial process this process is waiting for (Ctrl-C in the tuner): their
-    waiters then report them as crashed, and nobody uses those reports."""
+    """Kill every trial process this process is waiting for (Ctrl-C in the tuner), GPU
+    workers in a trial included: their waiters then report them as crashed, and nobody
+    uses those reports."""
     with _running_lock:
         pids = list(_running)
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+    from tclang.tuning import workers
+    workers.kill_running()
 
 
 def _die_with_parent() -> None:
@@ -188,21 +200,51 @@ def _wait(pid: int, fd: int, time_limit: float, candidate: Candidate) -> Trial:
 
 
 def _measure(task: Task, candidate: Candidate) -> Trial:
+    """Compile, check and time one candidate in this process (a forked trial's child, or
+    a GPU worker, which runs many: nothing here may outlive the trial)."""
+    from tclang.tuning import workers
+
+    with _cold_compile(task.cold_compile):
+        return _measure_here(task, candidate, workers)
+
+
+@contextlib.contextmanager
+def _cold_compile(cold: bool):
+    """Neither the disk cache nor this process's memory for the compile (to report a cold
+    compile's time); the environment is put back after (a GPU worker goes on)."""
+    if not cold:
+        yield
+        return
+    from tclang.compiler import forget_compiled
+    before = os.environ.get("TCLANG_DISK_CACHE")
+    os.environ["TCLANG_DISK_CACHE"] = "0"
+    forget_compiled()
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TCLANG_DISK_CACHE", None)
+        else:
+            os.environ["TCLANG_DISK_CACHE"] = before
+
+
+def _measure_here(task: Task, candidate: Candidate, workers) -> Trial:
     import tclang as tc
     from tclang.errors import TCError, TCScheduleError
 
-    if task.cold_compile:  # this child only: neither the disk nor the parent's memory
-        from tclang.compiler import forget_compiled
-        os.environ["TCLANG_DISK_CACHE"] = "0"
-        forget_compiled()
+    device = task.backend == "cuda"  # real GPU: device arrays, CUDA events, its own lock
     try:
         options = SearchSpace.options(candidate)
         kernel = tc.define(task.source, task.backend, options)[task.entry]
-        with machine_lock(exclusive=False):  # compiles together, never during a timing
+        args = workers.device_inputs(task)  # on a real GPU: on the device, once a task
+        with _compile_lock(device):  # compiles together, never during a timing
             start = time.perf_counter()
-            compiled = kernel.compile(*task.inputs)
+            compiled = kernel.compile(*args)
             compile_seconds = time.perf_counter() - start
-            outputs = call_numpy(compiled, task.inputs)
+            # (the host's own NumPy call writes bfloat16 outputs where NumPy has none)
+            outputs = _as_tuple(compiled(*args)) if device else \
+                call_numpy(compiled, task.inputs)
+            checked = workers.to_host(outputs)
     except TCScheduleError as err:
         return Trial(candidate, "refused", message=str(err).split("\n")[0])
     except TCError as err:
@@ -211,7 +253,7 @@ def _measure(task: Task, candidate: Candidate) -> Trial:
         return Trial(candidate, "error", message=f"internal error: {err!r}; "
                      + traceback.format_exc(limit=-3).replace("\n", " | ")[-300:])
     if task.reference is not None:
-        wrong = mismatch(outputs, task.reference)
+        wrong = mismatch(checked, task.reference)
         if wrong:
             where = _save_reproducer(task, candidate, wrong)
             return Trial(candidate, "wrong", compile_seconds=compile_seconds,
@@ -221,19 +263,46 @@ def _measure(task: Task, candidate: Candidate) -> Trial:
                      message="not timed: compiled on the scheduler's fallback "
                              f"({compiled.fallback}), not on this candidate's schedule")
     outs = outputs if len(outputs) > 1 else outputs[0]
-    with machine_lock(exclusive=True):
-        compiled(*task.inputs, out=outs)  # warm-up: caches, pages, the thread pool
-        times: list[float] = []
-        spent = 0.0
-        while len(times) < 3 or (spent < task.min_time and len(times) < 1000):
-            start = time.perf_counter()
-            compiled(*task.inputs, out=outs)
-            times.append(time.perf_counter() - start)
-            spent += times[-1]
+    try:
+        if device:
+            with machine_lock(exclusive=True, name=workers.gpu_lock_name(task)):
+                times = workers.time_on_device(lambda: compiled(*args, out=outs),
+                                               task.min_time)
+        else:
+            with machine_lock(exclusive=True):
+                times = _time_host(lambda: compiled(*args, out=outs), task.min_time)
+    except TCError as err:  # a launch that fails when timed (the device ran out)
+        return Trial(candidate, "error", compile_seconds=compile_seconds,
+                     message=str(err).split("\n")[0])
     median = statistics.median(times)
     q = np.percentile(times, [25, 75])
     return Trial(candidate, "ok", seconds=median, compile_seconds=compile_seconds,
                  spread=float((q[1] - q[0]) / median) if median else 0.0)
+
+
+def _compile_lock(device: bool):
+    """The machine lock, shared, while a candidate compiles and runs once: a CPU (or
+    emulated GPU) timing waits for it. A real GPU's timing does not (a compile runs on the
+    CPU), so its trials take none."""
+    return contextlib.nullcontext() if device else machine_lock(exclusive=False)
+
+
+def _time_host(call, min_time: float) -> list[float]:
+    """Wall-clock seconds of calls: a warm-up (caches, pages, the thread pool), then calls
+    until `min_time` has passed and at least 3 were made."""
+    call()
+    times: list[float] = []
+    spent = 0.0
+    while len(times) < 3 or (spent < min_time and len(times) < 1000):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+        spent += times[-1]
+    return times
+
+
+def _as_tuple(result) -> tuple:
+    return tuple(result) if isinstance(result, (tuple, list)) else (result,)
 
 
 def mismatch(outputs: tuple, reference: tuple) -> str:
@@ -304,7 +373,7 @@ _lock_warned = False  # the lock could not be used and this process said so
 
 
 @contextlib.contextmanager
-def machine_lock(exclusive: bool):
+def machine_lock(exclusive: bool, name: str | None = None):
     """A machine-wide reader-writer lock (a record lock on one file for the user): a trial
     holds it shared while it compiles and exclusively while it times, so timings never
     overlap each other or another trial's compile, on this machine, whichever process runs
@@ -313,9 +382,11 @@ def machine_lock(exclusive: bool):
 
     POSIX record locks (lockf), not flock: a compile forks helper processes (the scheduler,
     the LLVM optimizer) that would inherit an flock and keep it after the trial released
-    it; a record lock belongs to the process that took it and is never inherited."""
+    it; a record lock belongs to the process that took it and is never inherited.
+
+    `name`: another lock file in the same directory (a GPU's own: see workers.gpu_lock_name)."""
     import fcntl
-    fd = _open_lock()
+    fd = _open_lock(name or LOCK_NAME)
     if fd is None:
         yield
         return
@@ -334,7 +405,7 @@ def check_machine_lock() -> None:
         os.close(fd)
 
 
-def _open_lock() -> int | None:
+def _open_lock(name: str = LOCK_NAME) -> int | None:
     """`timing.lock` in the private cache directory (tclang.diskcache.cache_dir: created
     0700, refused if others could write it), opened without following a symlink, not
     inherited by programs a compile runs, and refused unless it is a regular file of this
@@ -342,9 +413,9 @@ def _open_lock() -> int | None:
     plant a symlink (tclang created a file where it pointed). None, after one warning,
     when there is no such file: running without the lock is only less exact."""
     from tclang.diskcache import cache_dir
-    path = LOCK_NAME
+    path = name
     try:
-        path = os.path.join(cache_dir(), LOCK_NAME)
+        path = os.path.join(cache_dir(), name)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as err:  # including an untrusted cache directory; ELOOP: a symlink
         _no_lock(path, str(err) if err.strerror is None else err.strerror)

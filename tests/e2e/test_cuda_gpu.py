@@ -245,3 +245,61 @@ def test_cuda_out_tensors_get_their_version_bumped():
         assert h._version == 1
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             h.sum().backward()
+
+
+def test_autotune_on_the_gpu_in_spawned_workers(tmp_path):
+    """tc.autotune(backend="cuda"): trials in a spawned worker per GPU (a forked child
+    cannot use a CUDA context), timed with CUDA events on device arrays; the best options
+    compute A @ B; options="tuned" finds them."""
+    from backends.cuda.backend import _device
+    from tclang.tuning import workers
+    rng = np.random.default_rng(0)
+    a, b = rng.random((256, 192), np.float32), rng.random((192, 320), np.float32)
+    kernel = tclang.define(MM, backend="cuda").mm
+    db = tmp_path / "t.sqlite"
+    result = tclang.autotune(kernel, a, b, budget=6, min_time=0.02, progress=False,
+                             database=db, time_limit=120)
+    assert result.counts()["ok"] >= 6 and not result.counts()["wrong"], \
+        [(t.status, t.message) for t in result.trials]
+    assert 0 < result.best_seconds <= result.automatic_seconds
+    pool = workers.pool("cuda")
+    cuda, _, _ = _device()
+    assert pool.size == cuda.Device.count() and pool.workers[0].alive
+    tuned = tclang.define(MM, backend="cuda", options=result.best).mm(a, b)
+    np.testing.assert_allclose(tuned, a @ b, rtol=1e-4, atol=1e-4)
+    os.environ["TCLANG_TUNING_DB"] = str(db)
+    try:
+        assert tclang.define(MM, backend="cuda", options="tuned").mm.compile(a, b).options \
+            == result.best
+    finally:
+        del os.environ["TCLANG_TUNING_DB"]
+
+
+def test_compare_on_the_gpu():
+    rng = np.random.default_rng(1)
+    a, b = rng.random((128, 64), np.float32), rng.random((64, 96), np.float32)
+    kernel = tclang.define(MM, backend="cuda").mm
+    result = tclang.compare(kernel, a, b, manual=["block=32x4,tile=16x64x16",
+                                                  "shared_memory=off"],
+                            tune=2, rounds=2, min_time=0.02, progress=False, limits=False)
+    for row in result.rows:
+        assert row.status == "ok" and row.seconds > 0, (row.label, row.status, row.message)
+    labels = [r.label for r in result.rows]
+    assert labels[:3] == ["automatic", "manual: block=32x4,tile=16x64x16",
+                          "manual: shared_memory=off"]
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+        assert ("torch (cuda)" if torch.cuda.is_available() else "torch") in labels
+
+
+def test_tclang_compare_backend_cuda(tmp_path):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run(
+        [sys.executable, "-m", "tclang.cli", "compare", os.path.join(root, "examples",
+                                                                     "operators.tc"),
+         "--entry", "matmul", "--sizes", "M=96,K=64,N=80", "--backend", "cuda",
+         "--manual", "block=32x2", "--tune", "2", "--rounds", "2", "--peers", "numpy",
+         "--database", str(tmp_path / "t.sqlite"), "--out", str(tmp_path)],
+        capture_output=True, text=True, cwd=root, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "manual: block=32x2" in done.stdout and "tuned (2 trials)" in done.stdout
