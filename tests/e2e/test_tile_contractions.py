@@ -267,3 +267,16 @@ def test_bfloat16_before_sm_80_keeps_the_cuda_cores():
                                  Target("cuda", "grid", arch="sm_75")).kernel
     assert not any(isinstance(n, L.TileContraction) and n.engine == "mma"
                    for n in L.walk_nodes(kernel.body))
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_cuda_export_asks_for_the_tiles_dynamic_shared_memory(tmp_path):
+    """Three stages of 128 x 128 slices take over 48 KB: the exported library opts its
+    launch into that much and passes it at the launch, as the PyCUDA backend does."""
+    module = tc.define(HALF_MATMUL)
+    lib = module.mm.export(tmp_path / "lib", dict(M=2048, K=512, N=2048), target="cuda",
+                           arch="sm_80")
+    text = (lib.library.parent / "mm.cu").read_text()
+    assert "cudaFuncSetAttribute(tclang_mm_0, cudaFuncAttributeMaxDynamicSharedMemorySize" \
+        in text
+    assert "tclang_mm_0<<<grid, block, 56832, stream>>>" in text
