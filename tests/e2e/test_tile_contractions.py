@@ -274,7 +274,7 @@ def test_cuda_export_asks_for_the_tiles_dynamic_shared_memory(tmp_path):
     """Three stages of 128 x 128 slices take over 48 KB: the exported library opts its
     launch into that much and passes it at the launch, as the PyCUDA backend does."""
     module = tc.define(HALF_MATMUL)
-    lib = module.mm.export(tmp_path / "lib", dict(M=2048, K=512, N=2048), target="cuda",
+    lib = module.mm.export(tmp_path / "lib", dict(M=4096, K=512, N=4096), target="cuda",
                            arch="sm_80")
     text = (lib.library.parent / "mm.cu").read_text()
     assert "cudaFuncSetAttribute(tclang_mm_0, cudaFuncAttributeMaxDynamicSharedMemorySize" \
