@@ -1,29 +1,141 @@
-"""Compile time of N independent statements (`O{k}(i) = A(i) + k`), shape-generic or not,
-with the time of each stage. `python benchmarks/many_statements.py N [generic]`."""
+"""Compile time of programs of many statements, with the time of each stage.
 
+    python benchmarks/many_statements.py N [N...] [--kind KIND] [--generic] [--run]
+    python benchmarks/many_statements.py --curve [--repeat R]
+
+Kinds (N statements each):
+- independent: `O{k}(i) = A(i) + k`, N outputs that share only their input;
+- inplace: `O(i) = A(i)`, then `O(i) = O(i) * 0.5 + A(i)` N - 1 times;
+- temporaries: `T{k}(i) = T{k-1}(i) * 0.5 + A(i)`, each statement a new temporary, the
+  last one the output;
+- network: a tensor network of N contraction steps (benchmarks/einsum_networks.py).
+
+`--curve` measures every kind (or the one `--kind` names) at 100, 200, 400 and 1,000 statements (networks at 25, 50,
+100 and 177 steps) and prints the seconds and each size's ratio to the one before: the
+growth is ~ratio ** (1 / log2(size ratio)), the exponent of a power law (docs/schedules.md,
+Compile scaling, has the numbers). `--run` also calls the kernel and checks it against NumPy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import subprocess
 import sys
 import time
 
 import numpy as np
 
-import tclang
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import tclang  # noqa: E402
+from benchmarks.einsum_networks import network  # noqa: E402
+
+KINDS = ("independent", "inplace", "temporaries", "network")
+CURVE = {"independent": (100, 200, 400, 1000), "inplace": (100, 200, 400, 1000),
+         "temporaries": (100, 200, 400, 1000), "network": (25, 50, 100, 177)}
+SIZE = 16
 
 
-def source(n: int) -> str:
-    outputs = ", ".join(f"O{k}" for k in range(n))
-    body = "\n".join(f"    O{k}(i) = A(i) + {k}.0" for k in range(n))
-    return f"def many(float(N) A) -> ({outputs}) {{\n{body}\n}}"
+def source(n: int, kind: str = "independent") -> str:
+    if kind == "independent":
+        outputs = ", ".join(f"O{k}" for k in range(n))
+        body = [f"O{k}(i) = A(i) + {k}.0" for k in range(n)]
+        return f"def many(float(N) A) -> ({outputs}) {{\n    " + "\n    ".join(body) + "\n}"
+    if kind == "inplace":
+        body = ["O(i) = A(i)"] + ["O(i) = O(i) * 0.5 + A(i)"] * (n - 1)
+    elif kind == "temporaries":
+        names = [f"T{k}" for k in range(n - 1)] + ["O"]
+        body = [f"{names[0]}(i) = A(i)"] + [f"{names[k]}(i) = {names[k - 1]}(i) * 0.5 + A(i)"
+                                             for k in range(1, n)]
+    elif kind == "network":
+        return network(n).source
+    else:
+        raise ValueError(kind)
+    return "def many(float(N) A) -> (O) {\n    " + "\n    ".join(body) + "\n}"
 
 
-def main(n: int, generic: bool) -> None:
-    kernel = tclang.define(source(n), options=tclang.Options(specialize=not generic)).many
+def inputs(n: int, kind: str) -> list[np.ndarray]:
+    if kind == "network":
+        return network(n).arrays()
+    return [np.linspace(0.0, 1.0, SIZE, dtype=np.float32)]
+
+
+def expected(n: int, kind: str, arrays: list[np.ndarray]):
+    if kind == "network":
+        return network(n).reference(arrays)
+    a = arrays[0].astype(np.float64)
+    if kind == "independent":
+        return tuple((a + k).astype(np.float32) for k in range(n))
+    out = a
+    for _ in range(n - 1):
+        out = out * 0.5 + a
+    return out.astype(np.float32)
+
+
+def compile_once(n: int, kind: str, generic: bool = False):
+    """(seconds, compiled kernel) of one cold compile: a fresh definition, no disk cache."""
+    os.environ["TCLANG_DISK_CACHE"] = "0"
+    kernel = tclang.define(source(n, kind), options=tclang.Options(specialize=not generic))
+    entry = kernel.network if kind == "network" else kernel.many
     start = time.perf_counter()
-    compiled = kernel.compile(np.ones(16, np.float32))
-    total = time.perf_counter() - start
-    print(f"{n} statements: {total:.2f} s, LLVM IR {len(compiled.source)} chars")
-    for stage, seconds in sorted(compiled.timings.items(), key=lambda kv: -kv[1])[:8]:
-        print(f"  {stage}: {seconds:.2f} s")
+    compiled = entry.compile(*inputs(n, kind))
+    return time.perf_counter() - start, compiled, entry
+
+
+def cold_seconds(n: int, kind: str) -> float:
+    """One cold compile in a fresh process (no cache of any kind, the scheduler's answers
+    included), its seconds."""
+    out = subprocess.run([sys.executable, os.path.abspath(__file__), str(n), "--kind", kind],
+                         check=True, capture_output=True, text=True).stdout
+    return float(out.split(" statements: ")[1].split(" s")[0])
+
+
+def curve(repeat: int, kinds: tuple[str, ...] = KINDS) -> None:
+    """The compile-time curve of `kinds`: the median of `repeat` cold compiles each."""
+    print("| kind | statements | seconds (median) | x previous | exponent |")
+    print("|---|---|---|---|---|")
+    for kind in kinds:
+        last = None
+        for n in CURVE[kind]:
+            seconds = statistics.median(cold_seconds(n, kind) for _ in range(repeat))
+            growth = exponent = ""
+            if last is not None:
+                growth = f"x{seconds / last[1]:.1f}"
+                exponent = f"{math.log(seconds / last[1]) / math.log(n / last[0]):.2f}"
+            print(f"| {kind} | {n} | {seconds:.2f} | {growth} | {exponent} |", flush=True)
+            last = (n, seconds)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("n", type=int, nargs="*")
+    ap.add_argument("--kind", choices=KINDS)
+    ap.add_argument("--generic", action="store_true", help="shape-generic (specialize=False)")
+    ap.add_argument("--run", action="store_true", help="call it and compare with NumPy")
+    ap.add_argument("--curve", action="store_true")
+    ap.add_argument("--repeat", type=int, default=1)
+    args = ap.parse_args()
+    args.kind_given, args.kind = args.kind is not None, args.kind or "independent"
+    if args.curve:
+        curve(args.repeat, (args.kind,) if args.kind_given else KINDS)
+        return
+    for n in args.n:
+        total, compiled, entry = compile_once(n, args.kind, args.generic)
+        print(f"{args.kind}, {n} statements: {total:.2f} s, "
+              f"LLVM IR {len(compiled.source)} chars", flush=True)
+        for stage, seconds in sorted(compiled.timings.items(), key=lambda kv: -kv[1])[:8]:
+            print(f"  {stage}: {seconds:.2f} s")
+        if args.run:
+            arrays = inputs(n, args.kind)
+            got, want = entry(*arrays), expected(n, args.kind, arrays)
+            for g, w in zip(got if isinstance(got, tuple) else (got,),
+                            want if isinstance(want, tuple) else (want,)):
+                np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+            print("  matches NumPy")
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), len(sys.argv) > 2)
+    main()
