@@ -34,9 +34,16 @@ class Network:
     extents: dict[str, int]  # each index's extent
 
     def arrays(self, seed: int = 0) -> list[np.ndarray]:
+        """Random inputs whose contraction stays near 1 however many steps: values near
+        1 scaled by extent ** -(rank / 2), so that each contracted index (two tensors'
+        factors, summed over its extent) contributes a factor near 1."""
         rng = np.random.default_rng(seed)
-        return [rng.uniform(0.5, 1.0, [self.extents[i] for i in ix]).astype(np.float32)
-                for ix in self.inputs]
+        arrays = []
+        for ix in self.inputs:
+            shape = [self.extents[i] for i in ix]
+            scale = float(np.prod(shape)) ** -0.5
+            arrays.append((rng.uniform(0.9, 1.1, shape) * scale).astype(np.float32))
+        return arrays
 
     def reference(self, arrays: list[np.ndarray]) -> np.ndarray:
         """The same path by np.einsum, in float64."""

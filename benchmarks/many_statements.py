@@ -10,10 +10,14 @@ Kinds (N statements each):
   last one the output;
 - network: a tensor network of N contraction steps (benchmarks/einsum_networks.py).
 
-`--curve` measures every kind (or the one `--kind` names) at 100, 200, 400 and 1,000 statements (networks at 25, 50,
-100 and 177 steps) and prints the seconds and each size's ratio to the one before: the
-growth is ~ratio ** (1 / log2(size ratio)), the exponent of a power law (docs/schedules.md,
-Compile scaling, has the numbers). `--run` also calls the kernel and checks it against NumPy.
+Each compile is cold (a fresh definition, no disk cache) and reports its wall-clock
+seconds and its CPU seconds (this process and its helper processes: the scheduler's and
+LLVM's), which other processes on a shared machine inflate much less. `--curve` measures
+every kind (or the one `--kind` names) at 100, 200, 400 and 1,000 statements (networks at
+25, 50, 100 and 177 steps), each in a fresh process, and prints the medians and the
+exponent of the growth from each size to the next (CPU time ~ statements ** exponent);
+docs/schedules.md, Compile scaling, has the numbers. `--run` also calls the kernel and
+checks it against NumPy.
 """
 
 from __future__ import annotations
@@ -75,38 +79,64 @@ def expected(n: int, kind: str, arrays: list[np.ndarray]):
     return out.astype(np.float32)
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and of its live children (the scheduling and LLVM helper
+    processes): on a shared machine a fairer measure than the wall clock, which counts
+    the time other processes held the cores."""
+    total = time.process_time()
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid():  # ppid; utime and stime follow at 11, 12
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
 def compile_once(n: int, kind: str, generic: bool = False):
-    """(seconds, compiled kernel) of one cold compile: a fresh definition, no disk cache."""
+    """(seconds, CPU seconds, compiled kernel, kernel) of one cold compile: a fresh
+    definition, no disk cache."""
     os.environ["TCLANG_DISK_CACHE"] = "0"
     kernel = tclang.define(source(n, kind), options=tclang.Options(specialize=not generic))
     entry = kernel.network if kind == "network" else kernel.many
-    start = time.perf_counter()
-    compiled = entry.compile(*inputs(n, kind))
-    return time.perf_counter() - start, compiled, entry
+    arrays = inputs(n, kind)
+    start, cpu = time.perf_counter(), cpu_seconds()
+    compiled = entry.compile(*arrays)
+    return time.perf_counter() - start, cpu_seconds() - cpu, compiled, entry
 
 
-def cold_seconds(n: int, kind: str) -> float:
-    """One cold compile in a fresh process (no cache of any kind, the scheduler's answers
-    included), its seconds."""
+def cold_seconds(n: int, kind: str) -> tuple[float, float]:
+    """(seconds, CPU seconds) of one cold compile in a fresh process (no cache of any
+    kind, the scheduler's answers included)."""
     out = subprocess.run([sys.executable, os.path.abspath(__file__), str(n), "--kind", kind],
                          check=True, capture_output=True, text=True).stdout
-    return float(out.split(" statements: ")[1].split(" s")[0])
+    words = out.split(" statements: ")[1].split()
+    return float(words[0]), float(words[2])
 
 
 def curve(repeat: int, kinds: tuple[str, ...] = KINDS) -> None:
-    """The compile-time curve of `kinds`: the median of `repeat` cold compiles each."""
-    print("| kind | statements | seconds (median) | x previous | exponent |")
-    print("|---|---|---|---|---|")
+    """The compile-time curve of `kinds`: the median of `repeat` cold compiles each, wall
+    clock and CPU time; the growth exponent from the CPU times."""
+    print("| kind | statements | seconds (median) | CPU seconds | x previous (CPU) | exponent |")
+    print("|---|---|---|---|---|---|")
     for kind in kinds:
         last = None
         for n in CURVE[kind]:
-            seconds = statistics.median(cold_seconds(n, kind) for _ in range(repeat))
+            runs = [cold_seconds(n, kind) for _ in range(repeat)]
+            seconds = statistics.median(r[0] for r in runs)
+            cpu = statistics.median(r[1] for r in runs)
             growth = exponent = ""
             if last is not None:
-                growth = f"x{seconds / last[1]:.1f}"
-                exponent = f"{math.log(seconds / last[1]) / math.log(n / last[0]):.2f}"
-            print(f"| {kind} | {n} | {seconds:.2f} | {growth} | {exponent} |", flush=True)
-            last = (n, seconds)
+                growth = f"x{cpu / last[1]:.1f}"
+                exponent = f"{math.log(cpu / last[1]) / math.log(n / last[0]):.2f}"
+            print(f"| {kind} | {n} | {seconds:.2f} | {cpu:.2f} | {growth} | {exponent} |",
+                  flush=True)
+            last = (n, cpu)
 
 
 def main() -> None:
@@ -123,8 +153,8 @@ def main() -> None:
         curve(args.repeat, (args.kind,) if args.kind_given else KINDS)
         return
     for n in args.n:
-        total, compiled, entry = compile_once(n, args.kind, args.generic)
-        print(f"{args.kind}, {n} statements: {total:.2f} s, "
+        total, cpu, compiled, entry = compile_once(n, args.kind, args.generic)
+        print(f"{args.kind}, {n} statements: {total:.2f} s, {cpu:.2f} s CPU, "
               f"LLVM IR {len(compiled.source)} chars", flush=True)
         for stage, seconds in sorted(compiled.timings.items(), key=lambda kv: -kv[1])[:8]:
             print(f"  {stage}: {seconds:.2f} s")

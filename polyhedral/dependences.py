@@ -51,7 +51,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Iterable
+from typing import Container, Iterable
 
 import islpy as isl
 
@@ -122,6 +122,12 @@ class Dependences:
     def sources(self, sid: str) -> set[str]:
         """The statements `sid` depends on (itself included where it does)."""
         return {source for _, source, _ in self._into.get(sid, ())}
+
+    def links(self, sources: Container[str], sinks: Iterable[str]) -> list[isl.Map]:
+        """The dependence maps (one per kind and pair of statements) from any of
+        `sources` into any of `sinks` (ids)."""
+        return [m for sink in sinks for _, source, m in self._into.get(sink, ())
+                if source in sources]
 
     def among(self, statements: Iterable[str]) -> Dependences:
         """The dependences whose source and sink are both among `statements` (ids)."""

@@ -22,7 +22,7 @@ reach the user.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import islpy as isl
 
@@ -30,6 +30,8 @@ from polyhedral.isl_context import compilation_context
 
 from polyhedral.dependences import Dependences
 from polyhedral.scop import Scop
+from polyhedral.statement_groups import SPLIT_STATEMENTS, join_groups, statement_groups, \
+    union_sets
 from tclang.forked_server import ForkedServer, RequestFailed, ServerError, ServerTimeout
 from tclang.recent import Recent
 
@@ -109,7 +111,35 @@ def _nearest_proximity(sc: isl.ScheduleConstraints) -> isl.ScheduleConstraints:
 
 def compute_schedule(scop: Scop, deps: Dependences, fusion: str,
                      time_limit: float = TIME_LIMIT) -> ScheduleResult:
-    """The first strategy of the chain gets `time_limit`; the fallbacks share what is left
+    """A program of at most SPLIT_STATEMENTS statements is scheduled whole; a larger one
+    in groups (each a view of the scop with the group's instances as its domain), each
+    with the strategy chain below, joined and fused back
+    (polyhedral/statement_groups.py)."""
+    start = time.perf_counter()
+    domains = _statement_domains(scop)
+    ids = [st.id for st in scop.statements if st.id in domains]
+    if len(ids) <= SPLIT_STATEMENTS:
+        schedule, strategy, reasons = _schedule_group(scop, deps, fusion, time_limit)
+        return ScheduleResult(schedule, strategy, "; ".join(reasons) or None,
+                              time.perf_counter() - start)
+    schedules, strategies, reasons = [], [], []
+    for group in statement_groups(ids, deps):
+        view = replace(scop, domain=union_sets([domains[sid] for sid in group]))
+        schedule, strategy, why = _schedule_group(view, deps.among(group), fusion,
+                                                  time_limit)
+        schedules.append(schedule)
+        strategies.append(strategy)
+        reasons += [f"statements {group[0]}..{group[-1]}: {r}" for r in why]
+    schedule = join_groups(scop.domain, schedules, deps, fusion)
+    strategy = " / ".join(sorted(set(strategies), key=strategies.index))
+    return ScheduleResult(schedule, strategy, "; ".join(reasons) or None,
+                          time.perf_counter() - start)
+
+
+def _schedule_group(scop: Scop, deps: Dependences, fusion: str,
+                    time_limit: float) -> tuple[isl.Schedule, str, list[str]]:
+    """(schedule, strategy, why the strategies before it failed) of the scop's domain:
+    the first strategy of the chain gets `time_limit`; the fallbacks share what is left
     of it, at least FALLBACK_LIMIT each, so a program that blows up costs about
     `time_limit` in all rather than `time_limit` per strategy."""
     start = time.perf_counter()
@@ -126,11 +156,8 @@ def compute_schedule(scop: Scop, deps: Dependences, fusion: str,
         except _Failed as failure:
             reasons.append(f"{strategy}: {failure}")
             continue
-        fallback = "; ".join(reasons) if reasons else None
-        return ScheduleResult(schedule, strategy, fallback, time.perf_counter() - start)
-    schedule = original_schedule(scop)
-    return ScheduleResult(schedule, "original", "; ".join(reasons),
-                          time.perf_counter() - start)
+        return schedule, strategy, reasons
+    return original_schedule(scop), "original", reasons
 
 
 class _Failed(Exception):
@@ -204,15 +231,17 @@ def _ask(text: str, strategy: str, limit: float) -> tuple[str, str, float]:
 
 
 def original_schedule(scop: Scop) -> isl.Schedule:
-    """Program order: a sequence of the statements, each with a band over its indices."""
+    """Program order: a sequence of the statements (those of the scop's domain), each with
+    a band over its indices."""
     ctx = scop.ctx
-    present = [st for st in scop.statements if _statement_domain(scop, st.id) is not None]
+    domains = _statement_domains(scop)
+    present = [st for st in scop.statements if st.id in domains]
     node = isl.Schedule.from_domain(scop.domain).get_root().child(0)
     if not present:
         return node.get_schedule()
     filters = isl.UnionSetList.alloc(ctx, len(present))
     for st in present:
-        filters = filters.add(_statement_domain(scop, st.id))
+        filters = filters.add(domains[st.id])
     node = node.insert_sequence(filters)
     for k, st in enumerate(present):
         if not st.indices:
@@ -225,10 +254,12 @@ def original_schedule(scop: Scop) -> isl.Schedule:
     return node.get_schedule()
 
 
-def _statement_domain(scop: Scop, sid: str) -> isl.UnionSet | None:
-    found = []
-    scop.domain.foreach_set(lambda s: found.append(s) if s.get_tuple_name() == sid else None)
-    return isl.UnionSet.from_set(found[0]) if found else None
+def _statement_domains(scop: Scop) -> dict[str, isl.UnionSet]:
+    """Each statement's instances (a statement with none, e.g. for a size 0, is absent)."""
+    found: dict[str, isl.UnionSet] = {}
+    scop.domain.foreach_set(lambda s: found.__setitem__(s.get_tuple_name(),
+                                                        isl.UnionSet.from_set(s)))
+    return found
 
 
 def schedule_text(schedule: isl.Schedule) -> str:
