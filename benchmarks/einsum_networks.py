@@ -5,8 +5,9 @@ einsum path (opt_einsum, the einsum benchmarks) runs as a tclang program.
 
 A network of STEPS + 1 input tensors of 2 to 4 indices each, connected (a random spanning
 tree of shared indices, then random extra sharing, both between tensors near each other in
-the list) with a few open indices that are the output's; the path contracts a pair of tensors that share an index at each step, the pair
-whose result has the fewest indices (ties at random: opt_einsum's greedy path in spirit).
+the list) with a few open indices that are the output's; the path contracts a pair of
+tensors that share an index at each step, the pair whose result has the fewest indices
+(ties at random: opt_einsum's greedy path in spirit).
 Each step is one statement, `T3(i0, i5) +=! T1(i0, i2) * X4(i2, i5)`; the last writes the
 output. `--run` also calls it on random inputs and compares with NumPy's einsum, step by
 step; `--show` prints the source.

@@ -110,28 +110,35 @@ def compile_once(n: int, kind: str, generic: bool = False):
     return time.perf_counter() - start, cpu_seconds() - cpu, compiled, entry
 
 
-def cold_seconds(n: int, kind: str) -> tuple[float, float]:
+def cold_seconds(n: int, kind: str, timeout: float | None = None) -> tuple[float, float]:
     """(seconds, CPU seconds) of one cold compile in a fresh process (no cache of any
-    kind, the scheduler's answers included)."""
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), str(n), "--kind", kind],
-                         check=True, capture_output=True, text=True).stdout
+    kind, the scheduler's answers included); (inf, inf) past `timeout` seconds."""
+    try:
+        out = subprocess.run([sys.executable, os.path.abspath(__file__), str(n), "--kind",
+                              kind], check=True, capture_output=True, text=True,
+                             timeout=timeout).stdout
+    except subprocess.TimeoutExpired:
+        return math.inf, math.inf
     words = out.split(" statements: ")[1].split()
     return float(words[0]), float(words[2])
 
 
-def curve(repeat: int, kinds: tuple[str, ...] = KINDS) -> None:
+def curve(repeat: int, kinds: tuple[str, ...] = KINDS, timeout: float | None = None) -> None:
     """The compile-time curve of `kinds`: the median of `repeat` cold compiles each, wall
-    clock and CPU time; the growth exponent from the CPU times."""
+    clock and CPU time; the growth exponent from the CPU times. A compile past `timeout`
+    seconds shows as inf, and the larger sizes of its kind are not tried."""
     print("| kind | statements | seconds (median) | CPU seconds | x previous (CPU) | exponent |")
     print("|---|---|---|---|---|---|")
     for kind in kinds:
         last = None
         for n in CURVE[kind]:
-            runs = [cold_seconds(n, kind) for _ in range(repeat)]
+            if last is not None and math.isinf(last[1]):
+                break
+            runs = [cold_seconds(n, kind, timeout) for _ in range(repeat)]
             seconds = statistics.median(r[0] for r in runs)
             cpu = statistics.median(r[1] for r in runs)
             growth = exponent = ""
-            if last is not None:
+            if last is not None and not math.isinf(cpu):
                 growth = f"x{cpu / last[1]:.1f}"
                 exponent = f"{math.log(cpu / last[1]) / math.log(n / last[0]):.2f}"
             print(f"| {kind} | {n} | {seconds:.2f} | {cpu:.2f} | {growth} | {exponent} |",
@@ -147,10 +154,12 @@ def main() -> None:
     ap.add_argument("--run", action="store_true", help="call it and compare with NumPy")
     ap.add_argument("--curve", action="store_true")
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--timeout", type=float, help="--curve: seconds before a compile is "
+                    "given up (inf in the table)")
     args = ap.parse_args()
     args.kind_given, args.kind = args.kind is not None, args.kind or "independent"
     if args.curve:
-        curve(args.repeat, (args.kind,) if args.kind_given else KINDS)
+        curve(args.repeat, (args.kind,) if args.kind_given else KINDS, args.timeout)
         return
     for n in args.n:
         total, cpu, compiled, entry = compile_once(n, args.kind, args.generic)

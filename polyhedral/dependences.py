@@ -69,13 +69,15 @@ took 41 s (and its dependences 16 s more to coalesce) where the memory-based one
 FRAGMENTED_BASIC_MAPS = 64
 """Exact dependences into one statement (flow and false together) in more basic maps than
 this are compared with the memory-based ones, which are used instead when they need at
-most a quarter as many. isl's scheduler pays for every basic map of its constraints, and coalescing pays
-for pairs of them: the 469 pieces of `tclang fuzz` program 1056's (seed 0) shape-generic
+most a quarter as many. isl's scheduler pays for every basic map of its constraints, and
+coalescing pays for pairs of them: the 469 pieces of `tclang fuzz` program 1056's (seed 0) shape-generic
 scop (memory-based: 14) took 7 s to coalesce and kept PPCG's options past the scheduler's
 time limit, where the memory-based ones schedule in 0.7 s; program 1437's 109 (6), with
 its sizes, took 2.9 s to schedule (0.3 s). Every benchmark and test-corpus operator has at
 most 16, generated programs 99 in 100 at most 25 (programs 0-399, seed 0, specialized and
-shape-generic: one past the limit)."""
+shape-generic: one past the limit). Decided per statement since the analysis is: program
+1056's shape-generic dependences come in 21 pieces either way (exact: 286), the memory-based
+ones now only where a statement's own exact ones fragment."""
 
 FRAGMENTATION = 4  # how many times more pieces the exact dependences must have
 

@@ -16,14 +16,18 @@ Comprehensions likewise schedule strongly connected components apart):
   every one that crosses a cut.
 
 Each group is scheduled by isl (scheduler.py, with its time limit and fallbacks). What isl
-fused stays fused; what a cut separated is fused back here where that is legal and isl's
-strategy would have done it: consecutive pieces (a group's whole schedule, or each child
-of its top sequence or set) whose outermost bands have as many members, run over the same
-values, and every dependence between them keeps a distance of 0 or more in each member
-(the fused band stays permutable where both were), with "preserve_parallel" only where no
-parallel (coincident) member stops being one; never with "min". So 1,000 in-place updates,
-1,000 temporaries each read by the next, or 1,000 independent outputs over one vector run
-as one loop, as isl would have made them, at a cost linear in the statements.
+fused stays fused; what a cut separated is fused back here where that is legal and keeps
+what the strategy asks: consecutive pieces (a group's whole schedule, or each child of its
+top sequence or set) whose outermost bands have as many members, run over the same values,
+and every dependence between them keeps a distance of 0 or more in each member (the fused
+band stays permutable where both were); unless the strategy is "max", only where the same
+members are parallel (coincident) in both and stay so; never with "min". So 1,000
+in-place updates or 1,000 temporaries each read by the next run as one loop, as isl made
+them at 200 statements, and 1,000 independent outputs over one vector too (isl leaves
+independent statements a loop each; one loop is 1,000 loops' worth less code for LLVM),
+at a cost linear in the statements. The cuts are chosen by counting dependent pairs, not
+by asking whether a loop could be shared across them (isl's question): a cut through a
+chain that isl would have fused costs a loop only where the join cannot fuse it back.
 
 Every benchmark and test-corpus operator has at most 20 statements: they are scheduled
 whole, exactly as before (benchmarks/loop_ir_dump.py shows their loop IR unchanged).
@@ -170,7 +174,7 @@ def _piece(node: isl.ScheduleNode) -> _Piece:
     names: set[str] = set()
     domain.foreach_set(lambda s: names.add(s.get_tuple_name()))
     piece = _Piece(domain, node, names)
-    if node.get_type() == isl.schedule_node_type.band:
+    if node.get_type() == isl.schedule_node_type.band and node.band_n_member() > 0:
         partial = node.band_get_partial_schedule().intersect_domain(domain)
         piece.band, piece.members, piece.partial = True, node.band_n_member(), partial
         piece.permutable = bool(node.band_get_permutable())
