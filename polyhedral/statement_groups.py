@@ -237,9 +237,11 @@ def _build(leaf: isl.ScheduleNode, run: _Run) -> isl.ScheduleNode:
     """`run` rebuilt at `leaf`; the node at that position."""
     if not run.pieces[0].band:  # no band to share: the piece as isl made it
         return _copy(leaf, run.pieces[0].node)
-    partial = run.pieces[0].partial
-    for piece in run.pieces[1:]:
-        partial = partial.union_add(piece.partial)
+    partials = [piece.partial for piece in run.pieces]
+    while len(partials) > 1:  # pairwise: each union copies what it adds to
+        partials = [partials[k].union_add(partials[k + 1]) if k + 1 < len(partials)
+                    else partials[k] for k in range(0, len(partials), 2)]
+    partial = partials[0]
     node = leaf.insert_partial_schedule(partial).band_set_permutable(int(run.permutable))
     for m, coincident in enumerate(run.coincident):
         node = node.band_member_set_coincident(m, int(coincident))
