@@ -1,6 +1,6 @@
-"""Programs of many statements (scheduled in groups, fused back: polyhedral/
-statement_groups.py) compute what NumPy computes, on the CPU and under the reference
-interpreter, specialized and shape-generic, under each fusion strategy."""
+"""Programs of many statements (scheduled in groups and fused back, see
+polyhedral/statement_groups.py) compute what NumPy computes, on the CPU and under the
+reference interpreter, specialized and shape-generic, under each fusion strategy."""
 
 from __future__ import annotations
 
