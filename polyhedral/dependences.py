@@ -35,15 +35,15 @@ it accesses, and only their accesses to the same tensors; the order-free pairs f
 statement's own order; the fences per pair of statements sharing the target. Statements
 never interleave in program order (each has its own first coordinate), so a pair of
 distinct statements is ordered as a whole. Whole-program analyses (isl's, the program
-order's lex_lt for each reduction) cost time quadratic or worse in the statements: a
-chain of 400 in-place updates spent 9 s of CPU time here, a 25-step tensor network 10.7 s;
-now 0.22 s and 0.04 s, and a chain of 1,000 statements 0.5 s. The exact dependences are the same relations
-(tests/polyhedral/test_dependence_pairs.py compares them with the whole-program analysis
-on every corpus kernel); memory-based ones, and the choice of them, are per statement:
-every earlier access within the window, chosen where that statement's exact dependences
-blow up or fragment. What stays superlinear: a statement whose window holds many
-statements (one reading a tensor that many statements each wrote a part of), and fences
-among many reductions and accesses of one tensor (pairs of them).
+order's lex_lt for each reduction) cost time quadratic or worse in the statements: a chain
+of 400 in-place updates spent 9 s of CPU time here, a 25-step tensor network 10.7 s; now
+0.22 s and 0.04 s, and a chain of 1,000 statements 0.5 s. The exact dependences are the
+same relations (tests/polyhedral/test_dependence_pairs.py compares them with the
+whole-program analysis on every corpus kernel); memory-based ones, and the choice of them,
+are per statement: every earlier access within the window, chosen where that statement's
+exact dependences blow up or fragment. What stays superlinear: a statement whose window
+holds many statements (one reading a tensor that many statements each wrote a part of),
+and fences among many reductions and accesses of one tensor (pairs of them).
 """
 
 from __future__ import annotations
@@ -70,14 +70,14 @@ FRAGMENTED_BASIC_MAPS = 64
 """Exact dependences into one statement (flow and false together) in more basic maps than
 this are compared with the memory-based ones, which are used instead when they need at
 most a quarter as many. isl's scheduler pays for every basic map of its constraints, and
-coalescing pays for pairs of them: the 469 pieces of `tclang fuzz` program 1056's (seed 0) shape-generic
-scop (memory-based: 14) took 7 s to coalesce and kept PPCG's options past the scheduler's
-time limit, where the memory-based ones schedule in 0.7 s; program 1437's 109 (6), with
-its sizes, took 2.9 s to schedule (0.3 s). Every benchmark and test-corpus operator has at
-most 16, generated programs 99 in 100 at most 25 (programs 0-399, seed 0, specialized and
-shape-generic: one past the limit). Decided per statement since the analysis is: program
-1056's shape-generic dependences come in 21 pieces either way (exact: 286), the memory-based
-ones now only where a statement's own exact ones fragment."""
+coalescing pays for pairs of them: the 469 pieces of `tclang fuzz` program 1056's (seed 0)
+shape-generic scop (memory-based: 14) took 7 s to coalesce and kept PPCG's options past
+the scheduler's time limit, where the memory-based ones schedule in 0.7 s; program 1437's
+109 (6), with its sizes, took 2.9 s to schedule (0.3 s). Every benchmark and test-corpus
+operator has at most 16, generated programs 99 in 100 at most 25 (programs 0-399, seed 0,
+specialized and shape-generic: one past the limit). Decided per statement since the
+analysis is: program 1056's shape-generic dependences come in 21 pieces either way (exact:
+286), the memory-based ones now only where a statement's own exact ones fragment."""
 
 FRAGMENTATION = 4  # how many times more pieces the exact dependences must have
 

@@ -43,7 +43,7 @@ from polyhedral.dependences import Dependences
 
 SPLIT_STATEMENTS = 32
 """The most statements isl's scheduler sees at once: twice the largest benchmark or corpus
-operator, and a group of in-place updates of this size costs isl about 15 ms."""
+operator, and a group of in-place updates of this size costs isl about 20 ms."""
 
 
 def statement_groups(ids: list[str], deps: Dependences,
