@@ -138,9 +138,10 @@ def compute_schedule(scop: Scop, deps: Dependences, fusion: str,
     with the strategy chain of _schedule_group under its own `time_limit` (TIME_LIMIT
     when None), joined and fused back (polyhedral/statement_groups.py). Every limit is
     capped by what is left of the compile's budget (tclang/budget.py): once it is spent,
-    the groups left run in program order and the join fuses nothing more, degraded like
-    any failure by circumstance. The result's `retry_at` is the earliest retry of a
-    strategy (of any group) that failed by circumstance."""
+    the groups left run in program order, degraded like any failure by circumstance, and
+    are fused back all the same (the join's cost is linear; 1,000 loops' code is not).
+    The result's `retry_at` is the earliest retry of a strategy (of any group) that
+    failed by circumstance."""
     time_limit = TIME_LIMIT if time_limit is None else time_limit
     start = time.perf_counter()
     domains = _statement_domains(scop)
@@ -150,22 +151,23 @@ def compute_schedule(scop: Scop, deps: Dependences, fusion: str,
                                                                time_limit)
         return ScheduleResult(schedule, strategy, "; ".join(reasons) or None,
                               time.perf_counter() - start, min(retries, default=None))
-    schedules, strategies, reasons, retries = [], [], [], []
+    schedules, strategies, failed, retries = [], [], [], []
+    previous: list[str] = []
     for group in statement_groups(ids, deps):
         view = replace(scop, domain=union_sets([domains[sid] for sid in group]))
         schedule, strategy, why, later = _schedule_group(view, deps.among(group), fusion,
                                                          time_limit)
         schedules.append(schedule)
         strategies.append(strategy)
-        reasons += [f"statements {group[0]}..{group[-1]}: {r}" for r in why]
         retries += later
-    budget = compile_budget.current()
-    spent = (lambda: budget.remaining() < MIN_BUDGET_LIMIT) if budget is not None else None
-    schedule, complete = join_groups(scop.domain, schedules, deps, fusion, spent)
-    if not complete:  # the loops of the groups left a sequence, tried in full later
-        reasons.append(f"the groups fused back only in part: the compile budget of "
-                       f"{budget.seconds:g} s was spent")
-        retries.append(time.monotonic() + RETRY_AFTER)
+        if why and why == previous:  # the next group failed alike (the budget spent)
+            failed[-1][1] = group[-1]
+        elif why:
+            failed.append([group[0], group[-1], why])
+        previous = why
+    reasons = [f"statements {first}..{last}: {r}"
+               for first, last, why in failed for r in why]
+    schedule = join_groups(scop.domain, schedules, deps, fusion)
     strategy = " / ".join(sorted(set(strategies), key=strategies.index))
     return ScheduleResult(schedule, strategy, "; ".join(reasons) or None,
                           time.perf_counter() - start, min(retries, default=None))

@@ -36,7 +36,6 @@ whole, exactly as before (benchmarks/loop_ir_dump.py shows their loop IR unchang
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
 
 import islpy as isl
 
@@ -141,32 +140,28 @@ class _Run:
 
 
 def join_groups(domain: isl.UnionSet, schedules: list[isl.Schedule], deps: Dependences,
-                fusion: str, stop: Callable[[], bool] | None = None
-                ) -> tuple[isl.Schedule, bool]:
+                fusion: str) -> isl.Schedule:
     """The groups' schedules (in order) as one schedule of `domain`: a sequence of runs,
     each run's pieces fused in one band where that is legal (see the module's
-    docstring); and whether every fusion was tried. Once `stop()` (asked before each
-    try: the compile budget spent) says so, the pieces left each run alone, as their
-    group's schedule made them: legal, only fewer loops fused."""
+    docstring). Done even once the compile budget is spent (groups then in program
+    order): it costs time linear in the pieces (0.11 s for 1,000 statements), and a
+    1,000-statement chain left as 1,000 loops cost 14 s of LLVM instead of 1 s."""
     runs: list[_Run] = []
-    complete = True
     for schedule in schedules:
         for piece in _pieces(schedule):
-            if runs and fusion != "min" and complete and stop is not None and stop():
-                complete = False
-            if runs and fusion != "min" and complete and _join(runs[-1], piece, deps, fusion):
+            if runs and fusion != "min" and _join(runs[-1], piece, deps, fusion):
                 continue
             runs.append(_start(piece))
     root = isl.Schedule.from_domain(domain).get_root().child(0)
     if len(runs) == 1:
-        return _build(root, runs[0]).get_schedule(), complete
+        return _build(root, runs[0]).get_schedule()
     filters = isl.UnionSetList.alloc(domain.get_ctx(), len(runs))
     for run in runs:
         filters = filters.add(union_sets([p.domain for p in run.pieces]))
     node = root.insert_sequence(filters)
     for k, run in enumerate(runs):
         node = _build(node.child(k).child(0), run).parent().parent()
-    return node.get_schedule(), complete
+    return node.get_schedule()
 
 
 def _pieces(schedule: isl.Schedule) -> list[_Piece]:
