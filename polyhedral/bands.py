@@ -80,7 +80,8 @@ def stride_scores(node: isl.ScheduleNode, scop: Scop, band: list[Member]) -> lis
     instances, so an init or epilogue does not outvote the reduction it wraps.
     """
     scores = [0.0] * len(band)
-    active = [st for st in scop.statements if in_domain(node, st.id)]
+    here = statement_ids(node)
+    active = [st for st in scop.statements if st.id in here]
     weights = _weights(active, scop)
     for m in band:
         for st in active:
@@ -134,15 +135,18 @@ def _stride_effect(subscripts, index: str) -> int:
     return 0
 
 
-def in_domain(node: isl.ScheduleNode, sid: str) -> bool:
-    return sid in [s.get_tuple_name() for s in sets(node.get_domain())]
+def statement_ids(node: isl.ScheduleNode) -> set[str]:
+    """The statements with instances at `node` (asked once per band, not per statement:
+    a program of many statements has many of each)."""
+    return {s.get_tuple_name() for s in sets(node.get_domain())}
 
 
 def reads_reuse(node: isl.ScheduleNode, scop: Scop, band: list[Member]) -> bool:
     """Whether some read of a tensor with two or more dimensions stays the same along a
     member: then tiling keeps it in cache."""
+    here = statement_ids(node)
     for st in scop.statements:
-        if st.kind == "init" or not in_domain(node, st.id):
+        if st.kind == "init" or st.id not in here:
             continue
         for read in st.source.reads():
             if len(read.affine) < 2:

@@ -13,6 +13,7 @@ object. polyhedral/loop_format.py prints the IR as readable pseudo-C.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Callable, Mapping
 
 from tclang.dtypes import DType
@@ -444,10 +445,7 @@ class Kernel:
     temporaries: tuple[TemporaryPlan, ...] = ()  # what became of each temporary (CPU)
 
     def buffer(self, name: str) -> Buffer:
-        for b in self.buffers:
-            if b.name == name:
-                return b
-        raise KeyError(name)
+        return self._by_name[0][name]
 
     def declared(self, name: str) -> Buffer:
         """A kernel buffer, or a contracted temporary as the definition declares it (its
@@ -458,10 +456,19 @@ class Kernel:
         return self.buffer(name)
 
     def statement(self, sid: str) -> StatementDef:
+        return self._by_name[1][sid]
+
+    @cached_property
+    def _by_name(self) -> tuple[dict[str, Buffer], dict[str, StatementDef]]:
+        """Buffers and statements by name, built once: the backends and the passes ask per
+        statement run, and a kernel of n statements may have n buffers."""
+        buffers: dict[str, Buffer] = {}
+        statements: dict[str, StatementDef] = {}
+        for b in self.buffers:
+            buffers.setdefault(b.name, b)
         for s in self.statements:
-            if s.id == sid:
-                return s
-        raise KeyError(sid)
+            statements.setdefault(s.id, s)
+        return buffers, statements
 
 
 def walk_nodes(node: Node):

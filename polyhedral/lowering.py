@@ -18,10 +18,12 @@ import islpy as isl
 from polyhedral import loop_ir as L
 from polyhedral.affexpr import pw_aff_expr
 from polyhedral.dependences import Dependences
-from polyhedral.isl_callbacks import build_ast, descendants, map_bottom_up, pieces, pw_affs
+from polyhedral.isl_callbacks import build_ast, descendants, map_bottom_up, maps, pieces, \
+    pw_affs
 from polyhedral.packing import PACK_MARK, PACK_STATEMENT, PackPlan
 from polyhedral.register_tiles import UNROLL_MARK
 from polyhedral.scop import Scop, tensor_box
+from polyhedral.statement_groups import SPLIT_STATEMENTS
 from polyhedral.subscripts import lower_value, size_index
 from tclang.lang import program as P
 from tclang.dtypes import identity
@@ -63,13 +65,11 @@ class _Lowering:
         ctx.set_ast_build_detect_min_max(1)
         context = self.scop.context if extra_context is None else extra_context
         build = isl.AstBuild.from_context(context)
-        validity = self.deps.validity
-        # coincidence = validity + the reductions' order-free self-dependences: test the
-        # two parts apart, each only once per loop (the test dominates AST build time)
-        order_free = self.deps.coincidence.subtract(validity).coalesce()
+        deps = _LoopDependences(self.deps, len(self.scop.statements) <= SPLIT_STATEMENTS)
 
         def before_for(build: isl.AstBuild) -> isl.Id:
             schedule_map = build.get_schedule()
+            validity, order_free = deps.of(schedule_map)
             ordered_ok = _carries_nothing(schedule_map, validity)
             parallel = ordered_ok and _carries_nothing(schedule_map, order_free)
             reduction = ordered_ok and not parallel
@@ -336,6 +336,35 @@ def _members_needed(band: isl.ScheduleNode) -> int:
     return band.band_n_member()
 
 
+class _LoopDependences:
+    """The dependences among the statements of a loop, for the test of what it carries.
+
+    coincidence = validity + the reductions' order-free self-dependences: the two parts are
+    tested apart, each only once per loop (the test dominates AST build time). A program
+    of few statements tests the whole program's; one of more than SPLIT_STATEMENTS has
+    many loops, each over a few of its statements, and tests only the dependences among
+    those (the answer is the same: the others do not meet the loop's instances), found
+    per pair of statements instead of a pass over all of them per loop."""
+
+    def __init__(self, deps: Dependences, whole: bool):
+        self.deps = deps
+        self.whole = whole
+        self.known: dict[frozenset[str], tuple[isl.UnionMap, isl.UnionMap]] = {}
+        if self.whole:
+            validity = deps.validity
+            self.all = (validity, deps.coincidence.subtract(validity).coalesce())
+
+    def of(self, schedule_map: isl.UnionMap) -> tuple[isl.UnionMap, isl.UnionMap]:
+        """(validity, order-free) dependences among the statements of `schedule_map`."""
+        if self.whole:
+            return self.all
+        key = frozenset(m.get_tuple_name(isl.dim_type.in_) for m in maps(schedule_map))
+        if key not in self.known:
+            among = self.deps.among(key)
+            self.known[key] = (among.validity, among.coincidence.subtract(among.validity))
+        return self.known[key]
+
+
 def _carries_nothing(schedule_map: isl.UnionMap, deps: isl.UnionMap) -> bool:
     """Whether the innermost dimension of `schedule_map` carries none of `deps` (PPCG)."""
     in_time = deps.apply_domain(schedule_map).apply_range(schedule_map)
@@ -377,16 +406,19 @@ def zero_filled(scop: Scop) -> tuple[str, ...]:
     access reads the initial contents (a `+=`, or the float32 start of a widened half `+=`,
     see tclang/lang/half_accumulators.py): they start as zeros."""
     d = scop.definition
+    first: dict[str, P.Statement] = {}  # each tensor's first accessing statement
+    for s in d.statements:
+        for name in [s.target] + [r.tensor for r in s.reads()]:
+            first.setdefault(name, s)
+    written = scop.writes.range()
     result = []
     for t in d.outputs + d.temporaries:
-        first = next(s for s in d.statements if s.target == t.name or
-                     any(r.tensor == t.name for r in s.reads()))
-        if first.target != t.name or (first.is_reduction and not first.reset):
+        if first[t.name].target != t.name or \
+                (first[t.name].is_reduction and not first[t.name].reset):
             result.append(t.name)
             continue
         box = tensor_box(scop, t.name).intersect_params(scop.context)
-        written = scop.writes.range().extract_set(box.get_space())
-        if not box.is_subset(written):
+        if not box.is_subset(written.extract_set(box.get_space())):
             result.append(t.name)
     return tuple(result)
 

@@ -146,7 +146,8 @@ def plan(node: isl.ScheduleNode, scop: Scop, target: Target,
         # took seconds per kernel (a 3x3 convolution: 6 s); such code keeps cache tiles only
         return None
     band = B.members(node, scop)
-    active = [st for st in scop.statements if B.in_domain(node, st.id)]
+    here = B.statement_ids(node)
+    active = [st for st in scop.statements if st.id in here]
     reduces = [st for st in active if st.kind == "reduce"]
     if len(reduces) != 1:
         return None

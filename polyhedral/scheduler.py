@@ -30,7 +30,7 @@ doing, the same every time: that fallback is final.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import islpy as isl
 
@@ -39,6 +39,8 @@ from polyhedral.isl_context import compilation_context
 from polyhedral.dependences import Dependences
 from polyhedral.isl_callbacks import sets
 from polyhedral.scop import Scop
+from polyhedral.statement_groups import SPLIT_STATEMENTS, join_groups, statement_groups, \
+    union_sets
 from tclang import budget as compile_budget
 from tclang.forked_server import ForkedServer, RequestFailed, ServerError, ServerTimeout
 from tclang.recent import Recent
@@ -131,14 +133,54 @@ def _nearest_proximity(sc: isl.ScheduleConstraints) -> isl.ScheduleConstraints:
 
 def compute_schedule(scop: Scop, deps: Dependences, fusion: str,
                      time_limit: float | None = None) -> ScheduleResult:
-    """The first strategy of the chain gets `time_limit` (TIME_LIMIT when None); the
-    fallbacks share what is left of it, at least FALLBACK_LIMIT each, so a program that
-    blows up costs about `time_limit` in all rather than `time_limit` per strategy. Every
-    limit is capped by what is left of the compile's budget (tclang/budget.py); once it is
-    spent, the chain ends in program order, degraded like any failure by circumstance.
-    The result's `retry_at` is the earliest retry of a strategy that failed by
-    circumstance."""
+    """A program of at most SPLIT_STATEMENTS statements is scheduled whole; a larger one
+    in groups (each a view of the scop with the group's instances as its domain), each
+    with the strategy chain of _schedule_group under its own `time_limit` (TIME_LIMIT
+    when None), joined and fused back (polyhedral/statement_groups.py). Every limit is
+    capped by what is left of the compile's budget (tclang/budget.py): once it is spent,
+    the groups left run in program order, degraded like any failure by circumstance, and
+    are fused back all the same (the join's cost is linear; 1,000 loops' code is not).
+    The result's `retry_at` is the earliest retry of a strategy (of any group) that
+    failed by circumstance."""
     time_limit = TIME_LIMIT if time_limit is None else time_limit
+    start = time.perf_counter()
+    domains = _statement_domains(scop)
+    ids = [st.id for st in scop.statements if st.id in domains]
+    if len(ids) <= SPLIT_STATEMENTS:
+        schedule, strategy, reasons, retries = _schedule_group(scop, deps, fusion,
+                                                               time_limit)
+        return ScheduleResult(schedule, strategy, "; ".join(reasons) or None,
+                              time.perf_counter() - start, min(retries, default=None))
+    schedules, strategies, failed, retries = [], [], [], []
+    previous: list[str] = []
+    for group in statement_groups(ids, deps):
+        view = replace(scop, domain=union_sets([domains[sid] for sid in group]))
+        schedule, strategy, why, later = _schedule_group(view, deps.among(group), fusion,
+                                                         time_limit)
+        schedules.append(schedule)
+        strategies.append(strategy)
+        retries += later
+        if why and why == previous:  # the next group failed alike (the budget spent)
+            failed[-1][1] = group[-1]
+        elif why:
+            failed.append([group[0], group[-1], why])
+        previous = why
+    reasons = [f"statements {first}..{last}: {r}"
+               for first, last, why in failed for r in why]
+    schedule = join_groups(scop.domain, schedules, deps, fusion)
+    strategy = " / ".join(sorted(set(strategies), key=strategies.index))
+    return ScheduleResult(schedule, strategy, "; ".join(reasons) or None,
+                          time.perf_counter() - start, min(retries, default=None))
+
+
+def _schedule_group(scop: Scop, deps: Dependences, fusion: str, time_limit: float
+                    ) -> tuple[isl.Schedule, str, list[str], list[float]]:
+    """(schedule, strategy, why the strategies before it failed, when the ones that
+    failed by circumstance may be tried again) of the scop's domain: the first strategy
+    of the chain gets `time_limit`; the fallbacks share what is left of it, at least
+    FALLBACK_LIMIT each, so a program that blows up costs about `time_limit` in all
+    rather than `time_limit` per strategy. Each limit is capped by what is left of the
+    compile budget; once that is spent, program order."""
     start = time.perf_counter()
     chain = [fusion] + [f for f in ("min",) if f != fusion]
     reasons, retries = [], []
@@ -164,12 +206,8 @@ def compute_schedule(scop: Scop, deps: Dependences, fusion: str,
             if failure.retry_at is not None:
                 retries.append(failure.retry_at)
             continue
-        fallback = "; ".join(reasons) if reasons else None
-        return ScheduleResult(schedule, strategy, fallback, time.perf_counter() - start,
-                              min(retries, default=None))
-    schedule = original_schedule(scop)
-    return ScheduleResult(schedule, "original", "; ".join(reasons),
-                          time.perf_counter() - start, min(retries, default=None))
+        return schedule, strategy, reasons, retries
+    return original_schedule(scop), "original", reasons, retries
 
 
 class _Failed(Exception):
@@ -259,15 +297,17 @@ def _ask(text: str, strategy: str, limit: float, last: _Answer | None) -> _Answe
 
 
 def original_schedule(scop: Scop) -> isl.Schedule:
-    """Program order: a sequence of the statements, each with a band over its indices."""
+    """Program order: a sequence of the statements (those of the scop's domain), each with
+    a band over its indices."""
     ctx = scop.ctx
-    present = [st for st in scop.statements if _statement_domain(scop, st.id) is not None]
+    domains = _statement_domains(scop)
+    present = [st for st in scop.statements if st.id in domains]
     node = isl.Schedule.from_domain(scop.domain).get_root().child(0)
     if not present:
         return node.get_schedule()
     filters = isl.UnionSetList.alloc(ctx, len(present))
     for st in present:
-        filters = filters.add(_statement_domain(scop, st.id))
+        filters = filters.add(domains[st.id])
     node = node.insert_sequence(filters)
     for k, st in enumerate(present):
         if not st.indices:
@@ -280,9 +320,9 @@ def original_schedule(scop: Scop) -> isl.Schedule:
     return node.get_schedule()
 
 
-def _statement_domain(scop: Scop, sid: str) -> isl.UnionSet | None:
-    found = [s for s in sets(scop.domain) if s.get_tuple_name() == sid]
-    return isl.UnionSet.from_set(found[0]) if found else None
+def _statement_domains(scop: Scop) -> dict[str, isl.UnionSet]:
+    """Each statement's instances (a statement with none, e.g. for a size 0, is absent)."""
+    return {s.get_tuple_name(): isl.UnionSet.from_set(s) for s in sets(scop.domain)}
 
 
 def schedule_text(schedule: isl.Schedule) -> str:

@@ -15,6 +15,7 @@ error-prone than building isl objects by hand (see the polyhedral notes).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Mapping
 
 import islpy as isl
@@ -51,10 +52,13 @@ class Scop:
     ref_reads: dict[tuple[str, int], isl.Map] = field(default_factory=dict)
 
     def statement(self, sid: str) -> ScopStatement:
-        for s in self.statements:
-            if s.id == sid:
-                return s
-        raise KeyError(sid)
+        return self._by_id[sid]
+
+    @cached_property
+    def _by_id(self) -> dict[str, ScopStatement]:
+        """The passes ask for statements by id per band member and access: a search of
+        the list each time cost time quadratic in the statements."""
+        return {s.id: s for s in self.statements}
 
     @property
     def specialized(self) -> bool:

@@ -10,6 +10,7 @@ only where they are stored or cast to `half`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import TYPE_CHECKING, Mapping
 
 from tclang.dtypes import DType
@@ -299,8 +300,10 @@ class Definition:
     # the compile cache keys it by (tclang/cachekey.py); `source` is the whole text
     tokens: str = field(compare=False, default="")
 
-    @property
+    @cached_property
     def tensors(self) -> dict[str, Tensor]:
+        """By name; built once (the stages ask `tensor` per statement and access, and a
+        program of n statements may have n temporaries)."""
         return {t.name: t for t in self.inputs + self.outputs + self.temporaries}
 
     def tensor(self, name: str) -> Tensor:

@@ -13,6 +13,7 @@ spent: the outcome is then the same on a loaded machine as on a quiet one.
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 import uuid
@@ -263,3 +264,93 @@ def test_a_fallback_taken_in_the_middle_ends_process_is_the_compilers(monkeypatc
     np.testing.assert_allclose(kernel(*args), expected, rtol=1e-5)
     assert compiled.degraded and "budget" in (compiled.fallback or "")
     assert not any(key[1] == ("entry", name) for key in stored if len(key) > 1)
+
+
+# ---- programs of more than SPLIT_STATEMENTS statements, scheduled in groups -------------
+
+CHAIN = 200  # in-place updates: about 7 groups (polyhedral/statement_groups.py)
+
+
+def fresh_chain(**options):
+    """A 200-statement chain no cache holds (its own name), its inputs and NumPy's
+    result."""
+    from benchmarks.many_statements import expected, inputs, source
+    name = f"chain_{uuid.uuid4().hex[:8]}"
+    text = source(CHAIN, "inplace").replace("def many(", f"def {name}(", 1)
+    kernel = tc.define(text, options=tc.Options(**options))[name]
+    arrays = inputs(CHAIN, "inplace")
+    return name, kernel, arrays, expected(CHAIN, "inplace", arrays)
+
+
+def spent_at_call(module, name: str, monkeypatch, call: int = 1) -> list:
+    """`module.name`'s `call`-th call (in this compile) runs and then spends the current
+    compile's budget (its deadline moved to now: the same as a sleep, without its wait, so
+    that the stages before need no margin on a loaded machine). The calls are counted in
+    the list returned."""
+    real, calls = getattr(module, name), []
+
+    def spending(*args, **kwargs):
+        result = real(*args, **kwargs)
+        calls.append(name)
+        if len(calls) == call:
+            compile_budget.current().deadline = time.monotonic()
+        return result
+
+    monkeypatch.setattr(module, name, spending)
+    return calls
+
+
+def test_a_grouped_program_past_its_budget_schedules_its_later_groups_in_program_order(
+        monkeypatch, capsys, progress, stored):
+    """Spent once isl has scheduled the first group: each group left is not given to isl
+    but runs in program order (said once for them all), fused back all the same (169
+    loops of their own cost LLVM 2 s here, 14 s for 1,000 statements), and the kernel is
+    right, degraded and not stored; the bar named the schedule stage."""
+    from polyhedral import loop_ir as L
+    from polyhedral import scheduler
+    calls = spent_at_call(scheduler, "_in_worker", monkeypatch)
+    name, kernel, args, expected = fresh_chain()
+    compiled = kernel.compile(*args)
+    assert len(calls) == 1  # no group after the first went to isl
+    np.testing.assert_allclose(compiled(*args), expected, rtol=1e-5)
+    assert compiled.degraded and compiled.strategy == "preserve_parallel / original"
+    assert compiled.fallback.count("was spent") == 2  # preserve_parallel, min: once each
+    assert re.match(r"statements S\d+\.\.S199: preserve_parallel: not tried", compiled.fallback)
+    loops = [n for n in L.walk_nodes(compiled.loop_ir.body) if isinstance(n, L.For)]
+    assert len(loops) <= 2  # isl's loop of the first group, one for the rest
+    assert not any(dict(k).get("entry") == name for k in stored if isinstance(k[0], tuple))
+    assert compiled._c.retry_at > time.monotonic()
+    assert f"compiling {name}: schedule" in capsys.readouterr().err
+
+
+def test_a_grouped_program_past_its_budget_in_the_dependences_is_a_compile_error(
+        monkeypatch):
+    """The per-statement dependence loop checks the deadline at every statement: spent at
+    the 50th of 200, the next one raises, naming the stage."""
+    from polyhedral import dependences
+    calls = spent_at_call(dependences, "_dataflow", monkeypatch, call=50)
+    _, kernel, args, _ = fresh_chain(compile_budget=30)
+    with pytest.raises(tc.TCCompileError, match="in the dependences stage") as caught:
+        kernel.compile(*args)
+    assert len(calls) == 50 and "split the definition" in str(caught.value)
+
+
+@pytest.mark.parametrize("seconds", [0.02, 0.3, 1.0])
+def test_a_tiny_budget_on_a_grouped_program_is_a_defined_outcome(monkeypatch,
+                                                               fresh_middle_end, seconds):
+    """No patches, through the middle end's helper: whatever stage the budget runs out
+    in (it depends on the machine's speed and load), a 200-statement chain either
+    compiles (degraded where the budget ran out from the schedule on) and is right, or is
+    a TCCompileError naming a stage before the schedule ("start": spent before the first
+    stage, on handing the definition to the helper)."""
+    monkeypatch.undo()  # the helper, not this process
+    _, kernel, args, expected = fresh_chain(compile_budget=seconds)
+    try:
+        compiled = kernel.compile(*args)
+    except tc.TCCompileError as error:
+        assert any(f"in the {stage} stage" in str(error)
+                   for stage in ("start", "passes", "scop", "dependences")), str(error)
+        return
+    np.testing.assert_allclose(compiled(*args), expected, rtol=1e-5)
+    if compiled.degraded:
+        assert "budget" in compiled.fallback

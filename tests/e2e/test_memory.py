@@ -285,10 +285,18 @@ def test_a_scheduling_process_dies_with_the_middle_end(fresh_middle_end):
     killed with it, not left to run on its own."""
     from tests.polyhedral.test_schedules import GENERIC_BLOWUP
     failures = []
+    # test_a_real_scheduler_blowup_falls_back_to_min, run in this process less than
+    # RETRY_AFTER before (the same worker), leaves the kernel compiled (degraded) in
+    # memory and the scheduler's time-out remembered, both inherited by the helper forked
+    # from here: either starts no scheduling process. A name of its own, answers cleared.
+    from polyhedral import scheduler
+    scheduler._answers.clear()
+    name = f"blowup_{os.getpid()}_{time.monotonic_ns()}"
+    source = GENERIC_BLOWUP.replace("def fuzz(", f"def {name}(", 1)
 
     def compile_blowup():
         try:
-            tc.define(GENERIC_BLOWUP, options=tc.Options(specialize=False)).fuzz.compile(
+            tc.define(source, options=tc.Options(specialize=False))[name].compile(
                 np.ones((3, 3), np.int64))
         except tc.TCCompileError as err:  # the process was killed under it
             failures.append(err)

@@ -15,17 +15,17 @@ from tclang.lang import program as P
 
 def eliminate_dead_code(defn: P.Definition):
     """`defn` without the statements and temporaries no output depends on."""
+    writing: dict[str, list[P.Statement]] = {}
+    for s in defn.statements:
+        writing.setdefault(s.target, []).append(s)
     live = {t.name for t in defn.outputs}
-    grew = True
-    while grew:
-        grew = False
-        for s in defn.statements:
-            if s.target not in live:
-                continue
+    pending = list(live)  # each live tensor's writers read live tensors: once per tensor
+    while pending:
+        for s in writing.get(pending.pop(), ()):
             for read in [*s.reads(), *s.exists]:
                 if read.tensor not in live:
                     live.add(read.tensor)
-                    grew = True
+                    pending.append(read.tensor)
     dead = [t for t in defn.temporaries if t.name not in live]
     if not dead:
         return defn, []

@@ -26,7 +26,7 @@ from typing import Mapping
 
 from tclang.dtypes import DType
 from tclang.lang import program as P
-from tclang.lang.passes.common import share_across_statements
+from tclang.lang.passes.common import computed_in, share_across_statements
 from tclang.lang.passes.rewrite import postorder
 from tclang.lang.program_text import expression_text
 
@@ -72,6 +72,8 @@ def _store_one(defn: P.Definition, k: int, sizes, slice_bytes: int):
         row *= max(1, s.range_of(index).extent.evaluate(sizes))
     if row * term.dtype.numpy.itemsize > slice_bytes:
         return None
+    if not computed_in(term, [x.rhs for x in defn.statements[k + 1:]]):
+        return None  # no consumer computes it: the pass over the program below finds none
     name = _fresh(defn, f"{s.target}_term")
     span = s.span
     store = P.Statement(s.position, name, s.all_indices, "=", False, term, (), s.domain, (),
