@@ -450,6 +450,16 @@ def test_grad_of_a_max_of_a_product_with_a_quotient(cache):
     assert gradients.check_grad(program) == ([], ["grad"])
 
 
+def test_grad_of_a_hypot_of_zeros(cache):
+    """hypot's derivative (a x' + b y') / hypot(a, b) is 0/0 where a = b = 0: NaN, where
+    hypot(A(i) * T(i), T(i)) with T = 0 (A < 9) does not move with A at all (seed 0, program 329,
+    and seed 1, program 176). FIXED: 0 at the origin (docs/autodiff.md)."""
+    program = GeneratedProgram("def f(double(N) A) -> (O) {\n"
+                               "    T(i) = A(i) > 9.0 ? A(i) : 0.0\n"
+                               "    O(i) = hypot(A(i) * T(i), T(i))\n}\n", "f", {"N": 4})
+    assert gradients.check_grad(program) == ([], ["grad"])
+
+
 @pytest.mark.xfail(strict=True, reason="OPEN gradgrad-window-range-bound: issue 35 item 4 "
                                        "(tclang.fuzzing.differential.KNOWN_BUGS)")
 def test_open_second_derivative_of_a_window(cache):
