@@ -48,8 +48,10 @@ def define(source: str, backend: str = "cpu", options: Options | str | None = No
         if not isinstance(options, Options):
             what = repr(options) if isinstance(options, str) else type(options).__name__
             raise TCError(f'options must be a tclang.Options or "tuned", not {what}')
-    # None: the automatic schedule (the Options object is made when first needed)
-    return _module(source, backend, None if tuned else options, tuned)
+    from tclang import ctrl_c
+    with ctrl_c.Compiling():  # a Ctrl-C while it checks is never dropped (tclang/ctrl_c.py)
+        # None: the automatic schedule (the Options object is made when first needed)
+        return _module(source, backend, None if tuned else options, tuned)
 
 
 def _module(source: str, backend: str, options, tuned: bool):

@@ -27,7 +27,7 @@ import numpy as np
 
 from backends.contract import Artifact, Backend
 from polyhedral import loop_ir as L
-from tclang import budget as compile_budget, diskcache
+from tclang import budget as compile_budget, ctrl_c, diskcache
 from tclang.registry import BACKENDS, get_backend  # noqa: F401 (BACKENDS: for the CLI)
 from tclang.bfloat16 import dtype_of_key
 from tclang.cachekey import key_digest
@@ -157,6 +157,16 @@ def compile_definition(defn: Definition, sizes: dict[str, int] | None, options: 
     if hit is not None and not hit.due():
         return Compiled(hit.info, hit.artifact, None, {}, "memory", shares=hit,
                         retry_at=hit.retry_at)
+    # a Ctrl-C from here on comes out as KeyboardInterrupt, even one Python drops in a
+    # finalizer or an at-fork hook (tclang/ctrl_c.py)
+    with ctrl_c.Compiling():
+        return _load_or_compile(defn, sizes, options, backend_name, target, key, layouts,
+                                fresh, hit)
+
+
+def _load_or_compile(defn: Definition, sizes, options: Options, backend_name: str,
+                     target: Target, key: tuple, layouts, fresh: bool,
+                     hit: "Compiled | None") -> Compiled:
     backend = get_backend(backend_name)
     digest = key_digest(key)
     start = time.perf_counter()
@@ -201,10 +211,11 @@ def compile_uncached(defn: Definition, sizes: dict[str, int] | None, options: Op
     """A compile that neither caches read nor fill: what `explain --stage timings` times
     for a kernel that came from a cache."""
     backend = get_backend(backend_name)
-    prepare = getattr(backend, "prepare", None)
-    if prepare is not None:
-        prepare()
-    return _compile(defn, sizes, options, backend, target, layouts)
+    with ctrl_c.Compiling():
+        prepare = getattr(backend, "prepare", None)
+        if prepare is not None:
+            prepare()
+        return _compile(defn, sizes, options, backend, target, layouts)
 
 
 def _serialized(kernel: L.Kernel) -> bytes | None:
@@ -287,10 +298,12 @@ def _compile(defn: Definition, sizes, options: Options, backend: Backend, target
     # helper process, replaced now and then: islpy leaks on every compile) and code generation
     with recursion_room(), compile_budget.compiling(defn.name, options):
         scheduled = middle_end.schedule(defn, sizes, options, target, layouts)
+        ctrl_c.checkpoint()  # a Ctrl-C that Python dropped meanwhile: here, not after LLVM
         kernel = scheduled.kernel
         stages = Stages(defn.name)
         with stages("code"):
             artifact = backend.build(kernel, target)
+        ctrl_c.checkpoint()
         stages.show("code", artifact.source)
         for name, text in artifact.stages.items():
             stages.show(name, text)

@@ -14,6 +14,8 @@ Guarantees, for every user of ForkedServer:
   memory spike elsewhere on the machine costs one retry, not the compile. A second death
   is ServerDied, which says how the process ended (signal or exit status).
 - Ctrl-C reaches the whole process group: the helper ignores it, the compiler decides.
+- A Ctrl-C that lands during the fork is raised in the compiler once the helper is known
+  (tclang/ctrl_c.py: Python dropped it inside the at-fork hooks).
 - The helper ends with the compiler's process: it closes its copy of the parent's end of
   the pipe (else no EOF ever comes) and checks its parent every second (a process forked
   later from the parent may hold that end too). A leftover helper would hold the caller's
@@ -34,6 +36,8 @@ import threading
 import time
 import weakref
 from typing import Any, Callable
+
+from tclang import ctrl_c
 
 
 class ServerError(Exception):
@@ -167,23 +171,24 @@ class ForkedServer:
     def _start(self) -> None:
         conn, child = multiprocessing.Pipe()
         parent = os.getpid()
-        try:
-            pid = os.fork()
-        except OSError as err:
-            conn.close()
-            child.close()
-            raise ServerUnavailable(f"the {self.name} process could not start: {err}") \
-                from None
-        if pid == 0:
-            code = 0
+        with ctrl_c.Held():  # a Ctrl-C during the fork: raised once the helper is known
             try:
-                _serve(self.handler, child, conn, parent, self.prepare)
-            except BaseException:
-                code = 1
-            finally:
-                os._exit(code)
-        child.close()
-        self.pid, self.conn, self.served = pid, conn, 0
+                pid = os.fork()
+            except OSError as err:
+                conn.close()
+                child.close()
+                raise ServerUnavailable(f"the {self.name} process could not start: "
+                                        f"{err}") from None
+            if pid == 0:
+                code = 0
+                try:
+                    _serve(self.handler, child, conn, parent, self.prepare)
+                except BaseException:
+                    code = 1
+                finally:
+                    os._exit(code)
+            child.close()
+            self.pid, self.conn, self.served = pid, conn, 0
 
     def _exited(self) -> bool:
         """Whether the process ended (it is reaped here: its pid may not be signalled again)."""

@@ -28,20 +28,35 @@ a forked child cannot use at all (the CUDA driver refuses).
 from __future__ import annotations
 
 import os
+import threading
 import weakref
 
-_locks: weakref.WeakSet = weakref.WeakSet()
+# weak references with no callback, not a WeakSet: a WeakSet runs Python (its `_remove`)
+# each time a lock dies, and a Ctrl-C whose handler ran there was dropped by Python
+# ("Exception ignored in ..._remove", tclang/ctrl_c.py); the dead ones are swept as the
+# list grows
+_locks: list[weakref.ref] = []
+_sweep_at = 64
+_guard = threading.Lock()  # the list's (released in the child like the others)
 
 
 def fork_safe(lock):
     """`lock` (a threading.Lock or RLock), released in every child forked from now on."""
-    _locks.add(lock)
+    global _sweep_at
+    with _guard:
+        _locks.append(weakref.ref(lock))
+        if len(_locks) >= _sweep_at:
+            _locks[:] = [ref for ref in _locks if ref() is not None]
+            _sweep_at = max(64, 2 * len(_locks))
     return lock
 
 
 def _release_in_child() -> None:
-    for lock in list(_locks):
-        lock._at_fork_reinit()
+    _guard._at_fork_reinit()
+    for ref in list(_locks):
+        lock = ref()
+        if lock is not None:
+            lock._at_fork_reinit()
 
 
 os.register_at_fork(after_in_child=_release_in_child)

@@ -317,10 +317,12 @@ class _Builder:
         """max=!/min=!: how many candidates equal the result (a statement), and the weight
         that routes dT to each of them."""
         s = self.defn.statements[k]
+        if not s.reduction_indices:
+            return g  # one candidate at each point: the result is that candidate
         made = self.made[k]
         version = self.versions[made]
         result = _read(made, s.indices, version.dtype, s.span)
-        hit = D.compare("eq", rhs, result)
+        hit = D.compare("eq", self._candidate(k, rhs), result)
         ties = f"ties:{made}"
         t = version.dtype.compute if version.dtype.is_float else DType.FLOAT32
         self.versions[ties] = _Version(ties, f"ties_{s.target}", None, t, version.extent)
@@ -330,6 +332,24 @@ class _Builder:
             bool(s.reduction_indices), op="+=!" if s.reduction_indices else "=",
             comment=f"# how many candidates tie for the {s.op} of statement {k + 1}"))
         return D.select(hit, D.div(g, _read(ties, s.indices, t, s.span)), None, t)
+
+    def _candidate(self, k: int, rhs: P.Expr) -> P.Expr:
+        """The candidates of max=!/min=! statement k, as the backward compares them with
+        the result. Recomputed where that gives the forward's bits (reads, casts, sums,
+        calls); but a product feeding a sum may become one FMA, and a division by a value
+        the loop does not change a product with the reciprocal, in one kernel and not in
+        another (docs/language.md), so a recomputed candidate may miss the max it is: such
+        candidates are saved by the training forward (`T_candidates`, the statement's
+        whole domain, as PyTorch's amax keeps its input) and read back."""
+        if not any(isinstance(x, P.Binary) and x.dtype.is_float and x.op in
+                   ("mul", "div", "mod") for x in P.walk(rhs)):
+            return rhs
+        s = self.defn.statements[k]
+        label = f"cand:{self.made[k]}"
+        if label not in self.versions:
+            self.versions[label] = _Version(label, f"{s.target}_candidates", k, rhs.dtype,
+                                            tuple(s.range_of(i).hi for i in s.all_indices))
+        return _read(label, s.all_indices, rhs.dtype, s.span)
 
     def _pass_through(self, k: int, before: str, grad: str) -> None:
         """The gradient of the value the statement overwrote (or added to): all of dT for
@@ -572,9 +592,14 @@ class _Builder:
             names[_label(t.name, None)] = t.name
         saved: list[Saved] = []
         copies: dict[int, tuple[str, str]] = {}
+        candidates: dict[int, str] = {}  # statement -> the tensor saving its candidates
         for label in needed:
             v = self.versions[label]
             if v.writer is None:
+                continue
+            if label.startswith("cand:"):
+                names[label] = candidates[v.writer] = self.fresh(v.tensor)
+                saved.append(Saved(names[label], v.dtype, v.extent, False))
                 continue
             if v.final:
                 names[label] = v.tensor
@@ -609,7 +634,7 @@ class _Builder:
         forward_name = defn.name if not any(not s.is_output for s in saved) else \
             self.fresh(f"{defn.name}_saving")
         backward_name = self.fresh(f"{defn.name}_grad")
-        forward = self._forward_text(forward_name, saved, copies)
+        forward = self._forward_text(forward_name, saved, copies, candidates)
         backward = _Backward(self, names, saved, seeds, seed_names, grad_names, added,
                              backward_name).text()
         return GradientSource(forward, forward_name, backward, backward_name, self.wrt,
@@ -647,7 +672,8 @@ class _Builder:
         writers = [k for k, s in enumerate(self.defn.statements) if s.target == v.tensor]
         return writers.index(v.writer) + 1
 
-    def _forward_text(self, name: str, saved: list[Saved], copies: dict) -> str:
+    def _forward_text(self, name: str, saved: list[Saved], copies: dict,
+                      candidates: dict) -> str:
         defn = self.defn
         extra = [s.name for s in saved if not s.is_output]
         if not extra:
@@ -655,7 +681,21 @@ class _Builder:
         lines = [f"def {name}({', '.join(_param(t) for t in defn.inputs)}) -> "
                  f"({', '.join([_output(t) for t in defn.outputs] + extra)}) {{"]
         for k, text in enumerate(_statement_texts(defn)):
-            lines.append("    " + text)
+            if k in candidates:  # T(I) max=! e  ->  C(I, R) = e;  T(I) max=! C(I, R)
+                s = defn.statements[k]
+                every = ", ".join(s.all_indices)
+                where = ", ".join(f"{r.name} in {r.lo}:{r.hi}"
+                                  for r in (s.range_of(i) for i in s.all_indices))
+                target = f"{s.target}({', '.join(s.indices)})" if s.indices else s.target
+                # the type said (a reprinted literal may type otherwise): the backward
+                # declares the saved tensor with it
+                dtype = self.versions[f"cand:{self.made[k]}"].dtype
+                value = source(s.rhs) if isinstance(s.rhs, P.Cast) and \
+                    s.rhs.dtype is dtype else f"{type_name(dtype)}({source(s.rhs)})"
+                lines.append(f"    {candidates[k]}({every}) = {value} where {where}")
+                lines.append(f"    {target} {s.op}=! {candidates[k]}({every}) where {where}")
+            else:
+                lines.append("    " + text)
             if k in copies:
                 tensor, copy = copies[k]
                 v = self.versions[self.made[k]]

@@ -299,15 +299,29 @@ def _call(x: P.Call, d) -> P.Expr | None:
         a, b = args
         op = "ge" if name in ("fmax", "max") else "le"
         return select(compare(op, a, b), ds[0], ds[1], t)
+    zero = const(0, t)
     if name == "pow":
+        # as torch.pow: the base's part is 0 where b == 0 (b * a^(b-1) is 0 * inf at
+        # a = 0), the exponent's is 0 where a == 0 and b >= 0 (log(0) * 0 otherwise)
         a, b = args
-        return add(mul(ds[0], mul(b, call("pow", a, sub(b, one)))),
-                   mul(ds[1], mul(call("log", a), x)))
-    if name == "atan2":  # atan2(y, x): (x dy - y dx) / (x^2 + y^2)
+        base = mul(ds[0], mul(b, call("pow", a, sub(b, one))))
+        if base is not None and not isinstance(b, P.Const):  # a constant b != 0 here
+            base = select(compare("eq", b, zero), None, base, t)
+        exponent = mul(ds[1], mul(call("log", a), x))  # None for a constant b
+        if exponent is not None:
+            at_zero = P.Binary("and", compare("eq", a, zero), compare("ge", b, zero),
+                               DType.BOOL)
+            exponent = select(at_zero, None, exponent, t)
+        return add(base, exponent)
+    if name == "atan2":  # atan2(y, x): (x dy - y dx) / (x^2 + y^2); 0 at the origin
         y, xx = args
-        return div(sub(mul(xx, ds[0]), mul(y, ds[1])), add(mul(xx, xx), mul(y, y)))
+        norm = add(mul(xx, xx), mul(y, y))
+        return select(compare("eq", norm, zero), None,
+                      div(sub(mul(xx, ds[0]), mul(y, ds[1])), norm), t)
     if name in ("hypot", "norm3d", "norm4d"):
-        return div(_dot(args, ds), x)
+        # (a da + b db + ...) / hypot: 0/0 at the origin, where the gradient is 0 (the
+        # norm's subgradient, and the derivative wherever hypot's arguments stay 0)
+        return select(compare("eq", x, zero), None, div(_dot(args, ds), x), t)
     if name in ("rhypot", "rnorm3d", "rnorm4d"):
         return neg(mul(_dot(args, ds), mul(x, mul(x, x))))
     if name == "fma":
@@ -350,7 +364,7 @@ def _unary_factor(name: str, a: P.Expr, fx: P.Expr, t: DType, one: P.Expr) -> P.
         "log10": lambda: div(one, mul(a, c(_LN10))),
         "sqrt": lambda: div(c(0.5), fx),
         "rsqrt": lambda: mul(c(-0.5), div(fx, a)),
-        "cbrt": lambda: div(fx, mul(c(3), a)),
+        "cbrt": lambda: div(one, mul(c(3), mul(fx, fx))),  # not f/(3a): 0/0 at 0
         "rcbrt": lambda: neg(div(fx, mul(c(3), a))),
         "sin": lambda: call("cos", a),
         "cos": lambda: neg(call("sin", a)),
@@ -377,11 +391,14 @@ def _unary_factor(name: str, a: P.Expr, fx: P.Expr, t: DType, one: P.Expr) -> P.
         "fabs": lambda: select(compare("ge", a, c(0)), one, c(-1), t),
         "abs": lambda: select(compare("ge", a, c(0)), one, c(-1), t),
         "j0": lambda: neg(call("j1", a)),
-        "j1": lambda: sub(call("j0", a), div(fx, a)),
+        # j1' = j0 - j1/x and i1' = i0 - i1/x: 0/0 at 0, where the limit is 1/2
+        "j1": lambda: select(compare("eq", a, c(0)), c(0.5),
+                             sub(call("j0", a), div(fx, a)), t),
         "y0": lambda: neg(call("y1", a)),
         "y1": lambda: sub(call("y0", a), div(fx, a)),
         "cyl_bessel_i0": lambda: call("cyl_bessel_i1", a),
-        "cyl_bessel_i1": lambda: sub(call("cyl_bessel_i0", a), div(fx, a)),
+        "cyl_bessel_i1": lambda: select(compare("eq", a, c(0)), c(0.5),
+                                        sub(call("cyl_bessel_i0", a), div(fx, a)), t),
     }
     rule = rules.get(name)
     return rule() if rule else None

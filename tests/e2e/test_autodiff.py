@@ -176,6 +176,45 @@ def test_gradients_of_the_common_operators_against_numpy():
     np.testing.assert_allclose(db, (dY * mask).sum(0), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("expr, x, z, dx, dz", [
+    # 0/0 before: NaN. A norm's gradient at the origin is 0, as torch.linalg.vector_norm's
+    # (torch.hypot's own is NaN)
+    ("hypot(X(i), Z(i))", 0.0, 0.0, 0.0, 0.0),
+    ("norm3d(X(i), Z(i), X(i))", 0.0, 0.0, 0.0, 0.0),
+    ("norm4d(X(i), Z(i), Z(i), X(i))", 0.0, 0.0, 0.0, 0.0),
+    ("hypot(X(i), Z(i))", 3.0, -4.0, 0.6, -0.8),
+    ("atan2(X(i), Z(i))", 0.0, 0.0, 0.0, 0.0),  # torch.atan2's
+    # pow as torch.pow: 0 for the base where the exponent is 0, 0 for the exponent where
+    # the base is 0 and the exponent not negative (0 * inf, 0 * log(0) before: NaN)
+    ("pow(X(i), Z(i))", 0.0, 0.0, 0.0, 0.0),
+    ("pow(X(i), Z(i))", 0.0, 2.0, 0.0, 0.0),
+    ("pow(X(i), Z(i))", 0.0, 0.5, np.inf, 0.0),
+    ("pow(X(i), Z(i))", 2.0, 3.0, 12.0, 8.0 * np.log(2.0)),
+    # cbrt's f(x) / (3 x) was 0/0 at 0: now 1 / (3 f(x)^2), +inf as sqrt's 0.5 / f(x)
+    ("cbrt(X(i)) + Z(i)", 0.0, 0.0, np.inf, 1.0),
+    ("sqrt(X(i)) + Z(i)", 0.0, 0.0, np.inf, 1.0),
+    # j1(x) / x, i1(x) / x were 0/0 at 0: the limits, 1/2
+    ("j1(X(i)) + Z(i)", 0.0, 0.0, 0.5, 1.0),
+    ("cyl_bessel_i1(X(i)) + Z(i)", 0.0, 0.0, 0.5, 1.0),
+])
+def test_derivatives_at_the_points_where_the_rule_divides_by_zero(expr, x, z, dx, dz):
+    """Rules that divide by the function's value or by an argument (docs/autodiff.md,
+    "Kinks"): the value at the singular point is the limit, PyTorch's, or a subgradient,
+    never NaN."""
+    g = tc.grad(tc.define(f"def f(double(N) X, double(N) Z) -> (Y) {{ Y(i) = {expr} }}").f)
+    got = g(np.array([x]), np.array([z]), np.array([1.0]))
+    np.testing.assert_allclose([got[0][0], got[1][0]], [dx, dz], rtol=1e-12, atol=0)
+
+
+def test_a_zero_inner_derivative_through_hypot_gives_zero_not_nan():
+    """hypot(A * T, T) with T = 0: hypot does not move with A there (seed 0, program 329:
+    its backward divided 0 by hypot = 0)."""
+    g = tc.grad(tc.define("def f(double(N) A, double(N) T) -> (O) "
+                          "{ O(i) = hypot(A(i) * T(i), T(i)) }").f, wrt="A")
+    dA = g(np.array([1.5, -2.0]), np.array([0.0, 0.0]), np.ones(2))
+    np.testing.assert_array_equal(dA, [0.0, 0.0])
+
+
 def test_wrt_selects_inputs_and_is_checked():
     mod = tc.define(MATMUL)
     g = tc.grad(mod.mm, wrt="B")

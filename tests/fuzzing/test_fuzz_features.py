@@ -450,6 +450,34 @@ def test_grad_of_a_max_of_a_product_with_a_quotient(cache):
     assert gradients.check_grad(program) == ([], ["grad"])
 
 
+def test_grad_of_a_max_whose_candidates_round_otherwise_when_recomputed(cache):
+    """max=!'s gradient goes to the candidates equal to the max. The backward recomputed
+    each candidate, but a product feeding a sum may become one FMA and a division by a
+    loop-invariant value a product with its reciprocal (docs/language.md) in one kernel
+    and not in another, so a recomputed max was not equal to the saved one and its row
+    lost its gradient (seed 1, program 86: 0.643 where the differences give 0.918).
+    FIXED: a candidate that does such arithmetic is saved by the training forward, and the
+    backward compares the saved candidates with the result."""
+    source = ("def f(double(M, Q) X, double(2, Q) D) -> (O) {\n"
+              "    O(j, k) max=! (X(j, k) * 0.5 + X(j, n)) / (D(m, k) + 3.0)\n}\n")
+    program = GeneratedProgram(source, "f", {"M": 5, "Q": 2})
+    for seed in range(3):
+        assert gradients.check_grad(program, seed) == ([], ["grad"]), seed
+    g = tclang.grad(tclang.define(source).f)
+    assert "O_candidates(j, k, n, m) = " in g.forward_source, g.forward_source
+    assert "O_candidates(j, k, n, m) == O(j, k)" in g.source, g.source
+
+
+def test_grad_of_a_hypot_of_zeros(cache):
+    """hypot's derivative (a x' + b y') / hypot(a, b) is 0/0 where a = b = 0: NaN, where
+    hypot(A(i) * T(i), T(i)) with T = 0 (A < 9) does not move with A at all (seed 0, program 329,
+    and seed 1, program 176). FIXED: 0 at the origin (docs/autodiff.md)."""
+    program = GeneratedProgram("def f(double(N) A) -> (O) {\n"
+                               "    T(i) = A(i) > 9.0 ? A(i) : 0.0\n"
+                               "    O(i) = hypot(A(i) * T(i), T(i))\n}\n", "f", {"N": 4})
+    assert gradients.check_grad(program) == ([], ["grad"])
+
+
 @pytest.mark.xfail(strict=True, reason="OPEN gradgrad-window-range-bound: issue 35 item 4 "
                                        "(tclang.fuzzing.differential.KNOWN_BUGS)")
 def test_open_second_derivative_of_a_window(cache):
