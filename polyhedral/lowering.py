@@ -19,7 +19,7 @@ from polyhedral import loop_ir as L
 from polyhedral.affexpr import pw_aff_expr
 from polyhedral.dependences import Dependences
 from polyhedral.isl_callbacks import build_ast, descendants, map_bottom_up, maps, pieces, \
-    pw_affs
+    pw_affs, sets
 from polyhedral.packing import PACK_MARK, PACK_STATEMENT, PackPlan
 from polyhedral.register_tiles import UNROLL_MARK
 from polyhedral.scop import Scop, tensor_box
@@ -420,7 +420,52 @@ def zero_filled(scop: Scop) -> tuple[str, ...]:
         box = tensor_box(scop, t.name).intersect_params(scop.context)
         if not box.is_subset(written.extract_set(box.get_space())):
             result.append(t.name)
-    return tuple(result)
+    return tuple(result) + _read_before_written(scop, result)
+
+
+def _read_before_written(scop: Scop, already: list[str]) -> tuple[str, ...]:
+    """Tensors some statement reads at a point no earlier statement wrote: it reads their
+    initial contents, zeros. (`O(j, k) max=! A(j, k) where k in 1:Q` then `O(j, k) =
+    O(j, k) * 2` writes every point of O, but the second statement reads column 0 first.)
+    One pass in program order, each tensor's written points so far as an isl set; a tensor
+    is done once some statement's writes leave no point of it unwritten."""
+    d = scop.definition
+    candidates = {t.name for t in d.outputs + d.temporaries} - set(already)
+    if not candidates:
+        return ()
+    domains = {s.get_tuple_name(): s for s in sets(scop.domain)}
+    writes = {m.get_tuple_name(isl.dim_type.in_): m for m in maps(scop.writes)}
+    written: dict[str, isl.Set] = {}
+    done: set[str] = set()  # every point written: no later read sees the initial contents
+    found: list[str] = []
+    for st in scop.statements:
+        domain = domains.get(st.id)
+        if domain is None:  # no instance
+            continue
+        s = st.source
+        if st.kind != "init":
+            accessed = [((s.target, writes[st.id]) if st.kind == "reduce" and not s.reset
+                         else None)]
+            for read in s.reads():
+                if read.tensor in candidates:
+                    accessed.append((read.tensor, scop.ref_reads.get((st.id, read.ref))))
+            for tensor, access in filter(None, accessed):
+                if tensor in done or tensor in found or tensor not in candidates:
+                    continue
+                before = written.get(tensor)
+                points = None if access is None else access.intersect_domain(domain).range()
+                if points is None or before is None or not points.is_subset(before):
+                    found.append(tensor)
+        target = s.target
+        if target in candidates and target not in done and target not in found:
+            points = writes[st.id].intersect_domain(domain).range()
+            before = written.get(target)
+            now = points if before is None else before.union(points).coalesce()
+            written[target] = now
+            box = tensor_box(scop, target).intersect_params(scop.context)
+            if box.is_subset(now):
+                done.add(target)
+    return tuple(found)
 
 
 def pw_aff_index(pa: isl.PwAff, scop: Scop) -> L.IExpr:
