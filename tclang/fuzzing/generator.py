@@ -354,7 +354,11 @@ class _Builder:
             ext = rng.choice(self.pool or ["2"])
             ext = rng.choice((ext, f"{ext} + 2", f"{ext} + 1", "3", f"2*{ext}"))
             lhs.append(idx.new(ext))
-            idx.where.append(Node(f"{lhs[-1]} in 0:{ext}"))
+            # `+ 1` padding leaves the first point unwritten: a later statement over the
+            # whole extent that reads the old value there reads the initial zeros
+            # (tests/e2e/test_read_before_written.py)
+            start = 1 if ext.endswith(" + 1") else 0
+            idx.where.append(Node(f"{lhs[-1]} in {start}:{ext}"))
         if len(lhs) > 4:
             return None  # rare: too many seed dimensions
         rng.shuffle(lhs)
