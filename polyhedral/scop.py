@@ -169,8 +169,15 @@ def build_scop(defn: P.Definition, sizes: Mapping[str, int] | None,
         return isl.UnionMap(prefix + "{ " + "; ".join(parts) + " }", context=ctx) if parts \
             else isl.UnionMap.empty(isl.Space.params_alloc(ctx, 0))
 
+    # a partly generic compile (`sizes` given) may assume its generic sizes are at least 1:
+    # the runtime runs a call with a zero one on a specialized kernel (tclang/runtime.py).
+    # With sizes that may be 0, a reduction's init fused into its tiles made isl bound the
+    # point loops by the whole tile with a guard inside (a generic 3x3 convolution ran
+    # 64^3 guarded iterations per output point, not 9 * C: 400x slower)
+    least = 1 if sizes is not None else 0
     context = isl.Set(prefix + "{ : " + " and ".join(
-        [f"{p} >= 0" for p in params] + facts) + " }", context=ctx) if params \
+        [f"{p} >= {least if p in generic else 0}" for p in params] + facts) + " }",
+                      context=ctx) if params \
         else isl.Set("{ : }", context=ctx)
     domain = isl.UnionSet(prefix + "{ " + "; ".join(domains) + " }", context=ctx) \
         .intersect_params(context)

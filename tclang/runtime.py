@@ -343,6 +343,13 @@ class CompiledKernel:
                     "layouts) or compile again")
             if self._fixed is None:
                 return
+            zero = [n for n in self.generic if binding.sizes[n] == 0]
+            if zero:  # its code assumes every generic size is at least 1 (polyhedral/scop.py)
+                raise TCArgumentError(
+                    f"this CompiledKernel of {self.definition.name} is generic in "
+                    f"{', '.join(self.generic)} for values of at least 1, not "
+                    f"{', '.join(f'{n} = 0' for n in zero)}; call the kernel (it runs such a "
+                    "call on a specialized kernel)")
         key = tuple(sorted(binding.sizes.items()))
         if key in self._checked_sizes:
             return
@@ -722,7 +729,8 @@ class Kernel:
         None). Specialized: shapes, dtypes and layouts; shape-generic: ranks and dtypes.
         "auto": a specialized kernel until a size takes a second value (`note`: this
         call's sizes count), then a kernel generic in the sizes that changed; a call whose
-        shapes have a specialized kernel already (the first ones) keeps it."""
+        shapes have a specialized kernel already (the first ones) keeps it, and a call
+        where a generic size is 0 gets one (partly generic code assumes them >= 1)."""
         policy = self._policy()
         if policy is False:
             return tuple((a.ndim, a.dtype.str) for a in binding.arrays), None
@@ -734,8 +742,8 @@ class Kernel:
                 if self._first_sizes.setdefault(name, value) != value:
                     self._changed.add(name)
         generic = self.generic_sizes
-        if not generic:
-            return shapes, None
+        if not generic or any(binding.sizes[n] == 0 for n in generic):
+            return shapes, None  # (a partly generic kernel assumes its sizes are >= 1)
         found = self._compiled.get(shapes)
         if found is not None and not found.generic and not found._c.due():
             return shapes, None

@@ -209,3 +209,34 @@ def test_reads_out_of_bounds_are_caught_per_call():
     with pytest.raises(tc.TCArgumentError, match="out of bounds"):
         k(f32(7), Y)
     assert k.compile_stats["specialized"] == 1 and k.compile_stats["generic"] == 1
+
+
+def test_a_zero_size_runs_on_a_specialized_kernel():
+    """Partly generic code assumes its generic sizes are at least 1 (the bounds of a
+    reduction's tiles depend on it), so a call with a zero one gets a specialized kernel,
+    and the generic variant refuses one when called directly."""
+    k = tc.define(MATMUL).mm
+    B = f32(6, 4)
+    for m in (3, 5, 0, 2, 0):
+        A = f32(m, 6)
+        np.testing.assert_allclose(k(A, B), A @ B, rtol=1e-5, atol=1e-5)
+    assert k.compile_stats["specialized"] == 2 and k.compile_stats["generic"] == 1
+    generic = k.compile(f32(2, 6), B)
+    assert generic.generic == ("M",)
+    with pytest.raises(tc.TCArgumentError, match="at least 1"):
+        generic(f32(0, 6), B)
+    k0 = tc.define(MATMUL).mm
+    for kk in (3, 4, 0):  # an empty reduction: the output is all zeros
+        A, B = f32(2, kk), f32(kk, 5)
+        np.testing.assert_allclose(k0(A, B), A @ B, rtol=1e-5, atol=1e-5)
+
+
+def test_a_generic_convolution_runs_its_reduction_tiles_exactly():
+    """With every size generic (here, after all of them changed), the point loops of the
+    reduction tiles are bounded by the sizes, not run over a whole tile under a guard."""
+    k = tc.define(CONV).conv
+    for n, c, h, w, m, kh in ((1, 2, 6, 5, 3, 3), (2, 3, 7, 6, 4, 2)):
+        I, Wt = f32(n, c, h, w), f32(m, c, kh, kh)
+        np.testing.assert_allclose(k(I, Wt), conv_ref(I, Wt), rtol=1e-4, atol=1e-4)
+    loops = k.compile(I, Wt).loops
+    assert "c12 < 64;" not in loops and "c11 < 64;" not in loops
