@@ -439,10 +439,14 @@ class HotCalls:
         native call that repeats skip every lookup for (Artifact.bind)."""
         fastest = None
         if fastest_path and artifact.bind is not None:
+            strides = _bound_strides(call, prepared)
             if call.outs is None:
-                fastest = _fastest(artifact.bind(call.arrays), prepared)
+                fastest = _fastest(artifact.bind(call.arrays, sizes=prepared[1],
+                                                 strides=strides), prepared)
             else:
-                fastest = _fastest_out(artifact.bind(call.arrays + call.outs), prepared)
+                fastest = _fastest_out(artifact.bind(call.arrays + call.outs,
+                                                     sizes=prepared[1], strides=strides),
+                                       prepared)
         entry = (runner, prepared, fastest)
         self._entries.put(call.key, entry)
         call.entry = entry
@@ -451,6 +455,17 @@ class HotCalls:
                 self.fastest = fastest
             else:
                 self.fastest_out = fastest
+
+
+def _bound_strides(call: "_HotCall", prepared: tuple) -> list[int]:
+    """Every array's strides in elements for a bound call: the inputs' (and out='s) as
+    they are, the arrays the runtime makes row-major (`prepared`)."""
+    from tclang.layouts import row_major
+    given = call.arrays + (call.outs or ())
+    strides = [s // a.itemsize for a in given for s in a.strides]
+    for _, shape, _ in prepared[0][len(call.outs or ()):]:
+        strides.extend(row_major(shape))
+    return strides
 
 
 def _retry_due(runner) -> bool:
