@@ -1,16 +1,18 @@
 """Automatic dynamic shapes: the kernel Options(specialize="auto") runs after a size took a
 second value (generic in that size, the others constants) against the kernel specialized
-for each value, on the benchmark operators (docs/language.md, Dynamic shapes).
+for each value, on the benchmark operators (docs/schedules.md, Dynamic shapes).
 
-    python benchmarks/dynamic_shapes.py [--reps 15] [--threads N] [kernel ...]
+    python benchmarks/dynamic_shapes.py [--reps 15] [--threads 1] [--wall] [kernel ...]
 
 For each operator one size is swept (the batch or row count; conv2d also its image
 height): the automatic module is called with two warm-up values first, so that every
 value of the sweep runs on its generic variant; then, per value, calls of the generic
 variant and of a kernel specialized for that value (Options(specialize=True)) alternate,
 each timed as the median of `--reps` interleaved rounds (a round: enough calls for about
-2 ms). Printed per operator: each value's ratio generic / specialized, their geometric
-mean and worst, and the compiles the automatic module made over the whole sweep. `uptime`
+2 ms). On one thread (TCLANG_NUM_THREADS, default 1 here) a round is timed in the calling
+thread's CPU time (`--wall`: wall-clock time), which other processes' load disturbs
+least. Printed per operator: each value's ratio generic / specialized, their geometric
+mean and worst, and the variants the automatic module made over the whole sweep. `uptime`
 is printed before and after: on a shared machine the figures are taken under that load.
 """
 
@@ -61,6 +63,9 @@ def cases(r: np.random.Generator) -> dict:
     }
 
 
+CLOCK = time.thread_time
+
+
 def _timer(kernel, args):
     """A function that times one round of calls (about 2 ms of them), seconds per call."""
     kernel(*args)
@@ -70,10 +75,10 @@ def _timer(kernel, args):
     n = max(1, min(1000, int(2e-3 / once)))
 
     def round_():
-        start = time.perf_counter()
+        start = CLOCK()
         for _ in range(n):
             kernel(*args)
-        return (time.perf_counter() - start) / n
+        return (CLOCK() - start) / n
     return round_
 
 
@@ -91,13 +96,17 @@ def run(name: str, case: dict, reps: int) -> dict:
     auto, spec = auto_mod[entry], spec_mod[entry]
     for v in case["warm"]:  # the second value makes the generic variant
         auto(*case["make"](v))
+    sweep = [case["make"](v) for v in case["sweep"]]
+    for args in sweep:  # each value once: what a sweep compiles
+        np.testing.assert_allclose(auto(*args), spec(*args), rtol=2e-3, atol=2e-3)
+    stats = dict(auto.compile_stats)
     ratios = []
-    for v in case["sweep"]:
-        args = case["make"](v)
-        expected = spec(*args)
-        got = auto(*args)
-        np.testing.assert_allclose(got, expected, rtol=2e-3, atol=2e-3)
-        timers = (_timer(auto, args), _timer(spec, args))
+    for v, args in zip(case["sweep"], sweep):
+        # the variants themselves (calling `auto` again and again would specialize the
+        # shape of a contraction after REPEATS_SPECIALIZED calls)
+        generic, special = auto.compile(*args), spec.compile(*args)
+        assert generic.generic and not special.generic
+        timers = (_timer(generic, args), _timer(special, args))
         times = ([], [])
         for _ in range(reps):  # interleaved
             for k, t in enumerate(timers):
@@ -106,7 +115,6 @@ def run(name: str, case: dict, reps: int) -> dict:
         ratios.append(g / s)
         print(f"  {name:10s} {v:5d}: generic {g * 1e6:10.1f} us  specialized "
               f"{s * 1e6:10.1f} us  ratio {g / s:5.2f}", flush=True)
-    stats = auto.compile_stats
     geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
     print(f"{name}: geometric mean {geo:.2f}, worst {max(ratios):.2f}; the automatic module "
           f"made {stats['specialized']} specialized + {stats['generic']} generic variants "
@@ -119,10 +127,17 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("kernels", nargs="*")
     p.add_argument("--reps", type=int, default=15)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--wall", action="store_true", help="wall-clock time, not CPU time")
     args = p.parse_args(argv)
+    global CLOCK
+    os.environ["TCLANG_NUM_THREADS"] = str(args.threads)  # read when the pool first loads
+    if args.wall or args.threads != 1:
+        CLOCK = time.perf_counter
     table = cases(np.random.default_rng(0))
     print(f"before: {uptime()}")
-    print(f"cores: {os.cpu_count()}, TCLANG_NUM_THREADS={os.environ.get('TCLANG_NUM_THREADS')}")
+    print(f"cores: {os.cpu_count()}, threads: {args.threads}, clock: "
+          f"{'thread CPU time' if CLOCK is time.thread_time else 'wall'}, reps: {args.reps}")
     results = {}
     for name, case in table.items():
         if args.kernels and name not in args.kernels:

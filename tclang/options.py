@@ -33,7 +33,7 @@ class Options:
     specialize: "auto" (the default): compile for the concrete sizes of the first call;
         once a size has taken a second value, compile one variant generic in the sizes
         that changed (the others stay constants) and run every later value on it, while a
-        value that has its own specialized kernel keeps it (docs/language.md, Dynamic
+        value that has its own specialized kernel keeps it (docs/schedules.md, Dynamic
         shapes; CPU and reference backends: the GPU backends specialize). True: compile for
         the concrete sizes of each call; False: once for all sizes (shape-generic code).
     loop_order: a permutation of the members of the outermost band of each loop nest, as

@@ -39,6 +39,10 @@ if TYPE_CHECKING:
     from tclang.lang.program import Definition, Program
 
 
+#: Options(specialize="auto") on a contraction (Kernel._repeats_specialize): the call of
+#: one shape, counted from its first on the generic variant, that gets it a specialized kernel
+REPEATS_SPECIALIZED = 3
+
 #: the backends on which Options(specialize="auto") makes partly generic kernels (the GPU
 #: backends specialize every shape: their code generation is not measured generic)
 PARTLY_GENERIC_BACKENDS = frozenset(("cpu", "reference"))
@@ -652,6 +656,8 @@ class Kernel:
         self._first_sizes: dict[str, int] = {}
         self._changed: set[str] = set()
         self._fixed_dims: dict[tuple, tuple] = {}  # generic sizes -> per input, fixed dims
+        self._first: CompiledKernel | None = None  # the first specialized variant
+        self._generic_calls = Recent(limit)  # shapes -> calls run on a generic variant
         #: what this kernel made, for tests and tools: "specialized", "generic" (some or
         #: all sizes generic) variants looked up in the caches, and how many of them were
         #: "compiled" (not found in the in-memory map or the disk cache)
@@ -682,6 +688,8 @@ class Kernel:
             binding = bind_arguments(self.definition, args, self.module.on_device)
             compiled = self._for(binding)
             result = compiled.run(binding, out)
+            if hot is not None and compiled.generic and self._repeats_specialize():
+                hot = None  # its repeats come this way and are counted (`_route`)
             if hot is not None:  # only once the whole call, out= included, was found right
                 # a degraded kernel (CompiledKernel.degraded) gets no fastest path, which
                 # would keep it past its retry, and no call record, which would keep it for good
@@ -724,7 +732,7 @@ class Kernel:
         return compiled
 
     def _policy(self) -> bool | str:
-        """True (specialize), False (shape-generic) or "auto" (docs/language.md, Dynamic
+        """True (specialize), False (shape-generic) or "auto" (docs/schedules.md, Dynamic
         shapes): the options' `specialize`, except that a tuned module (options per shape)
         and the GPU backends specialize where "auto" is asked."""
         policy = self.module.options.specialize
@@ -762,6 +770,11 @@ class Kernel:
         found = self._compiled.get(shapes)
         if found is not None and not found.generic and not found._c.due():
             return shapes, None
+        if note and self._repeats_specialize():  # a contraction: shapes that recur
+            calls = (self._generic_calls.get(shapes) or 0) + 1
+            self._generic_calls.put(shapes, calls)
+            if calls >= REPEATS_SPECIALIZED:
+                return shapes, None
         fixed = self._fixed_dims.get(generic)
         if fixed is None:
             names = set(generic)
@@ -769,6 +782,15 @@ class Kernel:
                           for t in self.definition.inputs)
             self._fixed_dims[generic] = fixed
         return binding.partial_key(fixed), generic
+
+    def _repeats_specialize(self) -> bool:
+        """Whether shapes that recur get specialized kernels in "auto" mode: on kernels
+        whose first specialized variant has a register tile (a contraction: matmul, an MLP
+        layer, a convolution), where the generic variant measured up to 2.2x (matmul) and
+        11.7x (an MLP layer of one row) slower
+        (docs/schedules.md, Dynamic shapes); elsewhere it stays within ~1.25x."""
+        first = self._first
+        return first is not None and "unrolled" in first.loops
 
     def _for(self, binding: Binding, note: bool = True) -> CompiledKernel:
         fast, generic = self._route(binding, note)
@@ -780,6 +802,8 @@ class Kernel:
             if found is None or found._c.due():  # or a degraded one's retry has come
                 found = self._compile(binding, fast, generic)
                 self._compiled.put(fast, found)
+                if self._first is None and not found.generic and self._policy() == "auto":
+                    self._first = found
         return found
 
     def _compile(self, binding: Binding, fast: tuple, generic: tuple | None = None,

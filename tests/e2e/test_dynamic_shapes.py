@@ -240,3 +240,46 @@ def test_a_generic_convolution_runs_its_reduction_tiles_exactly():
         np.testing.assert_allclose(k(I, Wt), conv_ref(I, Wt), rtol=1e-4, atol=1e-4)
     loops = k.compile(I, Wt).loops
     assert "c12 < 64;" not in loops and "c11 < 64;" not in loops
+
+
+def test_a_contraction_specializes_shapes_that_recur():
+    """On a kernel with a register tile (a contraction, whose generic variant measured
+    slower), the third call of one shape on the generic variant gets it a specialized
+    kernel; on others (softmax) shapes that recur stay on the generic variant."""
+    k = tc.define(MATMUL).mm
+    B = f32(32, 32)
+    for m in (8, 9):
+        k(f32(m, 32), B)
+    A = f32(11, 32)
+    for _ in range(5):
+        np.testing.assert_allclose(k(A, B), A @ B, rtol=1e-4, atol=1e-4)
+    assert k.compile_stats["specialized"] == 2 and k.compile_stats["generic"] == 1
+    assert k.compile(A, B).generic == ()
+    s = tc.define(SOFTMAX).softmax
+    for n in (8, 9, 11, 11, 11, 11, 11):
+        X = f32(n, 32)
+        np.testing.assert_allclose(s(X), softmax_ref(X), rtol=1e-4, atol=1e-5)
+    assert s.compile_stats["specialized"] == 1 and s.compile_stats["generic"] == 1
+
+
+def test_calls_of_a_generic_variant_take_the_fastest_path():
+    """The native entry is bound to a call's sizes and strides (Artifact.bind), for a
+    variant whose code reads them at run time: repeats skip every check, and a call of
+    another size or layout is refused by its signature and goes the checked way."""
+    s = tc.define(SOFTMAX).softmax
+    for n in (8, 9):
+        s(f32(n, 32))
+    X = f32(13, 32)
+    s(X)
+    assert s._hot.fastest is not None
+    for n in (13, 13, 5, 13, 1):
+        X = f32(n, 32)
+        np.testing.assert_allclose(s(X), softmax_ref(X), rtol=1e-4, atol=1e-5)
+    X = f32(40, 64)[:13, :32]  # a padded slice: a variant of its own layout
+    np.testing.assert_allclose(s(X), softmax_ref(X), rtol=1e-4, atol=1e-5)
+    out = np.empty((13, 32), np.float32)
+    for _ in range(3):
+        X = f32(13, 32)
+        assert s(X, out=out) is out
+        np.testing.assert_allclose(out, softmax_ref(X), rtol=1e-4, atol=1e-5)
+    assert s._hot.fastest_out is not None
