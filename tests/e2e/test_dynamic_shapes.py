@@ -283,3 +283,26 @@ def test_calls_of_a_generic_variant_take_the_fastest_path():
         assert s(X, out=out) is out
         np.testing.assert_allclose(out, softmax_ref(X), rtol=1e-4, atol=1e-5)
     assert s._hot.fastest_out is not None
+
+
+def test_the_variants_come_from_the_disk_cache(monkeypatch):
+    """Both variants are stored: the same sweep after the in-memory map is cleared (as in
+    another process) compiles nothing, and the generic variant's key differs from every
+    specialized one's. (Without call records: a call one answers never parses the
+    definition, so it is not counted as a value seen, and the next value gets a
+    specialized kernel.)"""
+    from tclang import compiler
+    monkeypatch.setenv("TCLANG_CALL_RECORDS", "0")
+    source = MLP.replace("mlp", "mlp_disk")
+    W, bias = f32(12, 20), f32(12)
+    sweep = [f32(n, 20) for n in (6, 3, 11)]
+    first = tc.define(source).mlp_disk
+    for X in sweep:
+        first(X, W, bias)
+    assert first.compile_stats["compiled"] == 2
+    compiler.forget_compiled()
+    again = tc.define(source).mlp_disk
+    for X in sweep:
+        np.testing.assert_allclose(again(X, W, bias), np.maximum(X @ W.T + bias, 0),
+                                   rtol=1e-4, atol=1e-4)
+    assert again.compile_stats == {"specialized": 1, "generic": 1, "compiled": 0}
