@@ -38,8 +38,11 @@ class Artifact:
     #: look exactly like `templates` (type, dtype, shape, strides: the inputs of a call
     #: checked in full) and returns 0, or returns anything else: the arrays differ and
     #: nothing ran, or an access fell out of bounds (then the checked call, made again,
-    #: says where); None where a kernel cannot be bound
-    bind: Callable[[Sequence], Callable | None] | None = None
+    #: says where); None where a kernel cannot be bound. A kernel that reads sizes or
+    #: strides at run time needs `bind(templates, sizes=..., strides=...)`: the size
+    #: values and every array's strides in elements (the runtime's `run` arguments), for
+    #: arrays the runtime makes exactly alike on every call
+    bind: Callable[..., Callable | None] | None = None
 
 
 class RestoreInfo(Protocol):

@@ -12,6 +12,7 @@ import islpy as isl
 
 from polyhedral.scop import Scop
 from polyhedral.isl_callbacks import pieces as pieces_of, pw_affs, sets
+from tclang.lang import sizes as Z
 from tclang.lang.affine import Affine
 
 
@@ -111,13 +112,11 @@ def _weights(statements, scop: Scop) -> dict[str, float]:
     are not known)."""
     counts = {}
     for st in statements:
-        if scop.sizes is not None:
-            n = 1
-            for r in st.source.domain:
-                if r.name in st.indices:
-                    n *= max(1, r.extent.evaluate(scop.sizes))
-        else:
-            n = 1024 ** len(st.indices)
+        n = 1
+        for r in st.source.domain:
+            if r.name in st.indices:
+                extent = Z.known_value(r.extent, scop.sizes)
+                n *= 1024 if extent is None else max(1, extent)
         counts[st.id] = n
     top = max(counts.values(), default=1)
     return {sid: n / top for sid, n in counts.items()}

@@ -429,7 +429,8 @@ class Kernel:
     """One definition, scheduled: the unit each backend compiles.
 
     sizes are the size names; in a specialized kernel `size_values` gives each one's value
-    and the loops use the numbers directly. `zero_fill` lists outputs not written at every
+    and the loops use the numbers directly (in a partly generic one, the values of the
+    sizes it is specialized in: the others are passed at run time). `zero_fill` lists outputs not written at every
     point, which the runtime must allocate zero-filled. `choices` say how to emit it.
     `buffers` are what the runtime allocates: a contracted temporary is not among them.
     """
@@ -443,6 +444,12 @@ class Kernel:
     zero_fill: tuple[str, ...] = ()
     choices: CodeChoices = CodeChoices()
     temporaries: tuple[TemporaryPlan, ...] = ()  # what became of each temporary (CPU)
+
+    @property
+    def specialized(self) -> bool:
+        """Whether every size is a constant of the code (`size_values` names them all)."""
+        return bool(self.size_values) and \
+            set(self.sizes) <= {name for name, _ in self.size_values}
 
     def buffer(self, name: str) -> Buffer:
         return self._by_name[0][name]

@@ -80,7 +80,9 @@ def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
                         options: Options, target: Target,
                         layouts: tuple | None = None,
                         collect: dict[str, str] | None = None) -> ScheduledKernel:
-    """Schedule one definition for `target`, for concrete `sizes` or (None) for all sizes.
+    """Schedule one definition for `target`, for concrete `sizes` or (None) for all sizes;
+    `sizes` that name only some of the sizes make code generic in the others (the
+    automatic dynamic shapes of Options(specialize="auto"), tclang/runtime.py).
     `layouts`: each input's layout key (tclang/layouts.py: the strides in elements the
     code may hold as constants, None where read at run time, and a bound on the offsets
     of a layout with run-time strides), when specialized.
@@ -108,7 +110,7 @@ def _schedule(defn: P.Definition, sizes: Mapping[str, int] | None, options: Opti
     with stages("scop"):
         defn = scop_definition(defn, sizes, options, report, verify=verify)
         scop = build_scop(defn, sizes)
-        if sizes is not None:
+        if scop.specialized:
             check_bounds(scop)
             bounds = ()
         else:
@@ -265,14 +267,25 @@ def with_choices(kernel: L.Kernel, options: Options, target: Target,
                 strides, bound = layouts[inputs]
             inputs += 1
         elif sizes is not None:  # outputs and temporaries: the runtime allocates them
-            strides = _row_major([L.evaluate(d, sizes) for d in buffer.shape])
+            strides = _row_major([_known(d, sizes) for d in buffer.shape])
         buffers.append(replace(buffer, strides=strides, offset_bound=bound))
     return replace(kernel, buffers=tuple(buffers), choices=choices)
 
 
-def _row_major(shape: list[int]) -> tuple[int, ...]:
+def _known(extent: L.IExpr, sizes: dict[str, int]) -> int | None:
+    """An extent's value, or None where it names a generic size (a partly generic kernel
+    has only some sizes' values)."""
+    try:
+        return L.evaluate(extent, sizes)
+    except KeyError:
+        return None
+
+
+def _row_major(shape: list[int | None]) -> tuple[int | None, ...] | None:
+    """Row-major strides; None for a stride that depends on an extent not known (read at
+    run time)."""
     strides, step = [], 1
     for extent in reversed(shape):
         strides.append(step)
-        step *= max(extent, 1)
+        step = None if step is None or extent is None else step * max(extent, 1)
     return tuple(reversed(strides))

@@ -30,12 +30,16 @@ from dataclasses import dataclass
 import islpy as isl
 
 from polyhedral import bands as B
-from polyhedral.scop import Scop
+from polyhedral.scop import Scop, generic_sizes
 from tclang.errors import TCScheduleError
 from tclang.target import Target
 
 UNROLL_MARK = "tclang_unroll"
 """Marks the register tile's point loops: those with constant bounds are unrolled."""
+
+MAX_GENERIC_SIZES = 3
+"""A partly generic kernel (Options(specialize="auto")) gets register tiles while at most
+this many of its sizes are generic (compile time, see `plan`)."""
 
 MAX_UNROLLED = 384
 """Updates in one unrolled register tile at most (mr x nr): more only grows the code (the
@@ -141,9 +145,13 @@ def plan(node: isl.ScheduleNode, scop: Scop, target: Target,
     LLVM's SLP vectorizer splits the second vector of lanes into pieces there)."""
     if not node.band_get_permutable() or node.band_n_member() < 3:
         return None
-    if scop.sizes is None:
+    if scop.sizes is None or \
+            len(generic_sizes(scop.definition, scop.sizes)) > MAX_GENERIC_SIZES:
         # shape-generic: isl's AST generation of the full-tile split over symbolic sizes
-        # took seconds per kernel (a 3x3 convolution: 6 s); such code keeps cache tiles only
+        # took seconds per kernel (a 3x3 convolution: 6 s); such code keeps cache tiles only.
+        # Generic in a few sizes (Options(specialize="auto")), it costs little: a 3x3
+        # convolution generic in 1, 2, 3, 5 and 6 of its 7 sizes took 0.9, 1.3, 1.2, 2.9
+        # and 3.1 s to compile, in all 7 over a minute
         return None
     band = B.members(node, scop)
     here = B.statement_ids(node)

@@ -32,6 +32,7 @@ from polyhedral import bands as B
 from polyhedral.dependences import Dependences
 from polyhedral.isl_callbacks import sets
 from polyhedral.scop import Scop
+from tclang.lang import sizes as Z
 from tclang.lang.affine import Affine
 from tclang.target import Target
 
@@ -144,18 +145,22 @@ def _pays(children, scop: Scop, target: Target) -> bool:
             moves = [a is not None and index in a.indices() for a in subscripts]
             if len(subscripts) >= 2 and not any(moves):
                 return False  # reused across rows: its own nest tiles for that
-            if scop.sizes is not None:
-                bytes_per_row[tensor] = _row_bytes(scop, tensor, moves)
+            row = _row_bytes(scop, tensor, moves)
+            if row is not None:  # (None: a generic size: assumed to fit)
+                bytes_per_row[tensor] = row
     return sum(bytes_per_row.values()) <= target.l2_bytes // 2
 
 
-def _row_bytes(scop: Scop, tensor: str, moves: list[bool]) -> int:
+def _row_bytes(scop: Scop, tensor: str, moves: list[bool]) -> int | None:
     """The bytes of `tensor` one row touches: its extents along the dimensions that do
-    not move with the row."""
+    not move with the row; None where one of them is a generic size."""
     count = 1
     for extent, moving in zip(scop.extents[tensor], moves):
         if not moving:
-            count *= max(1, extent.evaluate(scop.sizes))
+            value = Z.known_value(extent, scop.sizes)
+            if value is None:
+                return None
+            count *= max(1, value)
     return count * scop.definition.tensor(tensor).dtype.numpy.itemsize
 
 

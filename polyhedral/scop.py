@@ -6,7 +6,8 @@ indices that sets the identity. Reads are restricted by their affine guard; a ga
 data-dependent subscript becomes a may-access over the tensor's whole extent. The original
 schedule is program order. Sizes are either fixed to the concrete values (specialized) or
 kept as isl parameters (shape-generic), with any non-affine product of sizes standing for
-a parameter of its own.
+a parameter of its own; a compile generic in some sizes only (Options(specialize="auto")
+after a size changed) fixes the sizes `sizes` gives and keeps the others as parameters.
 
 Strings in isl's notation are generated from the checked program: simpler and less
 error-prone than building isl objects by hand (see the polyhedral notes).
@@ -39,8 +40,8 @@ class ScopStatement:
 class Scop:
     ctx: isl.Context
     definition: P.Definition
-    sizes: dict[str, int] | None  # concrete sizes when specialized
-    params: tuple[str, ...]  # isl parameters (shape-generic mode)
+    sizes: dict[str, int] | None  # concrete sizes (all when specialized, some when partly)
+    params: tuple[str, ...]  # isl parameters (the generic sizes, and derived ones)
     derived: dict[str, Z.SizeExpr]  # parameters standing for non-affine size products
     context: isl.Set
     domain: isl.UnionSet
@@ -62,7 +63,8 @@ class Scop:
 
     @property
     def specialized(self) -> bool:
-        return self.sizes is not None
+        """Whether every size is a constant (no size is a parameter)."""
+        return self.sizes is not None and set(self.definition.sizes) <= self.sizes.keys()
 
 
 class _Renderer:
@@ -74,7 +76,9 @@ class _Renderer:
 
     def size(self, e: Z.SizeExpr) -> str:
         if self.sizes is not None:
-            return str(e.evaluate(self.sizes))
+            if e.names() <= self.sizes.keys():
+                return str(e.evaluate(self.sizes))
+            e = Z.substitute(e, self.sizes)  # generic in the sizes it does not give
         match e:
             case Z.Poly():
                 return self._poly(e)
@@ -160,16 +164,24 @@ def build_scop(defn: P.Definition, sizes: Mapping[str, int] | None,
             text = _read_text(st, read, extents[read.tensor], r)
             reads.append(text)
             refs[(st.id, read.ref)] = text
-    facts = _context_facts(defn, r) if sizes is None else []
-    params = sorted(set(defn.sizes) | set(r.derived)) if sizes is None else []
+    generic = generic_sizes(defn, sizes)
+    facts = _context_facts(defn, r) if generic else []
+    params = sorted(set(generic) | set(r.derived)) if generic else []
     prefix = f"[{', '.join(params)}] -> " if params else ""
 
     def union_map(parts: list[str]) -> isl.UnionMap:
         return isl.UnionMap(prefix + "{ " + "; ".join(parts) + " }", context=ctx) if parts \
             else isl.UnionMap.empty(isl.Space.params_alloc(ctx, 0))
 
+    # a partly generic compile (`sizes` given) may assume its generic sizes are at least 1:
+    # the runtime runs a call with a zero one on a specialized kernel (tclang/runtime.py).
+    # With sizes that may be 0, a reduction's init fused into its tiles made isl bound the
+    # point loops by the whole tile with a guard inside (a generic 3x3 convolution ran
+    # 64^3 guarded iterations per output point, not 9 * C: 400x slower)
+    least = 1 if sizes is not None else 0
     context = isl.Set(prefix + "{ : " + " and ".join(
-        [f"{p} >= 0" for p in params] + facts) + " }", context=ctx) if params \
+        [f"{p} >= {least if p in generic else 0}" for p in params] + facts) + " }",
+                      context=ctx) if params \
         else isl.Set("{ : }", context=ctx)
     domain = isl.UnionSet(prefix + "{ " + "; ".join(domains) + " }", context=ctx) \
         .intersect_params(context)
@@ -181,6 +193,13 @@ def build_scop(defn: P.Definition, sizes: Mapping[str, int] | None,
                 reads=read_map, writes=union_map(writes).intersect_domain(domain),
                 order=union_map(orders).intersect_domain(domain), statements=statements,
                 extents=extents, ref_reads=ref_reads)
+
+
+def generic_sizes(defn: P.Definition, sizes: Mapping[str, int] | None) -> tuple[str, ...]:
+    """The sizes of `defn` that are isl parameters: those `sizes` does not give."""
+    if sizes is None:
+        return tuple(defn.sizes)
+    return tuple(n for n in defn.sizes if n not in sizes)
 
 
 def _statements(defn: P.Definition):

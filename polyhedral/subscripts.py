@@ -16,9 +16,12 @@ from tclang.lang import sizes as Z
 
 
 def size_index(e: Z.SizeExpr, sizes: Mapping[str, int] | None) -> L.IExpr:
-    """A size expression as an index expression (a number when `sizes` are given)."""
+    """A size expression as an index expression (a number when `sizes` give every size
+    it names; the sizes they give substituted in the others)."""
     if sizes is not None:
-        return L.Int(e.evaluate(sizes))
+        if e.names() <= sizes.keys():
+            return L.Int(e.evaluate(sizes))
+        e = Z.substitute(e, sizes)
     match e:
         case Z.Poly(terms=terms):
             result: L.IExpr = L.Int(0)

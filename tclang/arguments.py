@@ -19,7 +19,7 @@ from tclang.bfloat16 import STORAGE as BF16_STORAGE, dtype_key
 from tclang.dtypes import DType, from_numpy
 from tclang.errors import TCArgumentError
 from tclang.host_tensors import host_view, is_host_tensor, refuse_grad
-from tclang.layouts import layout_key
+from tclang.layouts import layout_key, partial_layout_key
 
 
 class DeviceArray:
@@ -96,6 +96,15 @@ class Binding:
         depends on."""
         return tuple((a.shape, dtype_key(a.dtype), layout_key(a.shape, _element_strides(a)))
                      for a in self.arrays)
+
+    def partial_key(self, fixed: tuple[tuple[bool, ...], ...]) -> tuple:
+        """What a kernel generic in some sizes depends on (Options(specialize="auto")):
+        `fixed` says, per input and dimension, whether its extent is a constant of the
+        code. The shapes with None for each generic extent, dtypes, and layout keys
+        (tclang/layouts.py, partial_layout_key)."""
+        return tuple((tuple(n if f else None for n, f in zip(a.shape, dims)), dtype_key(a.dtype),
+                      partial_layout_key(a.shape, _element_strides(a), dims))
+                     for a, dims in zip(self.arrays, fixed))
 
 
 def _element_strides(a: np.ndarray) -> tuple[int, ...]:

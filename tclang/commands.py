@@ -134,7 +134,7 @@ _KNOB_HELP = {
     "fusion": "max, min or preserve_parallel",
     "tile": "tile sizes, e.g. 32x32x64 or 32,32,64 (0 leaves a loop untiled; off: none)",
     "unroll": "unroll innermost loops of at most this many iterations",
-    "specialize": "off: shape-generic code (as --generic)",
+    "specialize": "off: shape-generic code (as --generic); on: every shape its own; auto",
     "loop_order": "loop order of the outer nest, e.g. k:m:n, k,m,n or 2,0,1",
     "parallel": "on or off: the outermost parallel loop on threads",
     "vectorize": "on or off: SIMD for innermost stride-1 loops",
@@ -256,7 +256,7 @@ def _export(args) -> int:
         raise TCArgumentError(f"tclang export takes --target (cpu or cuda), not --backend "
                               f"{args.backend}")
     options = _options(args)
-    generic = options != "tuned" and not options.specialize
+    generic = options != "tuned" and options.specialize is False
     if generic == bool(args.sizes):
         raise TCArgumentError("tclang export needs either --sizes (a library for those sizes) or "
                       "--generic (one for every size)",

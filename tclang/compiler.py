@@ -275,8 +275,9 @@ def _check_info(info: KernelInfo, key: tuple) -> None:
 
 
 def _check_buffer(buffer: L.Buffer, shape: tuple) -> None:
-    """`shape` is the key's (extents, dtype, strides) of a specialized kernel's input or
-    (rank, dtype) of a shape-generic one's."""
+    """`shape` is the key's (extents, dtype, strides) of a specialized kernel's input (an
+    extent None: a generic size of a partly generic one) or (rank, dtype) of a
+    shape-generic one's."""
     extents, dtype = shape[0], shape[1]
     rank = len(extents) if isinstance(extents, tuple) else extents
     name = buffer.name
@@ -284,7 +285,8 @@ def _check_buffer(buffer: L.Buffer, shape: tuple) -> None:
         raise ValueError(f"input {name} stored as {buffer.dtype.value}, called with {dtype}")
     if len(buffer.shape) != rank:
         raise ValueError(f"input {name} stored with rank {len(buffer.shape)}, not {rank}")
-    if isinstance(extents, tuple) and any(isinstance(d, L.Int) and d.value != e
+    if isinstance(extents, tuple) and any(isinstance(d, L.Int) and e is not None and
+                                          d.value != e
                                           for d, e in zip(buffer.shape, extents)):
         raise ValueError(f"input {name} stored for another shape than {extents}")
 

@@ -76,3 +76,21 @@ def row_major(shape: Sequence[int]) -> tuple[int, ...]:
         step *= max(extent, 1)
     return tuple(reversed(strides))
 
+
+def partial_layout_key(shape: Sequence[int], strides: Sequence[int],
+                       fixed: Sequence[bool]) -> Layout:
+    """The layout key of an argument of a kernel generic in some sizes: `fixed` says which
+    dimensions' extents are constants of the code (the others are generic sizes, which
+    take any value with the same key). A C-contiguous array keeps as constants the strides
+    that only fixed extents decide (a row-major stride is the product of the extents after
+    it: so all of them when only the first dimension is generic, the common case); any
+    other layout its unit strides, and the zero stride of a fixed extent-1 dimension. The
+    rest are read at run time, with no bound on the offsets (that bound depends on the
+    generic sizes' values)."""
+    shape, fixed = tuple(shape), tuple(fixed)
+    if is_c_contiguous(shape, strides):
+        dense = row_major(shape)
+        return Layout(tuple(dense[k] if all(fixed[k + 1:]) else None
+                            for k in range(len(shape))))
+    return Layout(tuple(0 if n <= 1 and f else 1 if s == 1 and n > 1 else None
+                        for n, s, f in zip(shape, strides, fixed)))

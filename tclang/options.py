@@ -30,8 +30,12 @@ class Options:
     tile: tile sizes for the members of each outermost permutable band, outermost first;
         an int applies to every member; 0 leaves a member untiled; () turns tiling off.
     unroll: unroll innermost loops of at most this many iterations (1 disables).
-    specialize: compile for the concrete sizes of each call (True, the default) or once
-        for all sizes (False: shape-generic code).
+    specialize: "auto" (the default): compile for the concrete sizes of the first call;
+        once a size has taken a second value, compile one variant generic in the sizes
+        that changed (the others stay constants) and run every later value on it, while a
+        value that has its own specialized kernel keeps it (docs/schedules.md, Dynamic
+        shapes; CPU and reference backends: the GPU backends specialize). True: compile for
+        the concrete sizes of each call; False: once for all sizes (shape-generic code).
     loop_order: a permutation of the members of the outermost band of each loop nest, as
         positions (2, 0, 1) or as index names ("k", "m", "n").
     parallel: run the outermost parallel loop on several threads (CPU) or not; None lets
@@ -71,7 +75,7 @@ class Options:
     fusion: str | None = None
     tile: int | tuple[int, ...] | None = None
     unroll: int | None = None
-    specialize: bool = True
+    specialize: bool | str = "auto"
     loop_order: tuple[int | str, ...] | None = None
     parallel: bool | None = None
     vectorize: bool | None = None
@@ -136,8 +140,9 @@ class Options:
                 or not 0 < self.compile_budget < float("inf")):
             raise TCScheduleError(f"compile_budget must be a positive number of seconds, "
                                   f"not {self.compile_budget!r}")
-        if not isinstance(self.specialize, bool):
-            raise TCScheduleError(f"specialize must be True or False, not {self.specialize!r}")
+        if not isinstance(self.specialize, bool) and self.specialize != "auto":
+            raise TCScheduleError(f"specialize must be True, False or \"auto\", not "
+                                  f"{self.specialize!r}")
 
     def tile_sizes(self, members: int) -> tuple[int, ...] | None:
         """The tile size of each of `members` band members, or None for the heuristic."""
@@ -223,7 +228,8 @@ AUTOMATIC = Options()
 #   count    unroll, vector_width  a positive integer
 #   choice   fusion                max, min or preserve_parallel
 #   seconds  compile_budget        a finite number of seconds above 0, e.g. 30 or 2.5
-#   switch   the others            on or off (true/false, yes/no, 1/0 too)
+#   switch   the others            on or off (true/false, yes/no, 1/0 too); specialize
+#                                  also auto (its default)
 #
 # Lists may also be separated by commas (`--tile 32,32,64`, the older spelling): inside a
 # knob string, a piece with no "=" continues the value before it, so "tile=32,32,unroll=4"
@@ -284,6 +290,8 @@ def parse_knob(knob: str, text: str, where: str = ""):
     kind, value = KNOBS[knob], text.strip()
     say = f"{where + ': ' if where else ''}{knob}"
     low = value.lower()
+    if knob == "specialize" and low == "auto":
+        return "auto"
     if kind == "switch":
         if low not in _ON + _OFF:
             raise TCScheduleError(f"{say} is on or off, not {value!r}")
@@ -320,7 +328,7 @@ def format_knob(knob: str, value) -> str:
     """One knob's value as text (what its --flag takes)."""
     kind = KNOBS[knob]
     if kind == "switch":
-        return "on" if value else "off"
+        return value if value == "auto" else "on" if value else "off"
     if kind == "order":
         return ":".join(map(str, value))
     if value is False or value == ():

@@ -40,6 +40,15 @@ if TYPE_CHECKING:
     from tclang.lang.program import Definition, Program
 
 
+#: Options(specialize="auto") on a contraction (Kernel._repeats_specialize): the call of
+#: one shape, counted from its first on the generic variant, that gets it a specialized kernel
+REPEATS_SPECIALIZED = 3
+
+#: the backends on which Options(specialize="auto") makes partly generic kernels (the GPU
+#: backends specialize every shape: their code generation is not measured generic)
+PARTLY_GENERIC_BACKENDS = frozenset(("cpu", "reference"))
+
+
 def bind_arguments(definition: Definition, args, device: bool) -> Binding:
     """The full checks of a call (tclang/arguments.py), loaded on the first call that
     needs them: a call a record answers never does."""
@@ -52,7 +61,8 @@ class CompiledKernel:
 
     def __init__(self, compiled: Compiled, definition: Definition, backend: str,
                  options: Options, sizes: dict[str, int] | None, shape_key: tuple | None,
-                 target=None, layouts=None):
+                 target=None, layouts=None, fixed: tuple | None = None,
+                 generic: tuple[str, ...] = ()):
         self._c = compiled
         self._target = target  # the Target it was compiled for, and the inputs' strides
         self._layouts = layouts
@@ -61,8 +71,12 @@ class CompiledKernel:
         self.definition = definition
         self.backend = backend
         self.options = options
-        self.sizes = sizes  # None when shape-generic
+        self.sizes = sizes  # None when shape-generic; the constant ones when partly generic
+        #: the sizes this kernel takes at run time: () when specialized, all when
+        #: shape-generic, those that changed when made by Options(specialize="auto")
+        self.generic = generic if sizes is not None else tuple(definition.sizes)
         self._shape_key = shape_key
+        self._fixed = fixed  # partly generic: per input, which extents are constants
         info = compiled.info
         self._zero = frozenset(info.zero_fill)
         n_in = len(definition.inputs)
@@ -146,7 +160,8 @@ class CompiledKernel:
         process: `Kernel.compile(..., fresh=True)` makes one."""
         from tclang.summary import summarize
         from tclang.tuning.roofline import kernel_work
-        sizes = self.sizes if sizes is None else sizes
+        if sizes is None and self.sizes is not None and not self.generic:
+            sizes = self.sizes
         flops, moved = kernel_work(self.definition, sizes) if sizes is not None else (0, 0)
         return summarize(self.loop_ir, strategy=self.strategy, fallback=self.fallback,
                          options=self.options.describe(), bands=(self._c.shares or self._c).bands,
@@ -324,13 +339,23 @@ class CompiledKernel:
 
     def _check_applies(self, binding: Binding) -> None:
         if self._shape_key is not None:
-            if binding.shape_key() != self._shape_key:
+            key = binding.shape_key() if self._fixed is None else \
+                binding.partial_key(self._fixed)
+            if key != self._shape_key:
                 raise TCArgumentError(
                     f"this CompiledKernel of {self.definition.name} was compiled for the "
                     f"sizes {self.sizes} and its arguments' dtypes and layouts "
                     "(tclang/layouts.py); call the kernel (it compiles for new shapes and "
                     "layouts) or compile again")
-            return
+            if self._fixed is None:
+                return
+            zero = [n for n in self.generic if binding.sizes[n] == 0]
+            if zero:  # its code assumes every generic size is at least 1 (polyhedral/scop.py)
+                raise TCArgumentError(
+                    f"this CompiledKernel of {self.definition.name} is generic in "
+                    f"{', '.join(self.generic)} for values of at least 1, not "
+                    f"{', '.join(f'{n} = 0' for n in zero)}; call the kernel (it runs such a "
+                    "call on a specialized kernel)")
         key = tuple(sorted(binding.sizes.items()))
         if key in self._checked_sizes:
             return
@@ -341,6 +366,8 @@ class CompiledKernel:
 
     def __repr__(self) -> str:
         shapes = f"sizes {self.sizes}" if self.sizes is not None else "all sizes"
+        if self.sizes is not None and self.generic:
+            shapes += f", generic in {', '.join(self.generic)}"
         return f"<CompiledKernel {self.definition.name} for {shapes} on {self.backend}>"
 
 
@@ -418,10 +445,14 @@ class HotCalls:
         native call that repeats skip every lookup for (Artifact.bind)."""
         fastest = None
         if fastest_path and artifact.bind is not None:
+            strides = _bound_strides(call, prepared)
             if call.outs is None:
-                fastest = _fastest(artifact.bind(call.arrays), prepared)
+                fastest = _fastest(artifact.bind(call.arrays, sizes=prepared[1],
+                                                 strides=strides), prepared)
             else:
-                fastest = _fastest_out(artifact.bind(call.arrays + call.outs), prepared)
+                fastest = _fastest_out(artifact.bind(call.arrays + call.outs,
+                                                     sizes=prepared[1], strides=strides),
+                                       prepared)
         entry = (runner, prepared, fastest)
         self._entries.put(call.key, entry)
         call.entry = entry
@@ -430,6 +461,17 @@ class HotCalls:
                 self.fastest = fastest
             else:
                 self.fastest_out = fastest
+
+
+def _bound_strides(call: "_HotCall", prepared: tuple) -> list[int]:
+    """Every array's strides in elements for a bound call: the inputs' (and out='s) as
+    they are, the arrays the runtime makes row-major (`prepared`)."""
+    from tclang.layouts import row_major
+    given = call.arrays + (call.outs or ())
+    strides = [s // a.itemsize for a in given for s in a.strides]
+    for _, shape, _ in prepared[0][len(call.outs or ()):]:
+        strides.extend(row_major(shape))
+    return strides
 
 
 def _retry_due(runner) -> bool:
@@ -613,6 +655,16 @@ class Kernel:
         self._hot = HotCalls(expected, out_dtypes)
         self._device_hot = _device_hot_calls() if module.on_device else None
         self._definition: Definition | None = None
+        # Options(specialize="auto"): each size's first value, the sizes that took another
+        self._first_sizes: dict[str, int] = {}
+        self._changed: set[str] = set()
+        self._fixed_dims: dict[tuple, tuple] = {}  # generic sizes -> per input, fixed dims
+        self._first: CompiledKernel | None = None  # the first specialized variant
+        self._generic_calls = Recent(limit)  # shapes -> calls run on a generic variant
+        #: what this kernel made, for tests and tools: "specialized", "generic" (some or
+        #: all sizes generic) variants looked up in the caches, and how many of them were
+        #: "compiled" (not found in the in-memory map or the disk cache)
+        self.compile_stats = {"specialized": 0, "generic": 0, "compiled": 0}
 
     @property
     def definition(self) -> Definition:
@@ -640,6 +692,8 @@ class Kernel:
             binding = bind_arguments(self.definition, args, self.module.on_device)
             compiled = self._for(binding)
             result = compiled.run(binding, out)
+            if hot is not None and compiled.generic and self._repeats_specialize():
+                hot = None  # its repeats come this way and are counted (`_route`)
             if hot is not None:  # only once the whole call, out= included, was found right
                 # a degraded kernel (CompiledKernel.degraded) gets no fastest path, which
                 # would keep it past its retry, and no call record, which would keep it for good
@@ -674,47 +728,115 @@ class Kernel:
         and is timed (`timings`) and the tiling's reasons are known (`summary()`)."""
         binding = bind_arguments(self.definition, args, self.module.on_device)
         if not fresh:
-            return self._for(binding)
-        fast = self._fast_key(binding)
+            return self._for(binding, note=False)
+        fast, generic = self._route(binding, note=False)
         with self._lock:
-            compiled = self._compile(binding, fast, fresh=True)
+            compiled = self._compile(binding, fast, generic, fresh=True)
             self._compiled.put(fast, compiled)
         return compiled
 
-    def _fast_key(self, binding: Binding) -> tuple:
-        """What the code depends on: shapes, dtypes and layouts, or (shape-generic) ranks
-        and dtypes."""
-        if self.module.options.specialize:
-            return binding.shape_key()
-        return tuple((a.ndim, dtype_key(a.dtype)) for a in binding.arrays)
+    def _policy(self) -> bool | str:
+        """True (specialize), False (shape-generic) or "auto" (docs/schedules.md, Dynamic
+        shapes): the options' `specialize`, except that a tuned module (options per shape)
+        and the GPU backends specialize where "auto" is asked."""
+        policy = self.module.options.specialize
+        if policy == "auto" and (self.module.tuned or
+                                 self.module.backend not in PARTLY_GENERIC_BACKENDS):
+            return True
+        return policy
 
-    def _for(self, binding: Binding) -> CompiledKernel:
-        fast = self._fast_key(binding)
+    @property
+    def generic_sizes(self) -> tuple[str, ...]:
+        """The sizes that Options(specialize="auto") compiles generic code for from now on:
+        those that took a second value (in definition order)."""
+        return tuple(n for n in self.definition.sizes if n in self._changed)
+
+    def _route(self, binding: Binding, note: bool = True) -> tuple:
+        """(what the code depends on, the generic sizes of a partly generic kernel or
+        None). Specialized: shapes, dtypes and layouts; shape-generic: ranks and dtypes.
+        "auto": a specialized kernel until a size takes a second value (`note`: this
+        call's sizes count), then a kernel generic in the sizes that changed; a call whose
+        shapes have a specialized kernel already (the first ones) keeps it, and a call
+        where a generic size is 0 gets one (partly generic code assumes them >= 1)."""
+        policy = self._policy()
+        if policy is False:
+            return tuple((a.ndim, dtype_key(a.dtype)) for a in binding.arrays), None
+        shapes = binding.shape_key()
+        if policy is True:
+            return shapes, None
+        if note:
+            for name, value in binding.sizes.items():
+                if self._first_sizes.setdefault(name, value) != value:
+                    self._changed.add(name)
+        generic = self.generic_sizes
+        if not generic or any(binding.sizes[n] == 0 for n in generic):
+            return shapes, None  # (a partly generic kernel assumes its sizes are >= 1)
+        found = self._compiled.get(shapes)
+        if found is not None and not found.generic and not found._c.due():
+            return shapes, None
+        if note and self._repeats_specialize():  # a contraction: shapes that recur
+            calls = (self._generic_calls.get(shapes) or 0) + 1
+            self._generic_calls.put(shapes, calls)
+            if calls >= REPEATS_SPECIALIZED:
+                return shapes, None
+        fixed = self._fixed_dims.get(generic)
+        if fixed is None:
+            names = set(generic)
+            fixed = tuple(tuple(not (d.names() & names) for d in t.shape)
+                          for t in self.definition.inputs)
+            self._fixed_dims[generic] = fixed
+        return binding.partial_key(fixed), generic
+
+    def _repeats_specialize(self) -> bool:
+        """Whether shapes that recur get specialized kernels in "auto" mode: on kernels
+        whose first specialized variant has a register tile (a contraction: matmul, an MLP
+        layer, a convolution), where the generic variant measured up to 2.2x (matmul) and
+        11.7x (an MLP layer of one row) slower
+        (docs/schedules.md, Dynamic shapes); elsewhere it stays within ~1.25x."""
+        first = self._first
+        return first is not None and "unrolled" in first.loops
+
+    def _for(self, binding: Binding, note: bool = True) -> CompiledKernel:
+        fast, generic = self._route(binding, note)
         found = self._compiled.get(fast)
         if found is not None and not found._c.due():
             return found
         with self._lock:  # two threads asking for the same shapes compile once
             found = self._compiled.get(fast)
             if found is None or found._c.due():  # or a degraded one's retry has come
-                found = self._compile(binding, fast)
+                found = self._compile(binding, fast, generic)
                 self._compiled.put(fast, found)
+                if self._first is None and not found.generic and self._policy() == "auto":
+                    self._first = found
         return found
 
-    def _compile(self, binding: Binding, fast: tuple, fresh: bool = False) -> CompiledKernel:
+    def _compile(self, binding: Binding, fast: tuple, generic: tuple | None = None,
+                 fresh: bool = False) -> CompiledKernel:
+        """`generic`: the sizes a partly generic kernel takes at run time (`_route`)."""
         from tclang.cachekey import cache_key, canonical_source
         from tclang.compiler import compile_definition, compile_target
         options, backend = self.module.options, self.module.backend
         if self.module.tuned:
             options = self._tuned_options(fast) or options
-        sizes = dict(binding.sizes) if options.specialize else None
-        layouts = tuple(strides for _, _, strides in fast) if options.specialize else None
+        specialize = self._policy() is not False
+        fixed = None
+        if generic:
+            sizes = {n: v for n, v in binding.sizes.items() if n not in generic}
+            fixed = self._fixed_dims[generic]
+        else:
+            sizes = dict(binding.sizes) if specialize else None
+        layouts = tuple(strides for _, _, strides in fast) if specialize else None
         target = compile_target(backend, options)
         key = cache_key(canonical_source(self.definition), self.name, fast, options,
                         backend, target)
         compiled = compile_definition(self.definition, sizes, options, backend, target, key,
                                       layouts, fresh)
+        self.compile_stats["generic" if generic or not specialize else "specialized"] += 1
+        if compiled.cache == "compiled":
+            self.compile_stats["compiled"] += 1
         return CompiledKernel(compiled, self.definition, backend, options, sizes,
-                              fast if options.specialize else None, target, layouts)
+                              fast if specialize else None, target, layouts, fixed,
+                              generic or ())
 
     @api_boundary
     def export(self, directory, sizes: dict[str, int] | None = None, target: str = "cpu",

@@ -175,7 +175,8 @@ class _Generator:
         self.kernel = kernel
         self.check_bounds = check_bounds
         self.private_memory = private_memory
-        self.specialized = dict(kernel.size_values) if kernel.size_values else None
+        # (a partly generic kernel is generic here: its constants are in its expressions)
+        self.specialized = dict(kernel.size_values) if kernel.specialized else None
         self.lines: list[str] = []
         self.buffers = {b.name: b for b in kernel.buffers}
         self.local: dict[str, L.Buffer] = {}
@@ -703,7 +704,7 @@ def _fits_32_bits(kernel: L.Kernel) -> bool:
     summed) overflows an int. An input's offsets are bounded in both layouts it may have
     on the device: the caller's (its layout key: constant strides, or run-time ones with a
     bound on the offsets) and row-major (a staged NumPy array)."""
-    if not kernel.size_values:
+    if not kernel.specialized:
         return False
     sizes = dict(kernel.size_values)
     if any(abs(v) >= NARROW_LIMIT for v in sizes.values()):

@@ -91,9 +91,22 @@ def _artifact(blobs: dict[str, bytes], buffer_names: list[str], statements: list
     unused = ctypes.addressof(_UNUSED)
     last = [None]  # the last call's sizes and strides, with the arrays passing them
 
-    def entry(templates=None):
+    def entry(templates=None, sizes=None, strides=None):
+        """The bound native call; a kernel that reads sizes or strides at run time is
+        bound to the `sizes` and each array's `strides` (in elements) of the call whose
+        inputs `templates` are (the signature then holds those inputs to their shapes
+        and strides; the runtime allocates the other arrays alike each time)."""
+        if static:
+            return builtin_call(runtime["tclang_call"], loaded.address("tclang_packed"),
+                                parallel_for, unused, len(buffer_names), templates, loaded)
+        if templates is None or sizes is None or strides is None:
+            return None
+        values = (c_int64 * max(1, len(sizes)))(*sizes)
+        steps = (c_int64 * max(1, len(strides)))(*strides)
         return builtin_call(runtime["tclang_call"], loaded.address("tclang_packed"),
-                            parallel_for, unused, len(buffer_names), templates, loaded)
+                            parallel_for, unused, len(buffer_names), templates,
+                            (loaded, values, steps), ctypes.addressof(values),
+                            ctypes.addressof(steps))
     call = entry() if static else None
 
     def run_fast(arrays, sizes):
@@ -129,7 +142,7 @@ def _artifact(blobs: dict[str, bytes], buffer_names: list[str], statements: list
     optimised = blobs.get("llvm-opt", b"").decode()
     return Artifact(source=text, run=run if call is None else run_fast,
                     stages={"llvm": text, "llvm-opt": optimised}, blobs=blobs,
-                    bind=entry if call is not None else None)
+                    bind=entry)
 
 
 _UNUSED = (ctypes.c_int64 * 1)()  # what a static kernel gets for the arrays it never reads

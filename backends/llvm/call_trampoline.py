@@ -10,7 +10,9 @@ error record as bytes when an access fell out of bounds.
 
 It serves specialized kernels (sizes and strides are constants in their code, so a call
 passes only data pointers), through their `tclang_packed` entry (the pointers as one
-array: one entry for every arity). Either the runtime checked every
+array: one entry for every arity), and kernels that read sizes or strides at run time
+bound to one call's: the state's "bound_sizes" and "bound_strides" (else "unused") are what the
+kernel gets, which only a signature that fixes the shapes and strides makes right. Either the runtime checked every
 array before (the hot path's key), or the entry has a *signature*: the type, dtype, shape
 and strides that the first arrays (the inputs) must have, compared here in a few
 nanoseconds; arrays that differ get MISMATCH back and nothing runs, so the runtime's
@@ -28,7 +30,7 @@ from __future__ import annotations
 SELF_DATA_OFFSET = 16  # where a ctypes array object keeps its data pointer (CPython, 64-bit)
 # the state array's fields, in order
 STATE = ("kernel", "parallel_for", "unused", "save_thread", "restore_thread", "from_long",
-         "from_bytes", "data_offset", "signature", "n_buffers")
+         "from_bytes", "data_offset", "signature", "n_buffers", "bound_sizes", "bound_strides")
 # ndarray fields (CPython 64-bit, NumPy 1.x and 2.x: PyArrayObject_fields), verified by
 # pointers.py before any signature is used
 TYPE_AT, ND_AT, DIMS_AT, STRIDES_AT, DESCR_AT = 8, 24, 32, 40, 56
@@ -50,7 +52,8 @@ def trampoline_ir(err_fields: int) -> str:
         lines += [f"  %{name}.p = getelementptr i64, i64* %s, i64 {k}",
                   f"  %{name}.i = load i64, i64* %{name}.p"]
     lines += [
-        "  %unused = inttoptr i64 %unused.i to i8*",
+        "  %bsizes = inttoptr i64 %bound_sizes.i to i8*",
+        "  %bstrides = inttoptr i64 %bound_strides.i to i8*",
         "  %pf = inttoptr i64 %parallel_for.i to i8*",
         f"  %err = alloca [{err_fields} x i64], align 8",
         f"  store [{err_fields} x i64] zeroinitializer, [{err_fields} x i64]* %err",
@@ -84,7 +87,7 @@ def trampoline_ir(err_fields: int) -> str:
         "  br label %ptr.loop",
         "run:",
         "  %ts = call i8* %save()",
-        "  %r = call i32 %kernel(i8** %ptrs, i8* %unused, i8* %unused, i8* %errp, i8* %pf)",
+        "  %r = call i32 %kernel(i8** %ptrs, i8* %bsizes, i8* %bstrides, i8* %errp, i8* %pf)",
         "  call void %restore(i8* %ts)",
         "  %ok = icmp eq i32 %r, 0",
         "  br i1 %ok, label %zero, label %failed",

@@ -62,13 +62,16 @@ def signature(templates) -> list[int] | None:
 
 
 def builtin_call(trampoline: int, kernel: int, parallel_for: int, unused: int,
-                 n_buffers: int, templates=None, keep=None):
+                 n_buffers: int, templates=None, keep=None, sizes: int = 0,
+                 strides: int = 0):
     """The kernel whose `tclang_packed` entry is at `kernel` as a builtin taking its
     n_buffers arrays, or None where this
     way of calling is not available. `templates`: arrays the first arrays of each call
     must look like (their signature(); None: no checks); the dtype objects it names are
     kept alive with the builtin, so no other dtype can take their address. `keep`: what
-    must live as long as the builtin (the kernel's code)."""
+    must live as long as the builtin (the kernel's code). `sizes`, `strides`: addresses of
+    the size values and strides a kernel that reads them at run time gets (0: `unused`),
+    kept alive by the caller through `keep`; only with templates that fix them."""
     global _new_function
     if not AVAILABLE or not trampoline or n_buffers < 1:
         return None
@@ -82,7 +85,8 @@ def builtin_call(trampoline: int, kernel: int, parallel_for: int, unused: int,
                   restore_thread=_api("PyEval_RestoreThread"),
                   from_long=_api("PyLong_FromLong"),
                   from_bytes=_api("PyBytes_FromStringAndSize"), data_offset=DATA_OFFSET,
-                  signature=0, n_buffers=n_buffers)
+                  signature=0, n_buffers=n_buffers, bound_sizes=sizes or unused,
+                  bound_strides=strides or unused)
     words, checks = None, None
     if templates is not None:
         checks = signature(templates)

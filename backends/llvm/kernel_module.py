@@ -44,10 +44,11 @@ class KernelModule:
         self.module.triple = triple
         self.module.data_layout = layout
         self.check_bounds = choices.check_bounds
+        # the sizes that are constants of the code (all, or some in a partly generic kernel)
         self.specialized = dict(kernel.size_values) if kernel.size_values else None
         self.strides = [b.strides for b in kernel.buffers]
         # every size and stride is a constant in the code: calls need not pass them
-        self.static = self.specialized is not None and all(
+        self.static = kernel.specialized and all(
             s is not None and None not in s for s in self.strides)
         self.regions = 0
         self.loop_metadata: dict[tuple, ir.MDValue] = {}
@@ -181,7 +182,7 @@ class FunctionBuilder:
     def _load_sizes(self) -> dict[str, ir.Value]:
         values = {}
         for k, name in enumerate(self.km.kernel.sizes):
-            if self.km.specialized is not None:
+            if self.km.specialized is not None and name in self.km.specialized:
                 values[name] = ir.Constant(T.I64, self.km.specialized[name])
             else:
                 values[name] = self.builder.load(self.builder.gep(

@@ -34,6 +34,7 @@ import numpy as np
 from tclang.lang import program as P
 from tclang.lang.affine import Affine, condition_indices
 from tclang.dtypes import DType
+from tclang.lang.sizes import known_value
 
 FLOATS = (DType.FLOAT32, DType.FLOAT64)
 
@@ -64,8 +65,7 @@ def _split(defn: P.Definition, s: P.Statement, sizes) -> tuple[P.Expr, list]:
     # a guarded sum (tclang/lang/guarded_sums.py) may have no term at a point whose
     # ranges are not empty, and its condition guards the factor's reads: reads stay in
     reads_allowed = sizes is not None and s.condition is None and all(
-        r.hi.evaluate(sizes) > r.lo.evaluate(sizes)
-        for r in s.domain if r.name in s.reduction_indices)
+        _known_nonempty(r, sizes) for r in s.domain if r.name in s.reduction_indices)
     core, factors = s.rhs, []
     while isinstance(core, P.Binary) and core.dtype is dtype:
         if core.op == "mul" and _invariant(core.rhs, s, reads_allowed, divisor=False):
@@ -140,3 +140,10 @@ def _renumbered(e: P.Expr) -> P.Expr:
         return x
 
     return visit(e)
+
+
+def _known_nonempty(r, sizes) -> bool:
+    """Whether a range is known to be non-empty for `sizes` (False where it names a size
+    `sizes` does not give: a partly generic compile)."""
+    hi, lo = known_value(r.hi, sizes), known_value(r.lo, sizes)
+    return hi is not None and lo is not None and hi > lo

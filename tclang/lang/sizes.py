@@ -396,3 +396,36 @@ def definitely(e: SizeExpr, relation: str) -> bool:
     low, high = e.bounds()
     return {"<": high < 0, "<=": high <= 0, ">": low > 0, ">=": low >= 0,
             "==": low == high == 0}[relation]
+
+
+def substitute(e: SizeExpr, values: Mapping[str, int]) -> SizeExpr:
+    """`e` with each size that `values` names replaced by its value, the others kept: the
+    size expressions of a compile generic in some sizes and specialized in the rest."""
+    if not values or not (e.names() & values.keys()):
+        return e
+    if isinstance(e, Poly):
+        total: SizeExpr = const(0)
+        for monomial, coef in e.terms:
+            term: SizeExpr = const(coef * math.prod(values[n] for n in monomial if n in values))
+            for name in monomial:
+                if name not in values:
+                    term = mul(term, size(name))
+            total = add(total, term)
+        return total
+    if isinstance(e, FloorDiv):
+        return floordiv(substitute(e.numerator, values), e.divisor)
+    if isinstance(e, MinMax):
+        return _minmax(e.kind, tuple(substitute(a, values) for a in e.args))
+    if isinstance(e, Sum):
+        total = substitute(e.poly, values)
+        for part, coef in e.parts:
+            total = add(total, mul(const(coef), substitute(part, values)))
+        return total
+    raise TypeError(e)
+
+
+def known_value(e: SizeExpr, values: Mapping[str, int] | None) -> int | None:
+    """`e`'s value where `values` gives every size it names, else None (a generic size)."""
+    if values is None or not e.names() <= values.keys():
+        return None
+    return e.evaluate(values)

@@ -22,8 +22,9 @@ _MOVABLE = (DType.FLOAT32, DType.FLOAT64)
 
 
 def hoist_size_expressions(defn: P.Definition, sizes=None):
-    """`defn` with its costly size-only float expressions computed once (generic only)."""
-    if sizes is not None or not defn.statements:
+    """`defn` with its costly size-only float expressions computed once (generic only:
+    fully, or in the sizes `sizes` does not give, whose uses folding left)."""
+    if (sizes is not None and set(defn.sizes) <= sizes.keys()) or not defn.statements:
         return defn, []
     hoisted: dict = {}  # expression -> its temporary's name
     taken = set(defn.tensors) | set(defn.sizes)

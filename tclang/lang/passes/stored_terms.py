@@ -29,6 +29,7 @@ from tclang.lang import program as P
 from tclang.lang.passes.common import computed_in, share_across_statements
 from tclang.lang.passes.rewrite import postorder
 from tclang.lang.program_text import expression_text
+from tclang.lang.sizes import known_value
 
 #: builtins a few instructions long: recomputing them is cheaper than a store and a load
 CHEAP_CALLS = frozenset("abs fabs min max fmin fmax floor round trunc copysign fdim fma "
@@ -69,7 +70,10 @@ def _store_one(defn: P.Definition, k: int, sizes, slice_bytes: int):
         return None
     row = 1
     for index in s.reduction_indices:
-        row *= max(1, s.range_of(index).extent.evaluate(sizes))
+        extent = known_value(s.range_of(index).extent, sizes)
+        if extent is None:  # a generic size (a partly generic compile): not known to fit
+            return None
+        row *= max(1, extent)
     if row * term.dtype.numpy.itemsize > slice_bytes:
         return None
     if not computed_in(term, [x.rhs for x in defn.statements[k + 1:]]):
