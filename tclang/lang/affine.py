@@ -247,3 +247,20 @@ def condition_holds(c: Condition, env: Mapping[str, int]) -> bool:
         return all(values) if c.op == "and" else any(values)
     v = c.lhs.evaluate(env)
     return {"==": v == 0, "!=": v != 0, "<": v < 0, "<=": v <= 0, ">": v > 0, ">=": v >= 0}[c.op]
+
+
+def condition_text(c: Condition) -> str:
+    """A condition as one line of source-like text (for messages)."""
+    if isinstance(c, Truth):
+        return "true" if c.value else "false"
+    if isinstance(c, Logic):
+        if c.op == "not":
+            return f"!({condition_text(c.args[0])})"
+        joiner = " && " if c.op == "and" else " || "
+        return joiner.join(f"({condition_text(a)})" if isinstance(a, Logic) and a.op != "not"
+                           else condition_text(a) for a in c.args)
+    lhs, rhs = [], []  # positive terms left, negative terms right: `h - 1 >= 0` -> `h >= 1`
+    for atom, coef in c.lhs.terms:
+        (lhs if coef > 0 else rhs).append((atom, abs(coef)))
+    side = lambda terms, offset: str(Affine(tuple(terms), offset))
+    return f"{side(lhs, Z.const(0))} {c.op} {side(rhs, -c.lhs.offset)}"

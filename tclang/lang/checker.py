@@ -133,12 +133,13 @@ class _DefinitionChecker:
         typer = ExpressionTyper(scope)
         for i in s.indices or ():
             scope.index_spans.setdefault(i.name, i.span)
-        where_ranges = self._where_ranges(s, scope)
+        where_ranges, affine_ranges = self._where_ranges(s, scope)
         rhs = typer.expr(s.rhs)
         exists = tuple(self._exists(c, typer) for c in s.where if isinstance(c, S.ExistsClause))
         self._check_unused_lets(s, scope)
         used = [n for n in scope.index_spans if n not in indices]
         self._check_assignment_reduction(s, op, used, scope)
+        self._check_affine_ranges(op, indices, used, affine_ranges)
         dtype = self._target_dtype(s, info, rhs, op)
         self._check_self_reads(s, rhs, indices, bool(used), info)
         if op != "=" and not reset and not info.written:
@@ -152,7 +153,8 @@ class _DefinitionChecker:
             position=position, target=target, indices=indices, op=op, reset=reset,
             rhs=rhs, reduction_indices=tuple(used), domain=where_ranges,
             exists=exists, span=s.span, text=_text_of(self.source, s.span),
-            index_spans=tuple(scope.index_spans.items()))
+            index_spans=tuple(scope.index_spans.items()),
+            affine_ranges=tuple((n, lo, hi) for n, lo, hi, _ in affine_ranges))
 
     def _target_info(self, s: S.Statement) -> TensorInfo:
         name = s.target.name
@@ -221,8 +223,11 @@ class _DefinitionChecker:
                 scratch.inlining.append(name)
                 ExpressionTyper(scratch).expr(value)
 
-    def _where_ranges(self, s: S.Statement, scope: StatementScope) -> tuple[P.IndexRange, ...]:
+    def _where_ranges(self, s: S.Statement, scope: StatementScope):
+        """The `where` ranges: those over sizes and literals, and those whose bounds use
+        other indices (`j in 0:i + 1`, with the clause's span)."""
         ranges: list[P.IndexRange] = []
+        affine: list[tuple[str, Affine, Affine, S.RangeClause]] = []
         for c in s.where:
             if not isinstance(c, S.RangeClause):
                 continue
@@ -230,12 +235,41 @@ class _DefinitionChecker:
             if not scope.is_index(name):
                 raise error(f"{name} is not an index; `in` ranges an index of the statement",
                             c.index.span)
-            if any(r.name == name for r in ranges):
+            if any(r.name == name for r in ranges) or any(a[0] == name for a in affine):
                 raise error(f"index {name} has two ranges", c.index.span,
                             hint="give each index one `in` clause")
             scope.index_spans.setdefault(name, c.index.span)
-            ranges.append(P.IndexRange(name, size_expr(c.lo, scope), size_expr(c.hi, scope)))
-        return tuple(ranges)
+            lo, hi = range_bound(c.lo, scope), range_bound(c.hi, scope)
+            if lo.terms or hi.terms:
+                for bound, e in ((lo, c.lo), (hi, c.hi)):
+                    if name in bound.indices():
+                        raise error(f"the range of {name} uses {name} itself", e.span,
+                                    hint="a bound may use sizes, literals and other indices")
+                affine.append((name, lo, hi, c))
+            else:
+                ranges.append(P.IndexRange(name, lo.offset, hi.offset))
+        return tuple(ranges), affine
+
+    @staticmethod
+    def _check_affine_ranges(op: str, indices: tuple[str, ...], used: list[str],
+                             affine: list) -> None:
+        """Bounds that use indices: of this statement; a left-side index's only in `=`."""
+        for name, lo, hi, clause in affine:
+            span = clause.span
+            for other in sorted(lo.indices() | hi.indices()):
+                if other not in indices and other not in used:
+                    raise error(f"the range of {name} uses {other}, which is not an index of "
+                                "this statement",
+                                (clause.lo if other in lo.indices() else clause.hi).span,
+                                hint="a bound may use sizes, literals and the statement's "
+                                     "other indices")
+            if name in indices and op != "=":
+                raise error(f"{name} is a left-side index of a reduction: only `=` "
+                            "statements and reduction indices may have a range that uses "
+                            "other indices", span,
+                            hint=f"range {name} over sizes, and mask the terms with "
+                                 "`cond ? ... : 0`, or compute the triangle with `=` from "
+                                 "a reduction over the full range")
 
     @staticmethod
     def _exists(c: S.ExistsClause, typer: ExpressionTyper) -> P.Read:
@@ -313,14 +347,19 @@ def warnings_given() -> int:
     return _warnings_given
 
 
-def size_expr(e: S.Expr, scope: StatementScope) -> Z.SizeExpr:
-    """An integer expression of sizes and literals (a `where` range bound)."""
+def range_bound(e: S.Expr, scope: StatementScope) -> Affine:
+    """A `where` range bound: affine in sizes, integer literals and other indices."""
     typer = ExpressionTyper(scope)
     affine = typer.affine(e)
-    if affine is None or affine.terms:
-        raise TCSemanticError("a range bound may use only sizes and integer literals",
-                              e.span, hint="e.g. `i in 0:N` or `k in 1:KH - 1`")
-    return affine.offset
+    if affine is None or _reads_tensor(e, scope):
+        raise TCSemanticError("a range bound must be affine in sizes, integer literals and "
+                              "other indices (no tensor reads, no products of indices)",
+                              e.span, hint="e.g. `i in 0:N`, `k in 1:KH - 1` or `j in 0:i + 1`")
+    return affine
+
+
+def _reads_tensor(e: S.Expr, scope: StatementScope) -> bool:
+    return any(n.name in scope.tensors for n in _names_in([e]))
 
 
 def _dim_size(dim: S.Dim) -> Z.SizeExpr:

@@ -450,11 +450,11 @@ def test_grad_of_a_max_of_a_product_with_a_quotient(cache):
     assert gradients.check_grad(program) == ([], ["grad"])
 
 
-@pytest.mark.xfail(strict=True, reason="OPEN gradgrad-window-range-bound: issue 35 item 4 "
+@pytest.mark.xfail(strict=True, reason="OPEN gradgrad-window-range-bound: issue 35 item 5 "
                                        "(tclang.fuzzing.differential.KNOWN_BUGS)")
 def test_open_second_derivative_of_a_window(cache):
     """A windowed sum's second derivative through tclang.torch: tc.grad of the backward
-    writes a range bounded by an index, which the language refuses (issue 35 item 4), so
+    writes a range bound that is a `max`/`min` of sizes, which the language refuses, so
     the double backward raised TCGradError ("does not check ... please report")."""
     pytest.importorskip("torch")
     program = GeneratedProgram("def f(float(Q) A) -> (O0, O1) {\n"
