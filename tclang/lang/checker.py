@@ -7,6 +7,7 @@ here each statement gets its types, its reduction indices and its `where` ranges
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 from tclang.lang import program as P
@@ -123,6 +124,7 @@ class _DefinitionChecker:
 
     # ---- statements ----
     def _statement(self, position: int, s: S.Statement) -> P.Statement:
+        s = self._constant_subscripts(s)
         target = s.target.name
         op, reset = _OPS[s.op]
         info = self._target_info(s)
@@ -140,6 +142,7 @@ class _DefinitionChecker:
         used = [n for n in scope.index_spans if n not in indices]
         self._check_assignment_reduction(s, op, used, scope)
         self._check_affine_ranges(op, indices, used, affine_ranges)
+        self._check_equivalent(s, scope)
         dtype = self._target_dtype(s, info, rhs, op)
         self._check_self_reads(s, rhs, indices, bool(used), info)
         if op != "=" and not reset and not info.written:
@@ -155,6 +158,46 @@ class _DefinitionChecker:
             exists=exists, span=s.span, text=_text_of(self.source, s.span),
             index_spans=tuple(scope.index_spans.items()),
             affine_ranges=tuple((n, lo, hi) for n, lo, hi, _ in affine_ranges))
+
+    def _constant_subscripts(self, s: S.Statement) -> S.Statement:
+        """`C(0) +=! ...`: each integer subscript on the left becomes a fresh index ranged
+        over that one point (`C(c0) +=! ... where c0 in 0:1`)."""
+        if not any(isinstance(i, S.IntLit) for i in s.indices or ()):
+            return s
+        taken = {n.name for n in _names_in([s.rhs, *s.where])} | set(self.sizes) | \
+            set(self.tensors) | {i.name for i in s.indices if isinstance(i, S.Ident)}
+        indices, where = [], list(s.where)
+        for k, i in enumerate(s.indices):
+            if isinstance(i, S.Ident):
+                indices.append(i)
+                continue
+            name = f"c{k}"
+            while name in taken or name in BUILTINS:
+                name += "_"
+            taken.add(name)
+            ident = S.Ident(name, i.span)
+            indices.append(ident)
+            where.append(S.RangeClause(ident, i, S.IntLit(i.value + 1, i.span), i.span))
+        return dataclasses.replace(s, indices=tuple(indices), where=tuple(where))
+
+    def _check_equivalent(self, s: S.Statement, scope: StatementScope) -> None:
+        """TC's `<=> name(args)` names an equivalent operator: its arguments may name only
+        the statement's tensors, sizes, indices and where-locals; it has no effect."""
+        if s.equivalent is None:
+            return
+        for node in _names_in(list(s.equivalent.args)):
+            known = node.name in scope.tensors or node.name in scope.sizes or \
+                node.name in scope.lets or node.name in scope.index_spans
+            if not known:
+                raise error(f"{node.name} in the `<=>` annotation is not a tensor, size or "
+                            "index of this statement", node.span,
+                            hint="`<=> name(args)` only documents an equivalent operator; "
+                                 "remove it, or name the statement's tensors in it")
+        for node in _applies_in(list(s.equivalent.args)):
+            if node.name not in scope.tensors and node.name not in BUILTINS:
+                raise error(f"{node.name} in the `<=>` annotation is not a tensor",
+                            node.name_span, hint="`<=> name(args)` only documents an "
+                                                 "equivalent operator; remove it")
 
     def _target_info(self, s: S.Statement) -> TensorInfo:
         name = s.target.name
@@ -380,6 +423,22 @@ def _names_in(roots: list):
         elif isinstance(node, S.ExistsClause):
             stack.append(node.access)
         elif isinstance(node, S.Apply):
+            stack.extend(node.args)
+        elif isinstance(node, (S.CastExpr, S.UnaryExpr)):
+            stack.append(node.operand)
+        elif isinstance(node, S.BinaryExpr):
+            stack.extend((node.lhs, node.rhs))
+        elif isinstance(node, S.TernaryExpr):
+            stack.extend((node.cond, node.then, node.other))
+
+
+def _applies_in(roots: list):
+    """Every call or tensor access in the given expressions."""
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, S.Apply):
+            yield node
             stack.extend(node.args)
         elif isinstance(node, (S.CastExpr, S.UnaryExpr)):
             stack.append(node.operand)
