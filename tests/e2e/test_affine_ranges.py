@@ -219,3 +219,35 @@ def test_a_concatenation_along_the_guarded_index(m, n, k):
         r = _rng(m, n, k)
         A, B = r.random((m, k), np.float32), r.random((n, k), np.float32)
         np.testing.assert_array_equal(cat(A, B), np.concatenate([A, B]))
+
+
+def test_the_scop_domain_is_the_triangle():
+    import islpy as isl
+    from polyhedral.scop import build_scop
+    from tclang.lang.frontend import check_source
+    defn = check_source(TRIANGULAR)["trisum"]
+    scop = build_scop(defn, None)
+    want = isl.UnionSet("[M, N] -> { I0[i] : 0 <= i < N; S0[i, j] : 0 <= j <= i < N }",
+                        context=scop.ctx)
+    assert scop.domain.gist_params(scop.context).is_equal(want.gist_params(scop.context)), \
+        scop.domain
+    lower = build_scop(check_source(TRIANGULAR)["lower"], {"N": 4})
+    assert lower.domain.is_equal(isl.UnionSet("{ S0[i, j] : 0 <= j <= i < 4 }",
+                                              context=lower.ctx))
+
+
+def test_check_shows_the_range_and_its_hull():
+    from tclang.cli import describe_definition
+    from tclang.lang.frontend import check_source
+    text = describe_definition(check_source(TRIANGULAR)["trimm"])
+    assert "reducing over j in 0:i + 1 (within 0:N)" in text
+
+
+def test_a_triangle_wider_than_its_tensor_is_refused_per_shape():
+    """`j in 0:i + 1` reads A(i, j) up to j = N - 1: an A with fewer columns is an error
+    for those sizes only (shape-generic code checks each call)."""
+    for options in (None, tc.Options(specialize=False)):
+        k = tc.define(TRIANGULAR, options=options).trisum
+        np.testing.assert_allclose(k(np.ones((3, 3), np.float32)), [1, 2, 3])
+        with pytest.raises(tc.TCArgumentError, match="out of bounds"):
+            k(np.ones((3, 2), np.float32))
