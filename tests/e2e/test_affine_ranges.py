@@ -24,6 +24,11 @@ def conv(float(B, C, H, W) I, float(F, C, KH, KW) Wt) -> (O) {
         ? I(n, c, h + kh - 1, w + kw - 1) * Wt(f, c, kh, kw) : 0
         where h in 0:H, w in 0:W, kh in 0:KH, kw in 0:KW
 }
+def pool(float(B, C, H, W) I) -> (O) {
+    O(n, c, h, w) +=! (2*h + kh - 1 >= 0 && 2*h + kh - 1 < H && 2*w + kw - 1 >= 0 &&
+                       2*w + kw - 1 < W) ? I(n, c, 2*h + kh - 1, 2*w + kw - 1) : 0
+        where h in 0:(H + 1) / 2, w in 0:(W + 1) / 2, kh in 0:3, kw in 0:3
+}
 def mask(float(N, M) X, float(N) L) -> (Y) {
     Y(b, t) = (t < 3) ? X(b, t) * L(b) : -1.0 where t in 0:M
 }
@@ -83,6 +88,17 @@ def test_padded_convolution_needs_no_where_for_n_c_f(guarded, b, c, h, w, f, k):
         for kw in range(k):
             want += np.einsum("nchw,fc->nfhw", P[:, :, kh:kh + h, kw:kw + w], Wt[:, :, kh, kw])
     np.testing.assert_allclose(guarded.conv(I, Wt), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (2, 3, 5, 7), (1, 2, 13, 4)])
+def test_the_strided_padded_sum_of_the_issue(guarded, shape):
+    """Issue 35's case: `2*h + kh - 1` under the padding guard; n and c from I alone."""
+    I = _rng("pool", shape).random(shape, np.float32)
+    B, C, H, W = shape
+    P = np.pad(I.astype(np.float64), ((0, 0), (0, 0), (1, 2), (1, 2)))
+    OH, OW = (H + 1) // 2, (W + 1) // 2
+    want = sum(P[:, :, kh:kh + 2 * OH:2, kw:kw + 2 * OW:2] for kh in range(3) for kw in range(3))
+    np.testing.assert_allclose(guarded.pool(I), want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("n,m", [(1, 1), (5, 7), (13, 2)])
