@@ -267,3 +267,27 @@ def test_a_triangle_wider_than_its_tensor_is_refused_per_shape():
         np.testing.assert_allclose(k(np.ones((3, 3), np.float32)), [1, 2, 3])
         with pytest.raises(tc.TCArgumentError, match="out of bounds"):
             k(np.ones((3, 2), np.float32))
+
+
+CAUSAL_SOFTMAX = """def causal_softmax(float(T, T) S) -> (P) {
+    Mx(i) max=! S(i, j) where j in 0:i + 1
+    E(i, j) = exp(S(i, j) - Mx(i)) where j in 0:i + 1
+    Sm(i) +=! E(i, j) where j in 0:i + 1
+    P(i, j) = E(i, j) / Sm(i) where j in 0:i + 1
+}"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("specialize", [True, False])
+def test_a_causal_softmax_written_with_ranges(backend, specialize):
+    """Every statement over the triangle: reductions, and assignments that write only it
+    (the points above the diagonal stay 0), through the GPU's row reductions too."""
+    k = tc.define(CAUSAL_SOFTMAX, backend=backend,
+                  options=tc.Options(specialize=specialize)).causal_softmax
+    for t in (1, 2, 7, 13) + ((33,) if backend != "reference" else ()):
+        S = _rng("softmax", t).standard_normal((t, t)).astype(np.float32)
+        want = np.zeros((t, t))
+        for i in range(t):
+            e = np.exp(S[i, :i + 1].astype(np.float64) - S[i, :i + 1].max())
+            want[i, :i + 1] = e / e.sum()
+        np.testing.assert_allclose(k(S), want, rtol=1e-5, atol=1e-6)
