@@ -257,8 +257,15 @@ def condition_text(c: Condition) -> str:
         if c.op == "not":
             return f"!({condition_text(c.args[0])})"
         joiner = " && " if c.op == "and" else " || "
-        return joiner.join(f"({condition_text(a)})" if isinstance(a, Logic) and a.op != "not"
-                           else condition_text(a) for a in c.args)
+        parts, stack = [], list(reversed(c.args))  # a flat chain: no nested parentheses
+        while stack:
+            a = stack.pop()
+            if isinstance(a, Logic) and a.op == c.op:
+                stack.extend(reversed(a.args))
+            else:
+                text = condition_text(a)
+                parts.append(f"({text})" if isinstance(a, Logic) and a.op != "not" else text)
+        return joiner.join(parts)
     lhs, rhs = [], []  # positive terms left, negative terms right: `h - 1 >= 0` -> `h >= 1`
     for atom, coef in c.lhs.terms:
         (lhs if coef > 0 else rhs).append((atom, abs(coef)))

@@ -166,8 +166,10 @@ class _State:
                       f"it appears in {where} only under '%' or in a form that bounds nothing")
         elif guarded:
             read = guarded[0]
+            guard = condition_text(read.guard)
+            guard = guard if len(guard) <= 80 else guard[:77] + "..."
             reason = (f"it is read only in {read.tensor}(...) (line {read.span.line}, column "
-                      f"{read.span.column}) under the guard `{condition_text(read.guard)}`, "
+                      f"{read.span.column}) under the guard `{guard}`, "
                       f"which constrains {index} itself, and where the guard is false the other "
                       f"branch reads nothing that bounds {index}")
         else:
