@@ -212,7 +212,8 @@ def _statements(defn: P.Definition):
 
 def _domain_text(st: ScopStatement, r: _Renderer) -> str:
     bounds = _box_bounds(st, r)
-    if st.kind == "reduce" and st.source.condition is not None:  # a guarded sum
+    if st.kind != "init" and st.source.condition is not None:
+        # a guarded sum, or ranges bounded by other indices (`=` statements: only these)
         bounds.append(f"({r.condition(st.source.condition)})")
     constraint = " and ".join(bounds) if bounds else "true"
     return f"{st.id}[{', '.join(st.indices)}] : {constraint}"

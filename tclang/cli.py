@@ -74,8 +74,8 @@ def describe_definition(d) -> str:
         lines.append(f"  temporaries: {temps}")
     for s in d.statements:
         lines.append(f"  line {s.span.line}: {s.text}")
-        free = ", ".join(f"{s.range_of(i).name} in {_range(s.range_of(i))}" for i in s.indices)
-        red = ", ".join(f"{i} in {_range(s.range_of(i))}" for i in s.reduction_indices)
+        free = ", ".join(f"{i} in {_range(s, i)}" for i in s.indices)
+        red = ", ".join(f"{i} in {_range(s, i)}" for i in s.reduction_indices)
         parts = [f"for {free}" if free else "once"]
         if red:
             parts.append(f"reducing over {red}")
@@ -83,7 +83,12 @@ def describe_definition(d) -> str:
     return "\n".join(lines)
 
 
-def _range(r) -> str:
+def _range(s, index: str) -> str:
+    """`lo:hi`; a range bounded by other indices also shows its hull (`0:i + 1 (0:N)`)."""
+    r = s.range_of(index)
+    for name, lo, hi in s.affine_ranges:
+        if name == index:
+            return f"{lo}:{hi} (within {r.lo}:{r.hi})"
     return f"{r.lo}:{r.hi}"
 
 

@@ -142,6 +142,14 @@ class _Emitted:
 
 def build(defn: P.Definition, wrt: tuple[str, ...] | None) -> GradientSource:
     try:
+        for s in defn.statements:
+            if s.affine_ranges:
+                name, lo, hi = s.affine_ranges[0]
+                raise TCGradError(
+                    f"cannot differentiate `{s.text.strip()}`: tc.grad does not yet handle a "
+                    f"range bounded by other indices (`{name} in {lo}:{hi}`)", s.span,
+                    hint=f"range {name} over sizes and mask the terms with a guard, e.g. "
+                         f"`({name} >= {lo} && {name} < {hi}) ? ... : 0`")
         return _Builder(defn, wrt).run()
     except TCGradError as err:
         raise err.with_source(defn.source) from None

@@ -56,14 +56,15 @@ ORACLE = ("reference", tclang.Options(fusion="min", tile=(), reorder_reductions=
 # entry when its bug is fixed. (name, applies(defn, backend, options, sizes), signature)
 KNOWN_BUGS: list = [
     # The second derivative of a windowed read (`O(i) +=! A(j + i) where j in 0:3`): tc.grad
-    # of its backward needs a `where` range bounded by an index, which the language cannot
-    # state yet (issue 35, item 4: triangular and affine ranges), so tclang.torch refuses
-    # the double backward with a TCGradError that says "please report". Found by the
-    # gradgradcheck share (fuzz seed 0, program 51). Regression:
+    # of its backward writes a `where` range whose bound is a `max`/`min` of sizes
+    # (`i03 in 0:max(Q - 2, min(Q - 3, S0 - 1) + 1)`), which a range bound cannot be (it
+    # may be affine in sizes, literals and other indices since issue 35 item 4), so
+    # tclang.torch refuses the double backward with a TCGradError that says "please
+    # report". Found by the gradgradcheck share (fuzz seed 0, program 51). Regression:
     # test_fuzz_features.py::test_open_second_derivative_of_a_window
     ("gradgrad-window-range-bound",
      lambda defn, backend, options, sizes: backend == "torch",
-     "a range bound may use only sizes and integer literals"),
+     "a range bound must be affine in sizes, integer literals and other indices"),
     # The four found before (no-loop-at-all, llvm-abort-unrolled-min-max,
     # tiled-reduction-out-of-order, cuda-block-reduction-rank) are fixed, and so are
     # grad-training-forward-drops-where and guarded-sum-factor-scop (issue 31's fixes); their programs are

@@ -24,12 +24,15 @@ from tclang.fuzzing.generator import (STATS, Decl, Features, GeneratedProgram, M
 from tclang.lang.frontend import check_source
 
 NARROW = ("half", "bf16")  # stored in 16 bits, computed in float32
-KINDS = ("triangular", "guarded", "masked", "prefix", "softmax")
+KINDS = ("triangular", "guarded", "masked", "prefix", "softmax", "ranged", "unbounded")
 # extents near the warp, vector, block and 1024 boundaries, and small odd ones
 EXTENTS = (1, 2, 3, 5, 7, 31, 32, 33, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257,
            511, 1023, 1024, 1025)
 VOLUME = 40_000  # statement instances: the reference interpreter runs ~150,000 a second
 
+# `where j in lo:hi` with bounds that use i (issue 35 item 4): triangles, bands, a diagonal
+_RANGES = (("0", "i + 1"), ("0", "i"), ("i", "T"), ("i + 1", "T"), ("0", "T - i"),
+           ("T - 1 - i", "T"), ("i", "i + 1"), ("(i + 1) / 2", "T"), ("0", "(i + 2) / 2"))
 _TRIANGLES = ("j <= i", "j < i", "j >= i", "j > i", "i + j < T", "i + j >= T - 1",
               "j <= i + 1", "j >= i - 2 && j <= i + 2", "j <= i && j >= i - 3")
 
@@ -41,7 +44,8 @@ def reduction_program(rng: random.Random) -> GeneratedProgram | None:
     dtype = rng.choices(("float", "double", "int32", "half", "bf16"),
                         (60, 15, 15, 10, 5 if bfloat16_callable() else 0))[0]
     model = {"triangular": _triangular, "guarded": _guarded, "masked": _masked,
-             "prefix": _prefix, "softmax": _softmax}[kind](rng, dtype)
+             "prefix": _prefix, "softmax": _softmax, "ranged": _ranged,
+             "unbounded": _unbounded}[kind](rng, dtype)
     STATS["attempts"] += 1
     source = model.render()
     try:
@@ -215,3 +219,47 @@ def _softmax(rng, dtype: str) -> Model:
             Stmt("Sm", ("i",), "+=!", Node("E(i, j)")),
             Stmt("P", ("i", "j"), "=", Node("E(i, j) / Sm(i)")))
     return Model("softmax", (Decl("S", dtype, ("T", "T")),), (Decl("P", None),), body)
+
+
+def _ranged(rng, dtype: str) -> Model:
+    """A reduction over `j in lo:hi` with bounds that use i (no guard: the range is the
+    triangle), or an `=` statement writing only a triangle of its target."""
+    batch = rng.random() < 0.25
+    lo, hi = rng.choice(_RANGES)
+    pre = ("b",) if batch else ()
+    value = _value(rng, f"S({', '.join(pre + ('i', 'j'))})", dtype)
+    inputs = [_decl(dtype, "S", (("B",) if batch else ()) + ("T", "T"))]
+    if rng.random() < 0.3 and dtype != "int32":
+        value = f"{value} * X(j)"
+        inputs.append(_decl(dtype, "X", ("T",)))
+    where = (("b in 0:B",) if batch else ()) + ("i in 0:T", f"j in {lo}:{hi}")
+    if rng.random() < 0.2:  # an assignment to the triangle only
+        body = [Stmt("Z", pre + ("i", "j"), "=", Node(value), tuple(Node(w) for w in where))]
+        return _model("ranged", inputs, ["Z"], body)
+    op = _op(rng)
+    lhs = pre + rng.choice((("i",), ("i",), ()))
+    return _model("ranged", inputs, ["Z"], _statements(rng, "Z", lhs, op, value, where, dtype))
+
+
+def _unbounded(rng, dtype: str) -> Model:
+    """Guarded reads that bound the indices with no `where` (issue 35 item 1): TC's concat,
+    a concatenation along the guarded index, a padded row reduction whose rows no `where`
+    ranges."""
+    shape = rng.choice(("tc_concat", "concat", "padded_rows"))
+    if shape == "tc_concat":
+        a, b = _value(rng, "A(m, n)", dtype), _value(rng, "B(m, n)", dtype)
+        body = [Stmt("Z", ("n", "c", "m"), "=", Node(f"(c == 0) ? {a} : {b}"),
+                     (Node("c in 0:2"),))]
+        inputs = [_decl(dtype, "A", ("M", "N")), _decl(dtype, "B", ("M", "N"))]
+        return _model("concat", inputs, ["Z"], body)
+    if shape == "concat":
+        a, b = _value(rng, "A(i, k)", dtype), _value(rng, "B(i - M, k)", dtype)
+        body = [Stmt("Z", ("i", "k"), "=", Node(f"(i < M) ? {a} : {b}"))]
+        inputs = [_decl(dtype, "A", ("M", "K")), _decl(dtype, "B", ("N", "K"))]
+        return _model("concat", inputs, ["Z"], body)
+    op = rng.choice(("+=!", "max=!", "min=!"))
+    pad = rng.choice((1, 2, 3))
+    value = _value(rng, f"S(r, j - {pad})", dtype)
+    rhs = f"(j - {pad} >= 0 && j - {pad} <= N - 1) ? {value} : {_identity(op, dtype)}"
+    body = [Stmt("Z", ("r",), op, Node(rhs), (Node(f"j in 0:N + {2 * pad}"),))]
+    return _model("pad", [_decl(dtype, "S", ("R", "N"))], ["Z"], body)

@@ -247,3 +247,27 @@ def condition_holds(c: Condition, env: Mapping[str, int]) -> bool:
         return all(values) if c.op == "and" else any(values)
     v = c.lhs.evaluate(env)
     return {"==": v == 0, "!=": v != 0, "<": v < 0, "<=": v <= 0, ">": v > 0, ">=": v >= 0}[c.op]
+
+
+def condition_text(c: Condition) -> str:
+    """A condition as one line of source-like text (for messages)."""
+    if isinstance(c, Truth):
+        return "true" if c.value else "false"
+    if isinstance(c, Logic):
+        if c.op == "not":
+            return f"!({condition_text(c.args[0])})"
+        joiner = " && " if c.op == "and" else " || "
+        parts, stack = [], list(reversed(c.args))  # a flat chain: no nested parentheses
+        while stack:
+            a = stack.pop()
+            if isinstance(a, Logic) and a.op == c.op:
+                stack.extend(reversed(a.args))
+            else:
+                text = condition_text(a)
+                parts.append(f"({text})" if isinstance(a, Logic) and a.op != "not" else text)
+        return joiner.join(parts)
+    lhs, rhs = [], []  # positive terms left, negative terms right: `h - 1 >= 0` -> `h >= 1`
+    for atom, coef in c.lhs.terms:
+        (lhs if coef > 0 else rhs).append((atom, abs(coef)))
+    side = lambda terms, offset: str(Affine(tuple(terms), offset))
+    return f"{side(lhs, Z.const(0))} {c.op} {side(rhs, -c.lhs.offset)}"

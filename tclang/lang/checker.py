@@ -7,6 +7,7 @@ here each statement gets its types, its reduction indices and its `where` ranges
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 from tclang.lang import program as P
@@ -123,6 +124,7 @@ class _DefinitionChecker:
 
     # ---- statements ----
     def _statement(self, position: int, s: S.Statement) -> P.Statement:
+        s = self._constant_subscripts(s)
         target = s.target.name
         op, reset = _OPS[s.op]
         info = self._target_info(s)
@@ -133,12 +135,14 @@ class _DefinitionChecker:
         typer = ExpressionTyper(scope)
         for i in s.indices or ():
             scope.index_spans.setdefault(i.name, i.span)
-        where_ranges = self._where_ranges(s, scope)
+        where_ranges, affine_ranges = self._where_ranges(s, scope)
         rhs = typer.expr(s.rhs)
         exists = tuple(self._exists(c, typer) for c in s.where if isinstance(c, S.ExistsClause))
         self._check_unused_lets(s, scope)
         used = [n for n in scope.index_spans if n not in indices]
         self._check_assignment_reduction(s, op, used, scope)
+        self._check_affine_ranges(op, indices, used, affine_ranges)
+        self._check_equivalent(s, scope)
         dtype = self._target_dtype(s, info, rhs, op)
         self._check_self_reads(s, rhs, indices, bool(used), info)
         if op != "=" and not reset and not info.written:
@@ -152,7 +156,48 @@ class _DefinitionChecker:
             position=position, target=target, indices=indices, op=op, reset=reset,
             rhs=rhs, reduction_indices=tuple(used), domain=where_ranges,
             exists=exists, span=s.span, text=_text_of(self.source, s.span),
-            index_spans=tuple(scope.index_spans.items()))
+            index_spans=tuple(scope.index_spans.items()),
+            affine_ranges=tuple((n, lo, hi) for n, lo, hi, _ in affine_ranges))
+
+    def _constant_subscripts(self, s: S.Statement) -> S.Statement:
+        """`C(0) +=! ...`: each integer subscript on the left becomes a fresh index ranged
+        over that one point (`C(c0) +=! ... where c0 in 0:1`)."""
+        if not any(isinstance(i, S.IntLit) for i in s.indices or ()):
+            return s
+        taken = {n.name for n in _names_in([s.rhs, *s.where])} | set(self.sizes) | \
+            set(self.tensors) | {i.name for i in s.indices if isinstance(i, S.Ident)}
+        indices, where = [], list(s.where)
+        for k, i in enumerate(s.indices):
+            if isinstance(i, S.Ident):
+                indices.append(i)
+                continue
+            name = f"c{k}"
+            while name in taken or name in BUILTINS:
+                name += "_"
+            taken.add(name)
+            ident = S.Ident(name, i.span)
+            indices.append(ident)
+            where.append(S.RangeClause(ident, i, S.IntLit(i.value + 1, i.span), i.span))
+        return dataclasses.replace(s, indices=tuple(indices), where=tuple(where))
+
+    def _check_equivalent(self, s: S.Statement, scope: StatementScope) -> None:
+        """TC's `<=> name(args)` names an equivalent operator: its arguments may name only
+        the statement's tensors, sizes, indices and where-locals; it has no effect."""
+        if s.equivalent is None:
+            return
+        for node in _names_in(list(s.equivalent.args)):
+            known = node.name in scope.tensors or node.name in scope.sizes or \
+                node.name in scope.lets or node.name in scope.index_spans
+            if not known:
+                raise error(f"{node.name} in the `<=>` annotation is not a tensor, size or "
+                            "index of this statement", node.span,
+                            hint="`<=> name(args)` only documents an equivalent operator; "
+                                 "remove it, or name the statement's tensors in it")
+        for node in _applies_in(list(s.equivalent.args)):
+            if node.name not in scope.tensors and node.name not in BUILTINS:
+                raise error(f"{node.name} in the `<=>` annotation is not a tensor",
+                            node.name_span, hint="`<=> name(args)` only documents an "
+                                                 "equivalent operator; remove it")
 
     def _target_info(self, s: S.Statement) -> TensorInfo:
         name = s.target.name
@@ -221,8 +266,11 @@ class _DefinitionChecker:
                 scratch.inlining.append(name)
                 ExpressionTyper(scratch).expr(value)
 
-    def _where_ranges(self, s: S.Statement, scope: StatementScope) -> tuple[P.IndexRange, ...]:
+    def _where_ranges(self, s: S.Statement, scope: StatementScope):
+        """The `where` ranges: those over sizes and literals, and those whose bounds use
+        other indices (`j in 0:i + 1`, with the clause's span)."""
         ranges: list[P.IndexRange] = []
+        affine: list[tuple[str, Affine, Affine, S.RangeClause]] = []
         for c in s.where:
             if not isinstance(c, S.RangeClause):
                 continue
@@ -230,12 +278,41 @@ class _DefinitionChecker:
             if not scope.is_index(name):
                 raise error(f"{name} is not an index; `in` ranges an index of the statement",
                             c.index.span)
-            if any(r.name == name for r in ranges):
+            if any(r.name == name for r in ranges) or any(a[0] == name for a in affine):
                 raise error(f"index {name} has two ranges", c.index.span,
                             hint="give each index one `in` clause")
             scope.index_spans.setdefault(name, c.index.span)
-            ranges.append(P.IndexRange(name, size_expr(c.lo, scope), size_expr(c.hi, scope)))
-        return tuple(ranges)
+            lo, hi = range_bound(c.lo, scope), range_bound(c.hi, scope)
+            if lo.terms or hi.terms:
+                for bound, e in ((lo, c.lo), (hi, c.hi)):
+                    if name in bound.indices():
+                        raise error(f"the range of {name} uses {name} itself", e.span,
+                                    hint="a bound may use sizes, literals and other indices")
+                affine.append((name, lo, hi, c))
+            else:
+                ranges.append(P.IndexRange(name, lo.offset, hi.offset))
+        return tuple(ranges), affine
+
+    @staticmethod
+    def _check_affine_ranges(op: str, indices: tuple[str, ...], used: list[str],
+                             affine: list) -> None:
+        """Bounds that use indices: of this statement; a left-side index's only in `=`."""
+        for name, lo, hi, clause in affine:
+            span = clause.span
+            for other in sorted(lo.indices() | hi.indices()):
+                if other not in indices and other not in used:
+                    raise error(f"the range of {name} uses {other}, which is not an index of "
+                                "this statement",
+                                (clause.lo if other in lo.indices() else clause.hi).span,
+                                hint="a bound may use sizes, literals and the statement's "
+                                     "other indices")
+            if name in indices and op != "=":
+                raise error(f"{name} is a left-side index of a reduction: only `=` "
+                            "statements and reduction indices may have a range that uses "
+                            "other indices", span,
+                            hint=f"range {name} over sizes, and mask the terms with "
+                                 "`cond ? ... : 0`, or compute the triangle with `=` from "
+                                 "a reduction over the full range")
 
     @staticmethod
     def _exists(c: S.ExistsClause, typer: ExpressionTyper) -> P.Read:
@@ -313,14 +390,19 @@ def warnings_given() -> int:
     return _warnings_given
 
 
-def size_expr(e: S.Expr, scope: StatementScope) -> Z.SizeExpr:
-    """An integer expression of sizes and literals (a `where` range bound)."""
+def range_bound(e: S.Expr, scope: StatementScope) -> Affine:
+    """A `where` range bound: affine in sizes, integer literals and other indices."""
     typer = ExpressionTyper(scope)
     affine = typer.affine(e)
-    if affine is None or affine.terms:
-        raise TCSemanticError("a range bound may use only sizes and integer literals",
-                              e.span, hint="e.g. `i in 0:N` or `k in 1:KH - 1`")
-    return affine.offset
+    if affine is None or _reads_tensor(e, scope):
+        raise TCSemanticError("a range bound must be affine in sizes, integer literals and "
+                              "other indices (no tensor reads, no products of indices)",
+                              e.span, hint="e.g. `i in 0:N`, `k in 1:KH - 1` or `j in 0:i + 1`")
+    return affine
+
+
+def _reads_tensor(e: S.Expr, scope: StatementScope) -> bool:
+    return any(n.name in scope.tensors for n in _names_in([e]))
 
 
 def _dim_size(dim: S.Dim) -> Z.SizeExpr:
@@ -341,6 +423,22 @@ def _names_in(roots: list):
         elif isinstance(node, S.ExistsClause):
             stack.append(node.access)
         elif isinstance(node, S.Apply):
+            stack.extend(node.args)
+        elif isinstance(node, (S.CastExpr, S.UnaryExpr)):
+            stack.append(node.operand)
+        elif isinstance(node, S.BinaryExpr):
+            stack.extend((node.lhs, node.rhs))
+        elif isinstance(node, S.TernaryExpr):
+            stack.extend((node.cond, node.then, node.other))
+
+
+def _applies_in(roots: list):
+    """Every call or tensor access in the given expressions."""
+    stack = list(roots)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, S.Apply):
+            yield node
             stack.extend(node.args)
         elif isinstance(node, (S.CastExpr, S.UnaryExpr)):
             stack.append(node.operand)

@@ -54,6 +54,11 @@ def _node_span(x) -> Span | None:
 _INT_LIMIT = 2**63
 
 
+@dataclasses.dataclass(frozen=True)
+class _Equivalent:
+    call: S.Apply
+
+
 def _integer(tok: Token, what: str) -> int:
     """An integer token's value, refused with its location past 64 bits (counting its
     digits first: Python refuses to convert more than 4,300 of them)."""
@@ -110,12 +115,22 @@ class _ToSyntax(Transformer):
         rest = list(rest)
         indices = rest.pop(0) if isinstance(rest[0], tuple) else None
         op_tok, rhs = rest[0], rest[1]
-        where = rest[2] if len(rest) > 2 and isinstance(rest[2], tuple) else ()
+        equivalent = next((r for r in rest[2:] if isinstance(r, _Equivalent)), None)
+        where = next((r for r in rest[2:] if isinstance(r, tuple)), ())
         return S.Statement(S.Ident(str(target), token_span(target)), indices, str(op_tok),
-                           token_span(op_tok), rhs, where, _span(target, rhs))
+                           token_span(op_tok), rhs, where, _span(target, rhs),
+                           equivalent.call if equivalent is not None else None)
 
-    def lhs_indices(self, *names):
-        return tuple(S.Ident(str(n), token_span(n)) for n in names if n is not None)
+    def lhs_indices(self, *items):
+        return tuple(i for i in items if i is not None)
+
+    def lhs_index(self, tok):
+        if tok.type == "INT":  # a constant subscript: the checker gives it a one-point range
+            return S.IntLit(_integer(tok, "integer literal"), token_span(tok))
+        return S.Ident(str(tok), token_span(tok))
+
+    def equivalent(self, _tok, call):
+        return _Equivalent(call)
 
     def assign_op(self, tok):
         return tok
@@ -417,7 +432,8 @@ def _children(node) -> tuple:
 _TERMINAL_WORDS = {
     "NAME": "a name", "INT": "an integer", "FLOAT": "a number", "TYPE": "a type",
     "LPAR": "'('", "RPAR": "')'", "LBRACE": "'{'", "RBRACE": "'}'", "COMMA": "','",
-    "SEMICOLON": "';'", "COLON": "':'", "QMARK": "'?'", "EQ": "'='", "MINUS": "'-'",
+    "SEMICOLON": "';'", "COLON": "':'", "QMARK": "'?'", "EQUIV": "'<=>'", "EQ": "'='",
+    "MINUS": "'-'",
     "DEF": "'def'", "WHERE": "'where'", "IN": "'in'", "EXISTS": "'exists'",
     "__ANON_0": "'->'", "BINOP": "an operator", "UNARY_OP": "'-' or '!'",
     "TRUE": "'true'", "FALSE": "'false'", "$END": "the end of the source",
@@ -507,6 +523,12 @@ def _hint(found: str, expected: set[str]) -> str | None:
         return "the source ends in the middle of a definition"
     if expected & _ASSIGN_TERMINALS and found in ("'=='", "'-'", "'+'"):
         return "a statement is `T(i, j) OP expr` with OP one of =, +=!, +=, *=!, min=!, max=!"
+    if expected == {"RPAR", "COMMA"} and found in ("'+'", "'-'", "'*'", "'/'", "'%'"):
+        return ("a left side's subscripts (and a declaration's dimensions) are names or "
+                "integer constants, C(i, 0): shift the reads on the right instead, "
+                "C(i) = A(i - 1)")
+    if found == "'<=>'":
+        return "`<=> name(args)` comes right after the statement's expression, before `where`"
     if found in ("'['", "']'"):
         return "tensors are read with parentheses: A(i, j)"
     if found == "'.'":

@@ -266,6 +266,10 @@ class Statement:
     # the statement runs only where this affine condition holds (a guarded sum: see
     # tclang/lang/guarded_sums.py); None: at every point of `domain`
     condition: Condition | None = None
+    # `where j in lo:hi` with bounds that use other indices (`0:i + 1`): (index, lo, hi),
+    # hi exclusive. Range inference gives `domain` their hull and adds the bounds to
+    # `condition` (tclang/lang/ranges.py), so later stages see them as a statement condition
+    affine_ranges: tuple[tuple[str, "Affine", "Affine"], ...] = ()
 
     @property
     def all_indices(self) -> tuple[str, ...]:

@@ -17,7 +17,9 @@ from dataclasses import dataclass, replace
 
 from tclang.lang import program as P
 from tclang.lang import sizes as Z
-from tclang.lang.affine import Affine, Interval
+from tclang.lang.guarded_ranges import region
+from tclang.lang.affine import (Affine, Compare, Condition, Interval, condition_and,
+                                condition_indices, condition_text)
 from tclang.errors import Span, TCSemanticError
 
 
@@ -29,6 +31,7 @@ class _Bound:
     extent: Z.SizeExpr
     read: P.Read | None
     dim: int
+    guarded: bool = False  # a read under an affine guard that does not mention its indices
 
 
 def infer_shapes(defn: P.Definition) -> P.Definition:
@@ -65,7 +68,7 @@ class _State:
         self._check_ranges(s, domain)
         self._check_reads(s, bounds, known)
         self._record_extent(s, domain)
-        return replace(s, domain=domain)
+        return replace(s, domain=domain, condition=_range_condition(s))
 
     def _bounds(self, s: P.Statement) -> list[_Bound]:
         bounds = []
@@ -75,6 +78,14 @@ class _State:
             for dim, affine in enumerate(read.affine):
                 if affine is not None:
                     bounds.append(_Bound(affine, shape[dim], read, dim))
+        for read in P.reads_of(s.rhs):  # guarded reads: the subscripts the guard leaves free
+            if read.guard is None:
+                continue
+            shape = self.shape(read.tensor)
+            constrained = condition_indices(read.guard)
+            for dim, affine in enumerate(read.affine):
+                if affine is not None and not affine.indices() & constrained:
+                    bounds.append(_Bound(affine, shape[dim], read, dim, guarded=True))
         target_shape = self.shape(s.target)
         if s.op != "=" and not s.reset and target_shape is not None:
             for dim, index in enumerate(s.indices):  # `+=` reads the target's current value
@@ -82,23 +93,51 @@ class _State:
         return bounds
 
     def _solve(self, s: P.Statement, known: dict[str, Interval], bounds: list[_Bound]) -> None:
+        """TC's rounds over the unguarded reads; then the target's extent; only then the
+        guarded reads (so a program TC accepted keeps its ranges)."""
         unknown = [i for i in s.all_indices if i not in known]
+        pending = {name: (lo, hi) for name, lo, hi in s.affine_ranges}
         while unknown:
-            found: dict[str, Interval] = {}
-            for b in bounds:
-                free = b.affine.indices() & set(unknown)
-                if len(free) != 1:
-                    continue
-                index = next(iter(free))
-                solved = b.affine.solve(index, Z.const(0), b.extent - 1, known)
-                if solved is not None:
-                    found[index] = _intersect(found.get(index), solved)
+            found = _hulls(pending, known)  # `j in 0:i + 1` once i's range is known
+            solvable = [i for i in unknown if i not in pending]
             if not found:
-                found = self._from_target(s, unknown)
+                found = self._round([b for b in bounds if not b.guarded], solvable, known)
             if not found:
-                raise self._unresolved(s, unknown[0], bounds, known)
+                found = self._from_target(s, solvable)
+            if not found:
+                found = self._round([b for b in bounds if b.guarded], solvable, known)
+            if not found:
+                found = self._from_branches(s, solvable, known)
+            if not found:
+                raise self._unresolved(s, (solvable or unknown)[0], bounds, known, pending)
+            for name in found:
+                pending.pop(name, None)
             known.update(found)
             unknown = [i for i in unknown if i not in found]
+
+    @staticmethod
+    def _round(bounds: list[_Bound], unknown: list[str],
+               known: dict[str, Interval]) -> dict[str, Interval]:
+        found: dict[str, Interval] = {}
+        for b in bounds:
+            free = b.affine.indices() - set(known)
+            if len(free) != 1 or not free <= set(unknown):
+                continue  # several unknowns, or an affine range not resolved yet
+            index = next(iter(free))
+            solved = b.affine.solve(index, Z.const(0), b.extent - 1, known)
+            if solved is not None:
+                found[index] = _intersect(found.get(index), solved)
+        return found
+
+    def _from_branches(self, s: P.Statement, unknown: list[str],
+                       known: dict[str, Interval]) -> dict[str, Interval]:
+        """Indices each branch of a `?:` bounds within its condition (guarded_ranges.py)."""
+        found = {}
+        for index in unknown:
+            lo, hi = region(s.rhs, index, known, self.shape)
+            if lo is not None and hi is not None:
+                found[index] = (lo, hi)
+        return found
 
     def _from_target(self, s: P.Statement, unknown: list[str]) -> dict[str, Interval]:
         """Left-side indices no read bounds range over the target's known extent."""
@@ -108,20 +147,56 @@ class _State:
         return {i: (Z.const(0), shape[k] - 1) for k, i in enumerate(s.indices) if i in unknown}
 
     def _unresolved(self, s: P.Statement, index: str, bounds: list[_Bound],
-                    known: dict[str, Interval]) -> TCSemanticError:
+                    known: dict[str, Interval], pending: dict) -> TCSemanticError:
+        if index in pending:
+            lo, hi = pending[index]
+            waiting = sorted((lo.indices() | hi.indices()) - set(known))
+            return TCSemanticError(
+                f"cannot infer the range of index {index}: its bounds {lo}:{hi} use "
+                f"{', '.join(waiting)}, whose range depends on it", _index_span(s, index),
+                hint=f"range {', '.join(waiting)} over sizes with a where clause")
         together = [b for b in bounds if index in b.affine.indices()]
+        guarded = [r for r in P.reads_of(s.rhs) if r.guard is not None and any(
+            a is not None and index in a.indices() for a in r.affine)]
         if together:
             others = sorted((together[0].affine.indices() - {index}) - set(known))
             where = f"{together[0].read.tensor}(...)" if together[0].read else s.target
             reason = (f"it appears in {where} only together with other unresolved indices "
                       f"({', '.join(others)})" if others else
                       f"it appears in {where} only under '%' or in a form that bounds nothing")
+        elif guarded:
+            read = guarded[0]
+            guard = condition_text(read.guard)
+            guard = guard if len(guard) <= 80 else guard[:77] + "..."
+            reason = (f"it is read only in {read.tensor}(...) (line {read.span.line}, column "
+                      f"{read.span.column}) under the guard `{guard}`, "
+                      f"which constrains {index} itself, and where the guard is false the other "
+                      f"branch reads nothing that bounds {index}")
         else:
-            reason = "no tensor read that bounds it uses it as a subscript"
+            reason = "no tensor read uses it as a subscript"
         return TCSemanticError(f"cannot infer the range of index {index}: {reason}",
-                               _index_span(s, index),
-                               hint=f"add a where clause giving its range, e.g. "
-                                    f"`where {index} in 0:N`")
+                               _index_span(s, index), hint=self._hint(s, index))
+
+    def _hint(self, s: P.Statement, index: str) -> str:
+        """A where clause naming the extent of a dimension the index is read along."""
+        plain = Affine.index(index)
+        for read in P.reads_of(s.rhs) + list(s.exists):
+            shape = self.shape(read.tensor)
+            for dim, a in enumerate(read.affine):
+                if a == plain and shape is not None:
+                    return (f"add a where clause giving its range, e.g. `where {index} in "
+                            f"0:{shape[dim]}` ({read.tensor}'s dimension {dim})")
+        for read in P.reads_of(s.rhs) + list(s.exists):
+            shape = self.shape(read.tensor)
+            for dim, a in enumerate(read.affine):
+                if a is not None and index in a.indices() and shape is not None:
+                    return (f"add a where clause giving its range, so that `{a}` stays in "
+                            f"0:{shape[dim]} ({read.tensor}'s dimension {dim})")
+        if index in s.indices and self.shape(s.target) is not None:
+            dim = s.indices.index(index)
+            return (f"add a where clause giving its range, e.g. `where {index} in "
+                    f"0:{self.shape(s.target)[dim]}`")
+        return f"add a where clause giving its range, e.g. `where {index} in 0:<extent>`"
 
     # ---- checks ----
     def _check_ranges(self, s: P.Statement, domain: tuple[P.IndexRange, ...]) -> None:
@@ -143,8 +218,9 @@ class _State:
     def _check_reads(self, s: P.Statement, bounds: list[_Bound],
                      known: dict[str, Interval]) -> None:
         for b in bounds:
-            if b.read is None or not b.affine.is_linear:
-                continue
+            if b.read is None or not b.affine.is_linear or b.guarded or \
+                    b.affine.indices() & {name for name, _, _ in s.affine_ranges}:
+                continue  # checked exactly, under its guard or in its triangle, per shape
             lo, hi = b.affine.interval(known)
             last = b.extent - 1
             if hi == last and lo.constant is not None and lo.constant >= 0:
@@ -190,6 +266,28 @@ class _State:
             return
         message = f"{t.name} would have a negative extent {extent} in dimension {dim}"
         self.obligations.append(P.Obligation(extent, ">=", message, t.span))
+
+
+def _hulls(pending: dict[str, tuple[Affine, Affine]],
+           known: dict[str, Interval]) -> dict[str, Interval]:
+    """The hull of each affine range whose bounds' indices are all known: from the least
+    lower bound to the greatest upper bound over the known ranges."""
+    found = {}
+    for name, (lo, hi) in pending.items():
+        if (lo.indices() | hi.indices()) <= set(known):
+            found[name] = (lo.interval(known)[0], hi.interval(known)[1] - 1)
+    return found
+
+
+def _range_condition(s: P.Statement) -> Condition | None:
+    """The statement's condition with the affine ranges' bounds that use indices added."""
+    condition = s.condition
+    for name, lo, hi in s.affine_ranges:
+        if lo.terms:
+            condition = condition_and(condition, Compare(">=", Affine.index(name) - lo))
+        if hi.terms:
+            condition = condition_and(condition, Compare("<", Affine.index(name) - hi))
+    return condition
 
 
 def _intersect(a: Interval | None, b: Interval) -> Interval:

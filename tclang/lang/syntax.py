@@ -133,6 +133,7 @@ class Statement:
     rhs: Expr
     where: tuple[Clause, ...]
     span: Span
+    equivalent: "Apply | None" = None  # TC's `<=> name(args)` annotation
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ GOLDEN = [
     ("negative start", "  B(i) = V(i + 3) where i in -1:N-3\n}", TCSemanticError, 2, 5,
      "below 0"),
     ("range bound uses index", "  B(i) = V(i) where i in 0:j\n}", TCSemanticError, 2, 28,
-     "only sizes"),
+     "uses j, which is not an index of this statement"),
     ("duplicate lhs index", "  B(i, i) = A(i, i)\n}", TCSemanticError, 2, 8, "twice"),
     ("narrowing", "  B(i) = V(i)\n  B(i) = double(V(i))\n}", TCSemanticError, 3, 10, "narrow"),
     ("rank change", "  B(i) = V(i)\n  B(i, j) = A(i, j)\n}", TCSemanticError, 3, 3, "rank 1"),
