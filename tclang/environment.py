@@ -13,6 +13,8 @@ lookup is a dictionary read and a few string operations, cheap on any path that 
 
 from __future__ import annotations
 
+import contextlib
+
 import math
 import os
 
@@ -82,3 +84,20 @@ def _not(name: str, text: str, what: str, default) -> TCConfigError:
         else f" ({default})"
     unset = "unset it for the default" + shown
     return TCConfigError(f"{name} must be {what}, not {text!r}; {unset}")
+
+
+@contextlib.contextmanager
+def set_for_a_while(**values: str):
+    """TCLANG_* variables set to `values` inside the block and put back after (unset where
+    they were unset): a cold compile, a fuzzed module's own caches. Saving a value is not
+    reading it, so nothing here interprets one."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

@@ -26,7 +26,6 @@ agrees with the oracle ran a wrong cached kernel.
 from __future__ import annotations
 
 import contextlib
-import os
 import random
 from dataclasses import dataclass, replace
 
@@ -165,18 +164,13 @@ def fresh_compiles():
     """Compile everything anew: no disk cache, no call records, an empty memory cache
     (emptied again afterwards, so that nothing compiled here answers a later lookup)."""
     from tclang.compiler import forget_compiled
-    saved = {k: os.environ.get(k) for k in ("TCLANG_DISK_CACHE", "TCLANG_CALL_RECORDS")}
-    os.environ.update(TCLANG_DISK_CACHE="0", TCLANG_CALL_RECORDS="0")
-    forget_compiled()
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    from tclang.environment import set_for_a_while
+    with set_for_a_while(TCLANG_DISK_CACHE="0", TCLANG_CALL_RECORDS="0"):
         forget_compiled()
+        try:
+            yield
+        finally:
+            forget_compiled()
 
 
 @dataclass

@@ -216,16 +216,10 @@ def _cold_compile(cold: bool):
         yield
         return
     from tclang.compiler import forget_compiled
-    before = os.environ.get("TCLANG_DISK_CACHE")
-    os.environ["TCLANG_DISK_CACHE"] = "0"
-    forget_compiled()
-    try:
+    from tclang.environment import set_for_a_while
+    with set_for_a_while(TCLANG_DISK_CACHE="0"):
+        forget_compiled()
         yield
-    finally:
-        if before is None:
-            os.environ.pop("TCLANG_DISK_CACHE", None)
-        else:
-            os.environ["TCLANG_DISK_CACHE"] = before
 
 
 def _measure_here(task: Task, candidate: Candidate, workers) -> Trial:
