@@ -370,16 +370,30 @@ def _peak_rss_mb() -> float:
     Linux reports kilobytes."""
     import resource
     from tclang.forked_server import helper_pids
-    peaks = [resource.getrusage(who).ru_maxrss / 1024
-             for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    # this process's own high-water mark from /proc: Linux keeps ru_maxrss across execve,
+    # so a worker spawned (fork, then exec) by a process of 1 GB reported 1 GB before it
+    # ran anything (a pytest worker that had run heavier tests failed every program)
+    own = _high_water_mb("self")
+    peaks = [own if own is not None else
+             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+             resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024]
     for pid in helper_pids():
-        try:
-            with open(f"/proc/{pid}/status") as status:
-                peaks += [int(line.split()[1]) / 1024 for line in status
-                          if line.startswith("VmHWM:")]
-        except OSError:
-            pass  # it has just ended (counted with the finished children) or no /proc
+        peak = _high_water_mb(str(pid))
+        if peak is not None:  # (None: it has just ended, counted with the finished children)
+            peaks.append(peak)
     return max(peaks)
+
+
+def _high_water_mb(pid: str) -> float | None:
+    """VmHWM of a process (its memory's peak since its last exec), None without /proc."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
 
 
 # ---- source fuzzing -----------------------------------------------------------------------

@@ -58,3 +58,27 @@ def test_peak_memory_counts_the_live_helper_processes(monkeypatch):
     finally:
         helper.kill()
         helper.wait()
+
+
+def _report_peak(queue) -> None:
+    from tclang.fuzzing.driver import _peak_rss_mb
+    queue.put(_peak_rss_mb())
+
+
+def test_a_spawned_worker_does_not_report_its_parents_memory():
+    """Linux keeps ru_maxrss across execve: a fuzz worker spawned by a process holding
+    300 MB reported 300 MB before it ran anything (in the full suite, a pytest worker past
+    1 GB failed every program of the fuzz tests as over the memory limit). The worker's
+    own peak is its memory's high-water mark since its exec."""
+    import multiprocessing
+    held = bytearray(300 * 1024 * 1024)
+    for i in range(0, len(held), 4096):
+        held[i] = 1
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    worker = ctx.Process(target=_report_peak, args=(queue,))
+    worker.start()
+    peak = queue.get(timeout=60)
+    worker.join(10)
+    del held
+    assert peak < 250, peak
