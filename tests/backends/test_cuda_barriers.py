@@ -94,13 +94,13 @@ def test_block_reduction_needs_its_barriers():
     assert not np.isclose(bad["s"], A.sum(dtype=np.float64), rtol=1e-4)
 
 
-@pytest.mark.parametrize("dtype,op", [(np.float32, "+"), (np.float64, "min"),
-                                      (np.int32, "max"), (np.int64, "+"), (np.uint32, "max")])
-@pytest.mark.parametrize("threads", [32, 64, 256, 1024])
+@pytest.mark.parametrize("dtype,op,threads", [(np.float32, "+", 32), (np.float64, "min", 64),
+                                              (np.int32, "max", 256), (np.int64, "+", 1024),
+                                              (np.uint32, "max", 128)])
 def test_warp_shuffle_reduction(dtype, op, threads):
     """From a warp up, a block's partials combine by shuffles (L.BlockCombine): every
-    operator and shuffled type, block sizes from one warp to 32, a length no block size
-    divides."""
+    operator and shuffled type, block sizes from one warp to 32 warps, a length no block
+    size divides."""
     name = {np.float32: "float", np.float64: "double", np.int32: "int32",
             np.int64: "int64", np.uint32: "uint32"}[dtype]
     reduction = {"+": "+=!", "min": "min=!", "max": "max=!"}[op]

@@ -25,8 +25,9 @@ def _atomic(kernel) -> bool:
     return "atomically" in kernel.loops
 
 
-@pytest.mark.parametrize("dtype", list(TYPES))
-@pytest.mark.parametrize("op", list(OPS))
+@pytest.mark.parametrize("dtype,op", [(np.float32, "+"), (np.float64, "min"),
+                                      (np.int32, "max"), (np.int64, "+"), (np.uint32, "min"),
+                                      (np.uint64, "max"), (np.float32, "max")])
 def test_full_reductions_across_blocks(dtype, op):
     reduction, reference = OPS[op]
     source = f"def f({TYPES[dtype]}(N) A) -> (S) {{ S {reduction} A(n) }}"

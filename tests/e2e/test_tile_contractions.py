@@ -106,7 +106,7 @@ def _family(seed: int):
     return source, inputs, reference, big, np_dtype
 
 
-@pytest.mark.parametrize("seed", range(14))
+@pytest.mark.parametrize("seed", [*range(10), 18, 21])  # (18, 21: half on the tensor cores)
 def test_generated_contractions_match_numpy(seed):
     source, inputs, reference, big, dtype = _family(seed)
     rng = np.random.default_rng(seed)
