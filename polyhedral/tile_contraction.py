@@ -111,18 +111,18 @@ def plan_tile_contraction(node: isl.ScheduleNode, scop: Scop, options: Options,
     values.update(_flattened(L.Var(L.TILE_B), batch_ix, s, extent, sizes))
     a = _operand(left, values, scop, {"m": rows_ix, "k": depth_ix})
     b = _operand(right, values, scop, {"k": depth_ix, "n": cols_ix})
-    out_index = tuple(values[i] for i in s.indices)
     mine = [x.id for x in own]
     followers = _followers(mine + list(next_statements), st, scop) or \
         _followers(mine, st, scop)
     if len(followers) < len(own):
         return None  # the band's own assignments cannot follow the tile: not this launch
-    follower_runs = tuple(L.Run(f.id, tuple(_follower_values(f, s, values)))
-                          for f in followers)
+    # a follower's indices are, position by position, the sum's left side (_followers)
+    at_point = tuple(values[i] for i in s.indices)
+    follower_runs = tuple(L.Run(f.id, at_point) for f in followers)
     depth_tile = MMA_DEPTH if engine == "mma" else SIMT_DEPTH
     warp_tile = _warp_tile(bm, bn) if engine == "mma" else (0, 0)
     body = L.TileContraction(
-        a, b, s.target, DType.FLOAT32, out_index, None if inits else "+",
+        a, b, s.target, DType.FLOAT32, at_point, None if inits else "+",
         L.Int(rows), L.Int(cols), L.Int(depth), L.Int(batch), (bm, bn, depth_tile), engine,
         warp_tile, follower_runs, _stages(engine, depth, depth_tile, target))
     grid = (L.Int(-(-cols // bn)), L.Int(-(-rows // bm)), L.Int(batch))
@@ -292,7 +292,3 @@ def _followers(names, st: ScopStatement, scop: Scop) -> list[ScopStatement]:
 
 def _reads(s: P.Statement) -> list[P.Read]:
     return [r for e in (s.rhs, *s.exists) for r in P.reads_of(e)]
-
-
-def _follower_values(f: ScopStatement, s: P.Statement, values: dict) -> list[L.IExpr]:
-    return [values[theirs] for theirs in s.indices]

@@ -344,11 +344,10 @@ class TileEmitter:
         copies along the fast direction when `name_vec` (the pieces worked out before),
         else one half at a time."""
         count = -(-(rows * cols // HALF_VECTOR) // threads)
-        depth = "DEPTH"
         self.put(f"if ({name}_vec) {{", 1)
         self.put("#pragma unroll", 2)
         self.put(f"for (int p = 0; p < {count}; ++p) {{", 2)
-        self.put(f"const bool ok = {name}_ok[p] && k0 + {name}_k[p] < {depth};", 3)
+        self.put(f"const bool ok = {name}_ok[p] && k0 + {name}_k[p] < DEPTH;", 3)
         self.put(f"tc_cp16({stage} + {name}_dst[p], {op.tensor}_ + (ok ? {name}_src[p] + "
                  f"k0 * {name}_step : 0), ok);", 3)
         self.put("}", 2)

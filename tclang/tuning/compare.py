@@ -448,15 +448,7 @@ def _check_automatic(kernel, inputs, reference, progress: bool) -> str:
 
 
 def _time_peer(call, min_time: float) -> float:
-    call()
-    times = []
-    spent = 0.0
-    while len(times) < 3 or (spent < min_time and len(times) < 1000):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-        spent += times[-1]
-    return statistics.median(times)
+    return statistics.median(T.time_calls(call, min_time))
 
 
 def _bar(total: int, entry: str, shown: bool):

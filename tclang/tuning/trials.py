@@ -264,7 +264,7 @@ def _measure_here(task: Task, candidate: Candidate, workers) -> Trial:
                                                task.min_time)
         else:
             with machine_lock(exclusive=True):
-                times = _time_host(lambda: compiled(*args, out=outs), task.min_time)
+                times = time_calls(lambda: compiled(*args, out=outs), task.min_time)
     except TCError as err:  # a launch that fails when timed (the device ran out)
         return Trial(candidate, "error", compile_seconds=compile_seconds,
                      message=str(err).split("\n")[0])
@@ -281,7 +281,7 @@ def _compile_lock(device: bool):
     return contextlib.nullcontext() if device else machine_lock(exclusive=False)
 
 
-def _time_host(call, min_time: float) -> list[float]:
+def time_calls(call, min_time: float) -> list[float]:
     """Wall-clock seconds of calls: a warm-up (caches, pages, the thread pool), then calls
     until `min_time` has passed and at least 3 were made."""
     call()

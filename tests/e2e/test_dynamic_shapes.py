@@ -13,25 +13,11 @@ import pytest
 import tclang as tc
 from tclang.errors import TCScheduleError
 from tclang.layouts import Layout, partial_layout_key
+from benchmarks import kernels as K
 
-MATMUL = "def mm(float(M,K) A, float(K,N) B) -> (C) {\n  C(m, n) +=! A(m, k) * B(k, n)\n}"
-MLP = """def mlp(float(B,I) X, float(O,I) W, float(O) b) -> (Y) {
-    Y(n, o) +=! X(n, i) * W(o, i)
-    Y(n, o)  = fmax(Y(n, o) + b(o), 0)
-}"""
-SOFTMAX = """def softmax(float(N, D) X) -> (Y) {
-    m(n) max=! X(n, d)
-    s(n) +=! exp(X(n, d) - m(n))
-    Y(n, d) = exp(X(n, d) - m(n)) / s(n)
-}"""
-LAYERNORM = """def layernorm(float(N, D) X, float(D) gamma, float(D) beta) -> (Y) {
-    mean(n) +=! X(n, d) / D
-    var(n) +=! (X(n, d) - mean(n)) * (X(n, d) - mean(n)) / D
-    Y(n, d) = (X(n, d) - mean(n)) * rsqrt(var(n) + 1e-5) * gamma(d) + beta(d)
-}"""
-CONV = """def conv(float(N, C, H, W) I, float(M, C, KH, KW) Wt) -> (O) {
-    O(n, m, h, w) +=! I(n, c, h + kh, w + kw) * Wt(m, c, kh, kw)
-}"""
+# the benchmark operators themselves (benchmarks/kernels.py)
+MATMUL, MLP, SOFTMAX, LAYERNORM, CONV = K.MATMUL, K.MLP_LAYER, K.SOFTMAX, K.LAYERNORM, \
+    K.CONV2D
 rng = np.random.default_rng(34)
 SWEEP = (16, 1, 7, 13, 33, 97, 2, 64, 31, 5)  # ten values: odd, prime, 1
 
@@ -69,7 +55,7 @@ def _variants(kernel) -> int:
 
 @pytest.mark.parametrize("backend", ["cpu", "reference"])
 def test_matmul_sweep_of_ten_values_compiles_twice(backend):
-    k = tc.define(MATMUL, backend=backend).mm
+    k = tc.define(MATMUL, backend=backend).matmul
     B = f32(24, 40)
     for m in SWEEP:
         A = f32(m, 24)
@@ -86,7 +72,7 @@ def test_matmul_sweep_of_ten_values_compiles_twice(backend):
 
 
 def test_partly_generic_matmul_keeps_its_register_tile():
-    k = tc.define(MATMUL).mm
+    k = tc.define(MATMUL).matmul
     B = f32(64, 48)
     for m in (32, 33):
         k(f32(m, 64), B)
@@ -117,7 +103,7 @@ def test_row_sweeps_match_numpy(name):
 
 
 def test_conv_sweep_of_the_image_height():
-    k = tc.define(CONV).conv
+    k = tc.define(CONV).conv2d
     Wt = f32(4, 3, 3, 3)
     for h in (8, 3, 11, 4, 17, 5, 9, 30, 13, 6):  # 3: a single output row
         I = f32(2, 3, h, 7)
@@ -126,7 +112,7 @@ def test_conv_sweep_of_the_image_height():
 
 
 def test_conv_sweep_of_the_batch():
-    k = tc.define(CONV).conv
+    k = tc.define(CONV).conv2d
     Wt = f32(4, 3, 3, 3)
     for n in (2, 1, 5, 3):
         I = f32(n, 3, 9, 8)
@@ -135,7 +121,7 @@ def test_conv_sweep_of_the_batch():
 
 
 def test_a_second_size_that_changes_makes_one_more_variant():
-    k = tc.define(MATMUL).mm
+    k = tc.define(MATMUL).matmul
     for m, n in ((8, 16), (9, 16), (10, 16), (10, 17), (11, 5), (1, 1)):
         A, B = f32(m, 12), f32(12, n)
         np.testing.assert_allclose(k(A, B), A @ B, rtol=1e-4, atol=1e-4)
@@ -144,7 +130,7 @@ def test_a_second_size_that_changes_makes_one_more_variant():
 
 
 def test_specialize_true_compiles_every_value():
-    k = tc.define(MATMUL, options=tc.Options(specialize=True)).mm
+    k = tc.define(MATMUL, options=tc.Options(specialize=True)).matmul
     B = f32(8, 8)
     for m in (1, 2, 3, 5):
         A = f32(m, 8)
@@ -154,7 +140,7 @@ def test_specialize_true_compiles_every_value():
 
 
 def test_specialize_false_compiles_once():
-    k = tc.define(MATMUL, options=tc.Options(specialize=False)).mm
+    k = tc.define(MATMUL, options=tc.Options(specialize=False)).matmul
     for m, n in ((1, 8), (2, 3), (7, 1)):
         A, B = f32(m, 5), f32(5, n)
         np.testing.assert_allclose(k(A, B), A @ B, rtol=1e-4, atol=1e-4)
@@ -174,7 +160,7 @@ def test_the_option_and_its_knob():
 def test_strided_inputs_on_the_generic_variant():
     """Layouts of a partly generic kernel: C-contiguous arrays keep the strides that the
     fixed sizes decide; a transposed view or a padded slice has its own variant."""
-    k = tc.define(MATMUL).mm
+    k = tc.define(MATMUL).matmul
     B = f32(12, 10)
     for m in (4, 5):
         k(f32(m, 12), B)
@@ -215,7 +201,7 @@ def test_a_zero_size_runs_on_a_specialized_kernel():
     """Partly generic code assumes its generic sizes are at least 1 (the bounds of a
     reduction's tiles depend on it), so a call with a zero one gets a specialized kernel,
     and the generic variant refuses one when called directly."""
-    k = tc.define(MATMUL).mm
+    k = tc.define(MATMUL).matmul
     B = f32(6, 4)
     for m in (3, 5, 0, 2, 0):
         A = f32(m, 6)
@@ -225,7 +211,7 @@ def test_a_zero_size_runs_on_a_specialized_kernel():
     assert generic.generic == ("M",)
     with pytest.raises(tc.TCArgumentError, match="at least 1"):
         generic(f32(0, 6), B)
-    k0 = tc.define(MATMUL).mm
+    k0 = tc.define(MATMUL).matmul
     for kk in (3, 4, 0):  # an empty reduction: the output is all zeros
         A, B = f32(2, kk), f32(kk, 5)
         np.testing.assert_allclose(k0(A, B), A @ B, rtol=1e-5, atol=1e-5)
@@ -234,7 +220,7 @@ def test_a_zero_size_runs_on_a_specialized_kernel():
 def test_a_generic_convolution_runs_its_reduction_tiles_exactly():
     """With every size generic (here, after all of them changed), the point loops of the
     reduction tiles are bounded by the sizes, not run over a whole tile under a guard."""
-    k = tc.define(CONV).conv
+    k = tc.define(CONV).conv2d
     for n, c, h, w, m, kh in ((1, 2, 6, 5, 3, 3), (2, 3, 7, 6, 4, 2)):
         I, Wt = f32(n, c, h, w), f32(m, c, kh, kh)
         np.testing.assert_allclose(k(I, Wt), conv_ref(I, Wt), rtol=1e-4, atol=1e-4)
@@ -246,7 +232,7 @@ def test_a_contraction_specializes_shapes_that_recur():
     """On a kernel with a register tile (a contraction, whose generic variant measured
     slower), the third call of one shape on the generic variant gets it a specialized
     kernel; on others (softmax) shapes that recur stay on the generic variant."""
-    k = tc.define(MATMUL).mm
+    k = tc.define(MATMUL).matmul
     B = f32(32, 32)
     for m in (8, 9):
         k(f32(m, 32), B)
@@ -293,7 +279,7 @@ def test_the_variants_come_from_the_disk_cache(monkeypatch):
     specialized kernel.)"""
     from tclang import compiler
     monkeypatch.setenv("TCLANG_CALL_RECORDS", "0")
-    source = MLP.replace("mlp", "mlp_disk")
+    source = MLP.replace("mlp_layer", "mlp_disk")
     W, bias = f32(12, 20), f32(12)
     sweep = [f32(n, 20) for n in (6, 3, 11)]
     first = tc.define(source).mlp_disk
