@@ -189,17 +189,20 @@ def plan(node: isl.ScheduleNode, scop: Scop, target: Target,
     strided = [r for r in st.source.reads()
                if _uses(r.affine, lanes_name) and not _unit_stride(r.affine, lanes_name)]
     transposed = tuple(dict.fromkeys(r.tensor for r in strided))
-    if not strided or (pack and all(_packable_lanes_first(r, lanes_name, written)
-                                    for r in strided)):
-        kind = "lanes"  # vectors along the result's rows: matmul, conv, bmm
+    packable = all(_packable_lanes_first(r, lanes_name, written) for r in strided)
+    inner = [k for k in reductions
+             if all(_unit_stride(r, index_of[k]) for r in reads if _uses(r, index_of[k]))
+             and any(_uses(r, index_of[k]) for r in reads)]
+    if not strided or (packable and (pack or not inner)):
+        # vectors along the result's rows: matmul, conv, bmm; and any contraction whose
+        # strided lane operands packing copies lanes-first where no dot form exists
+        # (`_lanes_or_dot`)
+        kind = "lanes"
         model = None  # shape_for, once the rows' member is known
     else:
         # the lanes would gather (x @ w.T reads W(o, i) across o): vectors along a
         # reduction loop every operand is contiguous in instead, one per accumulator
         kind = "dot"
-        inner = [k for k in reductions
-                 if all(_unit_stride(r, index_of[k]) for r in reads if _uses(r, index_of[k]))
-                 and any(_uses(r, index_of[k]) for r in reads)]
         if not inner:
             return None
         reductions = tuple(k for k in reductions if k != inner[-1]) + (inner[-1],)
