@@ -82,7 +82,8 @@ def shape_for(target: Target, element_bytes: int, lane_extent: int | None = None
     lanes, rows and reduction run `lane_extent`, `row_extent` and `reduction_extent`
     iterations (None: unknown, many).
 
-    16 registers (AVX2): nr two vectors wide; each of the mr rows takes two accumulators
+    16 registers (AVX2): nr two vectors wide (one where the lanes run fewer: 7 x 8);
+    each of the mr rows takes two accumulators
     and its broadcast operand (LLVM hoists all mr broadcasts of one step ahead of the FMAs,
     so BLIS's 6 x 16 with one broadcast register at a time spills there), after the two
     vectors of the other operand: 4 x 16 for float32.
@@ -101,7 +102,9 @@ def shape_for(target: Target, element_bytes: int, lane_extent: int | None = None
     lanes = max(1, target.vector_bytes // element_bytes)
     registers = target.vector_registers
     if registers < 32:
-        per_row = 2
+        # one vector a row where the lanes run fewer than two (a permuted contraction's
+        # result whose stride-1 index has 8-15 values: no tile at all with two)
+        per_row = 1 if lane_extent is not None and lane_extent < 2 * lanes else 2
         mr = max(1, (registers - per_row) // (per_row + 1))
         return mr, per_row * lanes
     most = registers - 2
