@@ -19,8 +19,9 @@ a row), and the reads of that operand below it are redirected to the buffer. The
 the sliver against mc/mr register-tile steps that read it.
 
 Only read-only, affine operands are packed, only when each copied element is read by at
-least `MIN_REUSE` rows, and only boxes that fit the cache the micro-kernel reads the sliver
-from (`register_tiles.sliver_bytes`: half of L1, or of L2 with 32 vector registers).
+least `MIN_REUSE` rows, only boxes that fit the cache the micro-kernel reads the sliver
+from (`register_tiles.sliver_bytes`: half of L1, or of L2 with 32 vector registers), and
+never a box that is one run of memory already (`in_layout`).
 """
 
 from __future__ import annotations
@@ -110,8 +111,9 @@ def pack_rows(node: isl.ScheduleNode, tile: RegisterTile, reduction: str, scop: 
     """Pack the operand a "lanes" register tile broadcasts along its rows when the
     innermost reduction `reduction` reads it with a stride (A^T of At(k, m) * B(k, n)):
     its mc x kc block, the footprint of one iteration of the cache tiles' loops, copied
-    once, row by row as in the tensor (a vectorized copy), into a buffer whose rows are
-    padded off multiples of 1 KiB. Read in place, each reduction step of the tile reads a
+    once into a buffer whose rows are padded off multiples of 1 KiB: row by row as in the
+    tensor (a vectorized copy) with 32 vector registers, the reduction innermost with 16
+    (`_reduction_first`). Read in place, each reduction step of the tile reads a
     new cache line one row of the tensor apart: 4 KiB for a 1024-wide float32 tensor, so
     every step's line fell into the same L1 set; matmul_ta at 1024^3 ran ~10% behind the
     contiguous matmul, ~3% packed so. (Packed transposed, each row along k as BLIS packs A,
