@@ -90,7 +90,10 @@ def test_reduction_programs_reach_the_warp_and_1024():
     past = [p for p in programs if p.features.family in ("triangular", "prefix", "guarded",
                                                          "ranged")
             and "+=!" in p.source and max(p.sizes.values()) > 32]
-    assert len(past) >= 0.15 * len(programs), len(past)
+    assert len(past) >= 0.13 * len(programs), len(past)  # (0.15 before "permuted" came)
+    # permuted contractions around one and two vectors of lanes (issue 33 item 1)
+    permuted = [p for p in programs if p.features.family == "permuted"]
+    assert any(8 <= v < 16 for p in permuted for v in p.sizes.values())
 
 
 def test_module_layouts_keep_every_definition():
