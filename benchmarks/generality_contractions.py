@@ -16,6 +16,7 @@ import random
 from benchmarks.generality_cases import Case, einsum_reference
 
 LETTERS = "abcdefghijklmnopqrstuvw"  # x, y, z name tensors; sizes are the upper case
+MAX_ELEMENTS = 1 << 23  # per operand and result (32 MB): a contraction, not a copy
 
 
 def contraction(rng: random.Random, flops: float) -> Case:
@@ -35,6 +36,8 @@ def contraction(rng: random.Random, flops: float) -> Case:
     for ix in (x, y, z):
         rng.shuffle(ix)
     extents = _extents(rng, names, flops)
+    if max(math.prod(extents[i] for i in ix) for ix in (x, y, z)) > MAX_ELEMENTS:
+        return contraction(rng, flops)  # an operand too large for its work: draw again
     return _case(x, y, z, extents)
 
 
