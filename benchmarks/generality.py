@@ -50,11 +50,13 @@ from benchmarks.generality_report import plot, summary, table  # noqa: E402
 from benchmarks.generality_timing import measure_case  # noqa: E402
 from tclang.tuning.roofline import machine_limits  # noqa: E402
 
-QUICK_PER_FAMILY = 3
+QUICK_PER_FAMILY = 2
 
 
-def all_cases(seed: int, quick: bool, families=FAMILIES) -> list[Case]:
-    """The cases of `families`: drawn from `seed`; `quick`: small sizes, a few a family."""
+def all_cases(seed: int, quick: bool, families=FAMILIES,
+              per_family: int | None = QUICK_PER_FAMILY) -> list[Case]:
+    """The cases of `families`: drawn from `seed`; `quick`: small sizes, `per_family` of
+    each family (None: all of them)."""
     from benchmarks.generality_contractions import contractions
     from benchmarks.generality_convnets import CONVNETS
     from benchmarks.generality_layers import LAYERS
@@ -62,7 +64,7 @@ def all_cases(seed: int, quick: bool, families=FAMILIES) -> list[Case]:
     from benchmarks.generality_windows import windows
     big = not quick
     found = {
-        "contraction": lambda: contractions(seed, 16 if big else QUICK_PER_FAMILY,
+        "contraction": lambda: contractions(seed, 16 if big else 8,
                                             (3e8, 1.5e9) if big else (2e3, 2e4)),
         "window": lambda: windows(seed, 2 if big else 1, big),
         "model": lambda: [make(big) for make in TRANSFORMERS + CONVNETS + LAYERS],
@@ -70,9 +72,9 @@ def all_cases(seed: int, quick: bool, families=FAMILIES) -> list[Case]:
     cases = []
     for family in families:
         drawn = found[family]()
-        if quick:  # a few of each, chosen by the seed (every kind over the seeds)
+        if quick and per_family is not None:  # a few, chosen by the seed
             rng = np.random.default_rng(seed)
-            keep = sorted(rng.choice(len(drawn), min(QUICK_PER_FAMILY, len(drawn)), False))
+            keep = sorted(rng.choice(len(drawn), min(per_family, len(drawn)), False))
             drawn = [drawn[k] for k in keep]
         cases.extend(drawn)
     return cases
@@ -87,22 +89,27 @@ def commit() -> str:
 
 
 def run(seed: int = 0, quick: bool = False, families=FAMILIES, rounds: int = 5,
-        gap: float = 0.2, time_it: bool = True, log=print) -> dict:
-    """Every case checked (and timed unless `time_it` is False): the report's data."""
+        gap: float = 0.2, time_it: bool = True, log=print, partial: str | None = None) -> dict:
+    """Every case checked (and timed unless `time_it` is False): the report's data.
+    `partial`: a JSON file rewritten after every case (a long run interrupted keeps its
+    rows)."""
     import torch
     torch.set_num_threads(1)
     torch.set_grad_enabled(False)
-    load = os.getloadavg()
-    limits = machine_limits(gap=gap, n=512 if quick else 2048,
-                            triad_elements=1_000_000 if quick else 32_000_000)
-    rows = []
+    result = {"seed": seed, "quick": quick, "commit": commit(), "load_before": os.getloadavg(),
+              "threads": 1, "rows": []}
+    result["limits"] = machine_limits(gap=gap, n=512 if quick else 2048,
+                                      triad_elements=1_000_000 if quick else 32_000_000)
     cases = all_cases(seed, quick, families)
     for k, case in enumerate(cases, start=1):
         log(f"[{k}/{len(cases)}] {case.family}: {case.name}")
-        rows.append(measure_case(case, seed, limits, rounds=rounds, gap=gap, time_it=time_it))
-    return {"seed": seed, "quick": quick, "commit": commit(), "limits": limits,
-            "load_before": load, "load_after": os.getloadavg(), "threads": 1,
-            "rows": rows, "summary": summary(rows)}
+        result["rows"].append(measure_case(case, seed, result["limits"], rounds=rounds,
+                                           gap=gap, time_it=time_it))
+        result.update(load_after=os.getloadavg(), summary=summary(result["rows"]))
+        if partial:
+            with open(partial, "w") as f:
+                json.dump(result, f, indent=1)
+    return result
 
 
 def main() -> None:
@@ -113,7 +120,7 @@ def main() -> None:
                     help=f"comma-separated families among {', '.join(FAMILIES)}")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     ap.add_argument("--gap", type=float, default=0.2, help="seconds of rest after a sample")
-    ap.add_argument("--json", help="also write the raw results to this file")
+    ap.add_argument("--json", help="also write the raw results to this file (after each case)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results"))
     args = ap.parse_args()
     families = [f.strip() for f in args.family.split(",") if f.strip()]
@@ -121,15 +128,12 @@ def main() -> None:
     if unknown:
         ap.error(f"unknown family {', '.join(unknown)}; choose among {', '.join(FAMILIES)}")
     result = run(args.seed, args.quick, families, args.rounds, args.gap,
-                 log=lambda s: print(s, file=sys.stderr, flush=True))
+                 log=lambda s: print(s, file=sys.stderr, flush=True), partial=args.json)
     text = table(result)
     print(text)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "generality.md"), "w") as f:
         f.write(text + "\n")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
     picture = plot(result, os.path.join(args.out, "generality.png"))
     print(f"\nsaved {args.out}/generality.md" + (f" and {picture}" if picture else ""))
 
