@@ -58,9 +58,9 @@ def table(result: dict) -> str:
     load = " ".join(f"{x:.1f}" for x in result["load_before"])
     after = " ".join(f"{x:.1f}" for x in result.get("load_after", ()))
     head = [f"Commit {result['commit']}, seed {result['seed']}, one thread everywhere; "
-            f"load average (1, 5, 15 min) before: {load}, after: {after}. Roofline limits measured in this run (one "
-            f"thread): sgemm {lim['sgemm_gflops']:.1f} GFLOP/s, triad "
-            f"{lim['triad_gbs']:.1f} GB/s. Ratio: best peer's time over tclang's "
+            f"load average (1, 5, 15 min) before: {load}, after: {after}. Roofline "
+            f"limits measured in this run (one thread): sgemm "
+            f"{lim['sgemm_gflops']:.1f} GFLOP/s, triad {lim['triad_gbs']:.1f} GB/s. Ratio: best peer's time over tclang's "
             f"(>1: tclang faster).", "",
             "| family | cases | geomean vs best peer | 10th percentile | worst | "
             "roofline (geomean) |", "|---|---|---|---|---|---|"]
