@@ -60,8 +60,8 @@ def table(result: dict) -> str:
     head = [f"Commit {result['commit']}, seed {result['seed']}, one thread everywhere; "
             f"load average (1, 5, 15 min) before: {load}, after: {after}. Roofline "
             f"limits measured in this run (one thread): sgemm "
-            f"{lim['sgemm_gflops']:.1f} GFLOP/s, triad {lim['triad_gbs']:.1f} GB/s. Ratio: best peer's time over tclang's "
-            f"(>1: tclang faster).", "",
+            f"{lim['sgemm_gflops']:.1f} GFLOP/s, triad {lim['triad_gbs']:.1f} GB/s. "
+            f"Ratio: best peer's time over tclang's (>1: tclang faster).", "",
             "| family | cases | geomean vs best peer | 10th percentile | worst | "
             "roofline (geomean) |", "|---|---|---|---|---|---|"]
     for fam in (*FAMILIES, "all"):
