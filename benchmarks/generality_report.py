@@ -93,9 +93,11 @@ def plot(result: dict, path: str) -> str | None:
     y = np.arange(len(timed))
     fig, (a, b) = plt.subplots(1, 2, sharey=True, figsize=(12, 0.22 * len(timed) + 1.8))
     c = [colors[r["family"]] for r in timed]
-    a.barh(y, [r["vs_best"] for r in timed], color=c)
+    ratios = [r["vs_best"] for r in timed]
+    a.barh(y, [v - 1 for v in ratios], left=1, color=c)  # from parity: wins right
     a.axvline(1.0, color="black", linewidth=0.8)
     a.set_xscale("log")  # 0.5x and 2x lie the same distance from parity
+    a.set_xlim(min(0.5, min(ratios) / 1.3), max(2.0, max(ratios) * 1.3))
     a.set_xlabel("best peer's time / tclang's (>1: tclang faster; log)")
     b.barh(y, [100 * r["roofline"] for r in timed], color=c)
     b.set_xlabel("% of roofline (one thread)")

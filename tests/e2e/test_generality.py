@@ -13,7 +13,7 @@ import pytest
 from benchmarks.generality import all_cases, run
 from benchmarks.generality_cases import FAMILIES, error_of
 from benchmarks.generality_contractions import contraction
-from benchmarks.generality_report import table
+from benchmarks.generality_report import summary, table
 from benchmarks.generality_timing import TOLERANCE, measure_case
 
 pytestmark = pytest.mark.filterwarnings("ignore::tclang.errors.TCWarning")
@@ -71,3 +71,15 @@ def test_contractions_have_2_to_6_indices_per_operand_and_match_their_einsum():
         assert set(x) & set(y) - set(z), "at least one reduction index"
         arrays = case.arrays()
         assert error_of(np.einsum(case.einsum, *arrays), case.reference(*arrays)) < 1e-5
+
+
+def test_the_distribution_is_the_geometric_mean_10th_percentile_and_worst():
+    rows = [{"family": "window", "name": f"w{k}", "status": "ok", "vs_best": v,
+             "roofline": 0.25} for k, v in enumerate((0.5, 2.0, 1.0, 4.0))]
+    rows.append({"family": "window", "name": "bad", "status": "wrong"})
+    d = summary(rows)["window"]
+    assert d["n"] == 4 and d["geomean"] == pytest.approx(2 ** 0.25)
+    assert d["p10"] == pytest.approx(np.percentile([0.5, 1, 2, 4], 10))
+    assert (d["worst"], d["worst_name"]) == (0.5, "w0")
+    assert d["roofline_geomean"] == pytest.approx(0.25)
+    assert summary(rows)["not_ok"] == [("bad", "wrong")]
