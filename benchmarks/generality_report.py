@@ -57,7 +57,8 @@ def table(result: dict) -> str:
     lim, s = result["limits"], result["summary"]
     load = " ".join(f"{x:.1f}" for x in result["load_before"])
     after = " ".join(f"{x:.1f}" for x in result.get("load_after", ()))
-    head = [f"Commit {result['commit']}, seed {result['seed']}, one thread everywhere; "
+    head = [f"Commit {result['commit']}, seed {result['seed']}, one thread everywhere, "
+            f"{result.get('clock', 'wall')} clock; "
             f"load average (1, 5, 15 min) before: {load}, after: {after}. Roofline "
             f"limits measured in this run (one thread): sgemm "
             f"{lim['sgemm_gflops']:.1f} GFLOP/s, triad {lim['triad_gbs']:.1f} GB/s. "

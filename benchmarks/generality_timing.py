@@ -43,8 +43,9 @@ def _result(value) -> np.ndarray:
 
 
 def measure_case(case: Case, seed: int, limits: dict, rounds: int, gap: float,
-                 time_it: bool = True, backend: str = "cpu") -> dict:
-    """The row of one case: errors, and with `time_it` medians, ratio and roofline."""
+                 time_it: bool = True, backend: str = "cpu", clock=time.perf_counter) -> dict:
+    """The row of one case: errors, and with `time_it` medians, ratio and roofline
+    (`clock`: tclang.timing.interleaved's)."""
     row = {"family": case.family, "name": case.name, "origin": case.origin,
            "einsum": case.einsum, "status": "ok"}
     arrays = case.arrays(seed)
@@ -73,7 +74,7 @@ def measure_case(case: Case, seed: int, limits: dict, rounds: int, gap: float,
         return row
     out = np.empty_like(got)
     timings = interleaved({"tclang": lambda: compiled(*arrays, out=out), **calls},
-                          rounds=rounds, gap=gap)
+                          rounds=rounds, gap=gap, clock=clock)
     return {**row, **_figures(compiled, timings, limits)}
 
 
