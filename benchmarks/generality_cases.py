@@ -50,6 +50,11 @@ class Case:
         return tuple(out)
 
 
+def model_case(name, origin, source, entry, shapes, reference, **peers) -> Case:
+    """A case of the "model" family: `origin` names the model and layer."""
+    return Case("model", name, source, entry, tuple(shapes), reference, origin=origin, **peers)
+
+
 def error_of(got, want) -> float:
     """The largest difference over the largest magnitude of the reference (1e-3 is the
     rounding of float32 sums reordered over thousands of terms)."""

@@ -7,14 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.generality_cases import Case
+from benchmarks.generality_cases import model_case
 from benchmarks.generality_windows import F, _windows
 
 f64 = np.float64
-
-
-def _model(name, origin, source, entry, shapes, reference, **kw) -> Case:
-    return Case("model", name, source, entry, tuple(shapes), reference, origin=origin, **kw)
 
 
 def _padded_conv(pad: int) -> str:
@@ -35,7 +31,7 @@ def grouped_conv(big):
     def ref(x, w):
         win = _windows(x.reshape(n, g * c, h, h), 3, 1, 1, 0).reshape(n, g, c, h, h, 3, 3)
         return np.einsum("ngchwij,gmcij->ngmhw", win, w)
-    return _model(f"grouped conv 3x3 N={n} G={g} C=M={c} {h}x{h}",
+    return model_case(f"grouped conv 3x3 N={n} G={g} C=M={c} {h}x{h}",
                   "ResNeXt-50 32x4d Bottleneck.conv2", src, "gconv",
                   [(n, g, c, h, h), (g, c, c, 3, 3)], ref,
                   torch=lambda x, w: F.conv2d(x.reshape(n, g * c, h, h),
@@ -50,7 +46,7 @@ def depthwise7(big):
     src = ("def dw7(float(N,C,H,W) I, float(C,7,7) Wt) -> (O) {\n"
            f"    O(n,c,h,w) +=! {_padded_conv(3)} ? I(n,c,h + kh - 3,w + kw - 3) * Wt(c,kh,kw)"
            " : 0\n        where n in 0:N, c in 0:C, h in 0:H, w in 0:W, kh in 0:7, kw in 0:7\n}")
-    return _model(f"depthwise conv 7x7 N={n} C={c} {h}x{h}", "ConvNeXt Block.dwconv", src,
+    return model_case(f"depthwise conv 7x7 N={n} C={c} {h}x{h}", "ConvNeXt Block.dwconv", src,
                   "dw7", [(n, c, h, h), (c, 7, 7)],
                   lambda x, w: np.einsum("nchwij,cij->nchw", _windows(x, 7, 1, 3, 0), w),
                   torch=lambda x, w: F.conv2d(x, w[:, None], padding=3, groups=c),
@@ -65,7 +61,7 @@ def depthwise_stride2(big):
            "2*w + kw < W + 1)\n        ? I(n,c,2*h + kh - 1,2*w + kw - 1) * Wt(c,kh,kw) : 0\n"
            "        where n in 0:N, c in 0:C, h in 0:(H - 1) / 2 + 1, w in 0:(W - 1) / 2 + 1,"
            " kh in 0:3, kw in 0:3\n}")
-    return _model(f"depthwise conv 3x3/2 N={n} C={c} {h}x{h}",
+    return model_case(f"depthwise conv 3x3/2 N={n} C={c} {h}x{h}",
                   "MobileNetV2 InvertedResidual (stride 2)", src, "dws2",
                   [(n, c, h, h), (c, 3, 3)],
                   lambda x, w: np.einsum("nchwij,cij->nchw", _windows(x, 3, 2, 1, 0), w),
@@ -77,7 +73,7 @@ def pointwise(big):
     # torchvision mobilenetv2.py, InvertedResidual projection (1x1 conv, 96 -> 24 at 56x56)
     n, c, m, h = (4, 96, 24, 56) if big else (1, 3, 2, 5)
     spec = "nchw,mc->nmhw"
-    return _model(f"pointwise conv 1x1 N={n} C={c} M={m} {h}x{h}",
+    return model_case(f"pointwise conv 1x1 N={n} C={c} M={m} {h}x{h}",
                   "MobileNetV2 InvertedResidual (project)",
                   "def pw(float(N,C,H,W) I, float(M,C) Wt) -> (O) {\n"
                   "    O(n,m,h,w) +=! I(n,c,h,w) * Wt(m,c)\n}", "pw",
@@ -94,7 +90,7 @@ def stem_maxpool(big):
            "2*w + kw < W + 1)\n        ? I(n,c,2*h + kh - 1,2*w + kw - 1) : -1e30\n"
            "        where n in 0:N, c in 0:C, h in 0:(H - 1) / 2 + 1, w in 0:(W - 1) / 2 + 1,"
            " kh in 0:3, kw in 0:3\n}")
-    return _model(f"max pool 3x3/2 N={n} C={c} {h}x{h}", "ResNet-50 stem maxpool", src,
+    return model_case(f"max pool 3x3/2 N={n} C={c} {h}x{h}", "ResNet-50 stem maxpool", src,
                   "maxpool", [(n, c, h, h)],
                   lambda x: _windows(x, 3, 2, 1, -np.inf).max(axis=(4, 5)),
                   torch=lambda x: F.max_pool2d(x, 3, 2, 1), torch_text="max_pool2d")
@@ -103,7 +99,7 @@ def stem_maxpool(big):
 def global_avgpool(big):
     # torchvision resnet.py, ResNet.avgpool (AdaptiveAvgPool2d((1, 1))) then flatten
     n, c, h = (32, 2048, 7) if big else (2, 3, 1)
-    return _model(f"global avg pool N={n} C={c} {h}x{h}", "ResNet-50 avgpool + flatten",
+    return model_case(f"global avg pool N={n} C={c} {h}x{h}", "ResNet-50 avgpool + flatten",
                   "def gap(float(N,C,H,W) I) -> (O) {\n"
                   "    O(n,c) +=! I(n,c,h,w) / float(H * W)\n}", "gap", [(n, c, h, h)],
                   lambda x: x.astype(f64).mean(axis=(2, 3)),
@@ -118,7 +114,7 @@ def patch_embed(big):
     src = ("def patch(float(N,C,H,W) I, float(M,C,4,4) Wt) -> (O) {\n"
            "    O(n,m,h,w) +=! I(n,c,4*h + kh,4*w + kw) * Wt(m,c,kh,kw)"
            " where kh in 0:4, kw in 0:4\n}")
-    return _model(f"patch embedding 4x4/4 N={n} C={c} M={m} {h}x{h}",
+    return model_case(f"patch embedding 4x4/4 N={n} C={c} M={m} {h}x{h}",
                   "Swin Transformer PatchEmbed.proj", src, "patch", [(n, c, h, h), (m, c, 4, 4)],
                   lambda x, w: np.einsum("nchwij,mcij->nmhw", _windows(x, 4, 4, 0, 0), w),
                   torch=lambda x, w: F.conv2d(x, w, stride=4), torch_text="conv2d stride 4")
@@ -130,7 +126,7 @@ def upconv(big):
     src = ("def up(float(N,C,H,W) I, float(C,M,2,2) Wt) -> (O) {\n"
            "    O(n,m,y,x) +=! I(n,c,y / 2,x / 2) * Wt(c,m,y % 2,x % 2)"
            " where y in 0:2*H, x in 0:2*W\n}")
-    return _model(f"U-Net up-conv 2x2/2 N={n} C={c} M={m} {h}x{h}", "U-Net Up.up", src, "up",
+    return model_case(f"U-Net up-conv 2x2/2 N={n} C={c} M={m} {h}x{h}", "U-Net Up.up", src, "up",
                   [(n, c, h, h), (c, m, 2, 2)],
                   lambda x, w: np.einsum("nchw,cmab->nmhawb", x.astype(f64), w)
                   .reshape(n, m, 2 * h, 2 * h),
@@ -150,7 +146,7 @@ def wavenet_conv(big):
         xp = np.pad(x.astype(f64), ((0, 0), (0, 0), (4, 0)))
         return sum(np.einsum("nct,mc->nmt", xp[:, :, 4 * k:4 * k + t], w[:, :, k])
                    for k in range(2))
-    return _model(f"dilated causal conv1d N={n} C={c} M={m} T={t}",
+    return model_case(f"dilated causal conv1d N={n} C={c} M={m} T={t}",
                   "WaveNet dilated causal conv", src, "wavenet", [(n, c, t), (m, c, 2)], ref,
                   torch=lambda x, w: F.conv1d(F.pad(x, (4, 0)), w, dilation=4),
                   torch_text="conv1d(pad, dilation)")

@@ -8,15 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.generality_cases import Case, einsum_reference
+from benchmarks.generality_cases import einsum_reference, model_case
 from benchmarks.generality_models import GELU, _gelu
 from benchmarks.generality_windows import F, torch
 
 f64 = np.float64
-
-
-def _model(name, origin, source, entry, shapes, reference, **kw) -> Case:
-    return Case("model", name, source, entry, tuple(shapes), reference, origin=origin, **kw)
 
 
 def mixer_tokens(big):
@@ -26,7 +22,7 @@ def mixer_tokens(big):
     src = ("def mixer(float(B,T,C) X, float(S,T) W, float(S) Bs) -> (Y) {\n"
            "    A(b,s,c) +=! W(s,t) * X(b,t,c)\n"
            f"    Y(b,s,c) = {GELU.format(y='(A(b,s,c) + Bs(s))')}\n}}")
-    return _model(f"MLP-Mixer token mixing B={b} T={t} S={s} C={c}",
+    return model_case(f"MLP-Mixer token mixing B={b} T={t} S={s} C={c}",
                   "MLP-Mixer MixerBlock token_mixing", src, "mixer",
                   [(b, t, c), (s, t), (s,)],
                   lambda x, w, bs: _gelu(np.einsum("st,btc->bsc", w, x.astype(f64))
@@ -43,7 +39,7 @@ def lora(big):
     src = ("def lora(float(N,I) X, float(O,I) W, float(R,I) A, float(O,R) Bm) -> (Y) {\n"
            "    T(n,r) +=! X(n,i) * A(r,i)\n    Y(n,o) +=! X(n,i) * W(o,i)\n"
            "    Y(n,o) += T(n,r) * Bm(o,r) * 2.0\n}")
-    return _model(f"LoRA linear {n}x{i}x{o} rank {r}", "PEFT LoRA Linear.forward", src,
+    return model_case(f"LoRA linear {n}x{i}x{o} rank {r}", "PEFT LoRA Linear.forward", src,
                   "lora", [(n, i), (o, i), (r, i), (o, r)],
                   lambda x, w, a, b: x.astype(f64) @ w.T + (x.astype(f64) @ a.T) @ b.T * 2,
                   torch=lambda x, w, a, b: F.linear(x, w) + F.linear(F.linear(x, a), b) * 2,
@@ -56,7 +52,7 @@ def bilinear(big):
     spec = "ni,oij,nj->no"
     src = ("def bil(float(N,I) X1, float(O,I,J) W, float(N,J) X2, float(O) Bs) -> (Y) {\n"
            "    Y(n,o) +=! X1(n,i) * W(o,i,j) * X2(n,j)\n    Y(n,o) = Y(n,o) + Bs(o)\n}")
-    return _model(f"bilinear {n}x{i}x{j}->{o}", "torch.nn.Bilinear", src, "bil",
+    return model_case(f"bilinear {n}x{i}x{j}->{o}", "torch.nn.Bilinear", src, "bil",
                   [(n, i), (o, i, j), (n, j), (o,)],
                   lambda x1, w, x2, b: np.einsum(spec, x1.astype(f64), w, x2) + b,
                   torch=lambda x1, w, x2, b: F.bilinear(x1, x2, w, b), torch_text="bilinear")
@@ -70,7 +66,7 @@ def tt_layer(big):
            "    T(b,k,o,r) +=! X(b,i,k) * G1(i,o,r)\n"
            "    Y(b,o,p) +=! T(b,k,o,r) * G2(r,k,p)\n}")
     spec = "bik,ior,rkp->bop"
-    return _model(f"TT layer B={b} {i}x{k}->{o}x{p} rank {r}", "TT-layer (t3nsor)", src,
+    return model_case(f"TT layer B={b} {i}x{k}->{o}x{p} rank {r}", "TT-layer (t3nsor)", src,
                   "tt", [(b, i, k), (i, o, r), (r, k, p)], einsum_reference(spec), einsum=spec)
 
 
@@ -81,7 +77,7 @@ def mps_step(big):
     src = ("def mps(float(D,D) E, float(D,S,D) A, float(D,S,D) Bk) -> (E2) {\n"
            "    T(b,s,c) +=! E(a,b) * A(a,s,c)\n    E2(c,d) +=! T(b,s,c) * Bk(b,s,d)\n}")
     spec = "ab,asc,bsd->cd"
-    return _model(f"MPS environment step chi={d} d={s}", "quimb MPS transfer step", src,
+    return model_case(f"MPS environment step chi={d} d={s}", "quimb MPS transfer step", src,
                   "mps", [(d, d), (d, s, d), (d, s, d)], einsum_reference(spec), einsum=spec)
 
 
@@ -89,7 +85,7 @@ def dlrm_interaction(big):
     # facebookresearch/dlrm dlrm_s_pytorch.py, interact_features ("dot"): bmm(T, T^T)
     b, f, d = (2048, 27, 64) if big else (2, 3, 1)
     spec = "bid,bjd->bij"
-    return _model(f"DLRM dot interaction B={b} F={f} D={d}",
+    return model_case(f"DLRM dot interaction B={b} F={f} D={d}",
                   "DLRM interact_features (dot)",
                   "def dlrm(float(B,F,D) T) -> (Z) {\n    Z(b,i,j) +=! T(b,i,d) * T(b,j,d)\n}",
                   "dlrm", [(b, f, d)],
@@ -103,7 +99,7 @@ def linear_attention_state(big):
     # KV = torch.einsum("nshd,nshm->nhmd", K, values)
     n, s, h, d = (4, 1024, 8, 64) if big else (1, 5, 2, 3)
     spec = "nshd,nshm->nhmd"
-    return _model(f"linear attention KV state N={n} S={s} H={h} D={d}",
+    return model_case(f"linear attention KV state N={n} S={s} H={h} D={d}",
                   "fast-transformers LinearAttention (KV)",
                   "def kv(float(N,S,H,D) K, float(N,S,H,M) V) -> (KV) {\n"
                   "    KV(n,h,m,d) +=! K(n,s,h,d) * V(n,s,h,m)\n}", "kv",
@@ -117,7 +113,7 @@ def position_ids(big):
     src = ("def pos(float(B,N) M) -> (P) {\n"
            "    C(b,i) +=! (j <= i) ? M(b,j) : 0 where b in 0:B, i in 0:N, j in 0:N\n"
            "    P(b,i) = C(b,i) * M(b,i)\n}")
-    return _model(f"position ids (cumsum*mask) {b}x{n}", "RoBERTa position ids", src, "pos",
+    return model_case(f"position ids (cumsum*mask) {b}x{n}", "RoBERTa position ids", src, "pos",
                   [(b, n)], lambda m: np.cumsum(m.astype(f64), axis=1) * m,
                   torch=lambda m: torch.cumsum(m, dim=1) * m, torch_text="cumsum*mask")
 
@@ -133,7 +129,7 @@ def log_softmax(big):
         x = x.astype(f64)
         m = x.max(axis=1, keepdims=True)
         return x - m - np.log(np.exp(x - m).sum(axis=1, keepdims=True))
-    return _model(f"log-softmax {n}x{v}", "GPT-2 LM head loss (log_softmax)", src, "logsm",
+    return model_case(f"log-softmax {n}x{v}", "GPT-2 LM head loss (log_softmax)", src, "logsm",
                   [(n, v)], ref, torch=lambda x: F.log_softmax(x, dim=1),
                   torch_text="log_softmax")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.generality_cases import Case, einsum_reference
+from benchmarks.generality_cases import einsum_reference, model_case
 from benchmarks.generality_windows import F, torch
 
 f64 = np.float64
@@ -26,10 +26,6 @@ def _softmax(s, axis=-1):
     return e / e.sum(axis=axis, keepdims=True)
 
 
-def _model(name, origin, source, entry, shapes, reference, **kw) -> Case:
-    return Case("model", name, source, entry, tuple(shapes), reference, origin=origin, **kw)
-
-
 def causal_attention(big):
     # nanoGPT model.py, CausalSelfAttention.forward (the masked_fill/softmax/@v branch)
     b, h, t, d = (1, 4, 256, 64) if big else (1, 2, 7, 3)
@@ -44,7 +40,7 @@ def causal_attention(big):
     def ref(q, k, v):
         s = np.where(np.tri(t, dtype=bool), q.astype(f64) @ k.swapaxes(2, 3) * sc, -np.inf)
         return _softmax(s) @ v
-    return _model(f"causal attention B={b} H={h} T={t} D={d}",
+    return model_case(f"causal attention B={b} H={h} T={t} D={d}",
                   "nanoGPT CausalSelfAttention", src, "attn", [(b, h, t, d)] * 3, ref,
                   torch=lambda q, k, v: F.scaled_dot_product_attention(q, k, v,
                                                                        is_causal=True),
@@ -71,7 +67,7 @@ def alibi_scores(big):
         s = (q @ k.transpose(2, 3)) * sc + sl[:, None, None] * torch.arange(t)
         return torch.softmax(s.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1),
                                            float("-inf")), dim=-1)
-    return _model(f"ALiBi causal scores B={b} H={h} T={t}", "BLOOM BloomAttention (alibi)",
+    return model_case(f"ALiBi causal scores B={b} H={h} T={t}", "BLOOM BloomAttention (alibi)",
                   src, "alibi", [(b, h, t, d), (b, h, t, d), (h,)], ref, torch=peer,
                   torch_text="masked_fill+softmax")
 
@@ -83,7 +79,7 @@ def gqa_scores(big):
     spec = "bgrid,bgjd->bgrij"
     src = ("def gqa(float(B,G,R,T,D) Q, float(B,G,T,D) K) -> (S) {\n"
            "    S(b,g,r,i,j) +=! Q(b,g,r,i,d) * K(b,g,j,d)\n}")
-    return _model(f"GQA scores B={b} G={g} R={r} T={t} D={d}", "LLaMA LlamaAttention (GQA)",
+    return model_case(f"GQA scores B={b} G={g} R={r} T={t} D={d}", "LLaMA LlamaAttention (GQA)",
                   src, "gqa", [(b, g, r, t, d), (b, g, t, d)], einsum_reference(spec),
                   einsum=spec)
 
@@ -98,7 +94,7 @@ def rmsnorm(big):
     def ref(x, g):
         x = x.astype(f64)
         return x / np.sqrt((x * x).mean(axis=1, keepdims=True) + 1e-6) * g
-    return _model(f"RMSNorm {n}x{d}", "LLaMA LlamaRMSNorm", src, "rmsnorm", [(n, d), (d,)],
+    return model_case(f"RMSNorm {n}x{d}", "LLaMA LlamaRMSNorm", src, "rmsnorm", [(n, d), (d,)],
                   ref, torch=lambda x, g: F.rms_norm(x, (d,), g, 1e-6), torch_text="rms_norm")
 
 
@@ -114,7 +110,7 @@ def layernorm(big):
         x = x.astype(f64)
         c = x - x.mean(axis=1, keepdims=True)
         return c / np.sqrt((c * c).mean(axis=1, keepdims=True) + 1e-6) * g + b
-    return _model(f"LayerNorm {n}x{d}", "ViT (timm) Block.norm1", src, "layernorm",
+    return model_case(f"LayerNorm {n}x{d}", "ViT (timm) Block.norm1", src, "layernorm",
                   [(n, d), (d,), (d,)], ref,
                   torch=lambda x, g, b: F.layer_norm(x, (d,), g, b, 1e-6),
                   torch_text="layer_norm")
@@ -126,7 +122,7 @@ def gpt2_mlp(big):
     src = ("def mlp(float(N,I) X, float(I,O) W, float(O) Bs) -> (Y) {\n"
            "    A(n,o) +=! X(n,i) * W(i,o)\n"
            f"    Y(n,o) = {GELU.format(y='(A(n,o) + Bs(o))')}\n}}")
-    return _model(f"GPT-2 c_fc+GELU {n}x{i}x{o}", "GPT-2 GPT2MLP (c_fc, gelu_new)", src,
+    return model_case(f"GPT-2 c_fc+GELU {n}x{i}x{o}", "GPT-2 GPT2MLP (c_fc, gelu_new)", src,
                   "mlp", [(n, i), (i, o), (o,)], lambda x, w, b: _gelu(x.astype(f64) @ w + b),
                   torch=lambda x, w, b: F.gelu(torch.addmm(b, x, w), approximate="tanh"),
                   torch_text="gelu(addmm)")
@@ -142,7 +138,7 @@ def swiglu(big):
     def ref(x, wg, wu):
         g = x.astype(f64) @ wg.T
         return g / (1 + np.exp(-g)) * (x.astype(f64) @ wu.T)
-    return _model(f"SwiGLU gate*up {n}x{i}x{o}", "LLaMA LlamaMLP (gate_proj, up_proj)", src,
+    return model_case(f"SwiGLU gate*up {n}x{i}x{o}", "LLaMA LlamaMLP (gate_proj, up_proj)", src,
                   "swiglu", [(n, i), (o, i), (o, i)], ref,
                   torch=lambda x, wg, wu: F.silu(F.linear(x, wg)) * F.linear(x, wu),
                   torch_text="silu(linear)*linear")
@@ -161,7 +157,7 @@ def rotary(big):
 
     def peer(q, c, s):
         return q * c + torch.cat([-q[..., d // 2:], q[..., :d // 2]], dim=-1) * s
-    return _model(f"rotary embedding B={b} H={h} T={t} D={d}",
+    return model_case(f"rotary embedding B={b} H={h} T={t} D={d}",
                   "LLaMA apply_rotary_pos_emb", src, "rope", [(b, h, t, d), (t, d), (t, d)],
                   ref, torch=peer, torch_text="q*cos+cat(-q2,q1)*sin")
 
