@@ -26,6 +26,17 @@ def test_interleaved_takes_turns_and_rests_after_every_sample(monkeypatch):
     assert [len(t.samples) for t in result.values()] == [3, 3]
 
 
+def test_interleaved_reads_the_clock_it_is_given():
+    """benchmarks/generality.py times the calling thread's CPU time (time.thread_time)."""
+    import itertools
+
+    import tclang.timing as timing
+    ticks = itertools.count()
+    result = timing.interleaved({"a": lambda: None}, rounds=2, gap=0.0, least=0.0,
+                                warm=0.0, clock=lambda: float(next(ticks)))
+    assert result["a"].samples == [1.0, 1.0]  # one call a sample, one tick between reads
+
+
 def test_spread_and_median():
     import tclang.timing as timing
     t = timing.Timing([1.0, 2.0, 3.0, 4.0, 100.0])
