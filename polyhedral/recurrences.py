@@ -21,7 +21,7 @@ import islpy as isl
 
 from polyhedral.scop import Scop, ScopStatement
 from tclang.errors import TCSemanticError
-from tclang.lang.recurrences import recurrence_reads
+from tclang.lang.recurrences import later_read_error, recurrence_reads
 
 
 def check_recurrences(scop: Scop) -> None:
@@ -47,15 +47,10 @@ def _check_read(scop: Scop, st: ScopStatement, read, first: bool) -> None:
     not_before = instances.intersect(isl.Map.lex_le(domain.get_space()))
     target = st.source.target
     if not not_before.is_empty():
-        at = _point_text(st, not_before.domain())
-        raise TCSemanticError(
-            f"this statement writes {target} and reads it at a point it writes at the same "
-            f"time or later (at {at}): a recurrence reads only earlier points, in the order "
-            f"of the left side's indices ({', '.join(st.source.indices)}), each increasing",
-            read.span, scop.definition.source,
-            hint=f"read an earlier point, such as {target}(i - 1) under `i > 0 ? ... : "
-                 "...`; to run an index backwards, write the result reversed "
-                 "(R(i) reads R(i - 1) and X(N - 1 - i))")
+        at = f" (at {_point_text(st, not_before.domain())})"
+        error = later_read_error(read, target, st.source.indices, at)
+        raise TCSemanticError(error.message, read.span, scop.definition.source,
+                              hint=error.hint)
     if first:
         unwritten = access.range().subtract(writes.range())
         if not unwritten.is_empty():

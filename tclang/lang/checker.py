@@ -349,7 +349,7 @@ class _DefinitionChecker:
             if read.tensor != info.name:
                 continue
             if reduces or R.is_recurrence_read(read, info.name, indices):
-                R.check_self_read(read, op, reduces, info.name)
+                R.check_self_read(read, op, reduces, info.name, indices)
             if not info.written and not R.is_recurrence_read(read, info.name, indices):
                 raise error(f"{info.name} is read at the point this statement writes, "
                             "before any statement writes it", read.span,

@@ -17,6 +17,7 @@ from tclang.lang import program as P
 from tclang.lang import syntax as S
 from tclang.lang.affine import Affine
 from tclang.dtypes import DType
+from tclang.errors import TCSemanticError
 from tclang.lang.expressions import error
 
 
@@ -50,7 +51,8 @@ def recurrence_reads(s: P.Statement) -> list[P.Read]:
     return [r for r in P.reads_of(s.rhs) if is_recurrence_read(r, s.target, s.indices)]
 
 
-def check_self_read(read: P.Read, op: str, reduces: bool, target: str) -> None:
+def check_self_read(read: P.Read, op: str, reduces: bool, target: str,
+                    indices: tuple[str, ...] = ()) -> None:
     """The language-level rules of a read of the statement's own target at another point."""
     if reduces:
         raise error(f"this statement reduces into {target} and also reads it; the result "
@@ -58,14 +60,46 @@ def check_self_read(read: P.Read, op: str, reduces: bool, target: str) -> None:
                     hint="read the previous values from another tensor")
     if op != "=":
         raise error(f"this statement updates {target} and reads it at another point",
-                    read.span, hint=f"write the recurrence with `=`: {target}(...) = "
-                                    f"{target}(...) <op> ... reads the earlier point")
+                    read.span, hint="write a recurrence with `=`, such as "
+                                    f"`{target}(i) = i > 0 ? {target}(i - 1) + X(i) : X(i)`")
     if any(a is None for a in read.affine):
         raise error(f"this statement writes {target} and reads it at a data-dependent "
                     "point; the order of the writes would decide the result", read.span,
                     hint="a recurrence reads its target at affine subscripts of the "
                          "left side's indices, such as "
                          f"{target}(i - 1)")
+    shift = uniform_distance(read, indices)
+    if shift is not None and not _lex_positive(shift):
+        raise later_read_error(read, target, indices)
+
+
+def uniform_distance(read: P.Read, indices: tuple[str, ...]) -> tuple[int, ...] | None:
+    """`(1, 0)` for `O(i - 1, j)` written at `O(i, j)`: the written point minus the read
+    one, where every subscript is its left-side index plus a constant (else None: isl
+    decides, polyhedral/recurrences.py)."""
+    distance = []
+    for index, affine in zip(indices, read.affine):
+        difference = Affine.index(index) - affine
+        if difference.terms or difference.offset.constant is None:
+            return None
+        distance.append(difference.offset.constant)
+    return tuple(distance)
+
+
+def _lex_positive(distance: tuple[int, ...]) -> bool:
+    return next((d > 0 for d in distance if d != 0), False)
+
+
+def later_read_error(read: P.Read, target: str, indices: tuple[str, ...],
+                     at: str = "") -> TCSemanticError:
+    """The one message of a recurrence read that is not strictly earlier."""
+    return error(
+        f"this statement writes {target} and reads it at a point it writes at the same "
+        f"time or later{at}: a recurrence reads only earlier points, in the order of the "
+        f"left side's indices ({', '.join(indices)}), each increasing", read.span,
+        hint=f"read an earlier point, such as {target}(i - 1) under `i > 0 ? ... : ...`; "
+             "to run an index backwards, write the result reversed (R(i) reads R(i - 1) "
+             "and X(N - 1 - i))")
 
 
 def recurrence_dtype(s: S.Statement, tensors: dict, typed) -> DType:
