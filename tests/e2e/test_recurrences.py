@@ -143,10 +143,21 @@ def _vars(expr) -> set[str]:
 
 def test_rows_parallel_and_the_scan_loop_sequential():
     """Per-row scans run rows in parallel; the loops of the scanned index stay sequential."""
-    kernel = tc.define(SOURCE).rowscan.compile(np.zeros((64, 101), np.float32)).loop_ir
+    compiled = tc.define(SOURCE).rowscan.compile(np.zeros((64, 101), np.float32))
+    assert "coincident: [ 1, 0 ]" in compiled.schedule  # isl: r parallel, i carries
+    kernel = compiled.loop_ir
     assert any(loop.parallel for loop in _loop_of(kernel, 0))
     assert _loop_of(kernel, 1) and not any(loop.parallel or loop.vectorize
                                            for loop in _loop_of(kernel, 1))
+
+
+def test_column_scans_vectorize_across_columns():
+    """A scan down the columns: the row loop sequential, the stride-1 column loop parallel
+    and vectorized (and its tiles spread over threads)."""
+    kernel = tc.define(SOURCE).colscan.compile(np.zeros((101, 256), np.float32)).loop_ir
+    assert not any(loop.parallel for loop in _loop_of(kernel, 0))
+    columns = _loop_of(kernel, 1)
+    assert any(loop.vectorize for loop in columns) and any(loop.parallel for loop in columns)
 
 
 ERRORS = [
