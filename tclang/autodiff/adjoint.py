@@ -42,6 +42,7 @@ from tclang.autodiff import derivatives as D
 from tclang.autodiff.source_text import Raw, source
 from tclang.dtypes import DType, promote
 from tclang.errors import TCGradError, TCSemanticError
+from tclang.lang.recurrences import recurrence_reads
 from tclang.lang.passes.rewrite import rewrite_bottom_up
 from tclang.lang.program_text import type_name
 
@@ -142,6 +143,7 @@ class _Emitted:
 
 def build(defn: P.Definition, wrt: tuple[str, ...] | None) -> GradientSource:
     try:
+        refuse_recurrences(defn)
         for s in defn.statements:
             if s.affine_ranges:
                 name, lo, hi = s.affine_ranges[0]
@@ -153,6 +155,21 @@ def build(defn: P.Definition, wrt: tuple[str, ...] | None) -> GradientSource:
         return _Builder(defn, wrt).run()
     except TCGradError as err:
         raise err.with_source(defn.source) from None
+
+
+def refuse_recurrences(defn: P.Definition) -> None:
+    """A recurrence's gradient is a reverse scan, which the adjoint does not write yet:
+    treating its reads of earlier points like reads of another tensor would drop the
+    gradient that flows along the chain (a silently wrong result)."""
+    for s in defn.statements:
+        reads = recurrence_reads(s)
+        if reads:
+            raise TCGradError(
+                f"cannot differentiate `{s.text.strip()}`: tc.grad does not yet handle a "
+                f"recurrence (a statement reading {s.target} at an earlier point)",
+                reads[0].span, hint="differentiate the operator written without the "
+                                    "recurrence (a prefix sum as a guarded `+=!` over a "
+                                    "triangle), or write its backward as a reverse scan")
 
 
 class _Builder:
