@@ -41,8 +41,8 @@ from tclang.lang.affine import Affine, Div
 from tclang.autodiff import derivatives as D
 from tclang.autodiff.source_text import Raw, source
 from tclang.dtypes import DType, promote
+from tclang.autodiff import scans
 from tclang.errors import TCGradError, TCSemanticError
-from tclang.lang.recurrences import recurrence_reads
 from tclang.lang.passes.rewrite import rewrite_bottom_up
 from tclang.lang.program_text import type_name
 
@@ -143,7 +143,7 @@ class _Emitted:
 
 def build(defn: P.Definition, wrt: tuple[str, ...] | None) -> GradientSource:
     try:
-        refuse_recurrences(defn)
+        scans.refuse_unsupported(defn)
         for s in defn.statements:
             if s.affine_ranges:
                 name, lo, hi = s.affine_ranges[0]
@@ -155,21 +155,6 @@ def build(defn: P.Definition, wrt: tuple[str, ...] | None) -> GradientSource:
         return _Builder(defn, wrt).run()
     except TCGradError as err:
         raise err.with_source(defn.source) from None
-
-
-def refuse_recurrences(defn: P.Definition) -> None:
-    """A recurrence's gradient is a reverse scan, which the adjoint does not write yet:
-    treating its reads of earlier points like reads of another tensor would drop the
-    gradient that flows along the chain (a silently wrong result)."""
-    for s in defn.statements:
-        reads = recurrence_reads(s)
-        if reads:
-            raise TCGradError(
-                f"cannot differentiate `{s.text.strip()}`: tc.grad does not yet handle a "
-                f"recurrence (a statement reading {s.target} at an earlier point)",
-                reads[0].span, hint="differentiate the operator written without the "
-                                    "recurrence (a prefix sum as a guarded `+=!` over a "
-                                    "triangle), or write its backward as a reverse scan")
 
 
 class _Builder:
@@ -244,7 +229,7 @@ class _Builder:
         for label in current.values():
             self.versions[label].final = True
         self.final_label = current
-        self.rhs = [_rename_reads(s.rhs, self.seen_by[k])
+        self.rhs = [scans.own_reads(s, _rename_reads(s.rhs, self.seen_by[k]), self.made[k])
                     for k, s in enumerate(defn.statements)]
 
     def _activity(self) -> None:
@@ -312,6 +297,8 @@ class _Builder:
         version = self.versions[made]
         g = _read(grad, s.indices, version.dtype, s.span)
         rhs = self.rhs[k]
+        if scans.recurrent(rhs, made):  # the gradient along the chain: a reverse scan
+            g = scans.reverse_scan(self, k, rhs, grad, version)
         if s.op == "=" or s.op == "+":
             weight: P.Expr = g
         elif s.op in ("max", "min") and s.reset:
@@ -325,7 +312,8 @@ class _Builder:
             self._pass_through(k, before, grad)
         groups: dict[tuple, P.Read] = {}
         for r in _value_reads(rhs):
-            if r.tensor in self.active and self.versions[r.tensor].dtype.is_float:
+            if r.tensor in self.active and self.versions[r.tensor].dtype.is_float and \
+                    r.tensor != made:
                 groups.setdefault((r.tensor, r.subscripts), r)
         for (label, subs), read in groups.items():
             try:
