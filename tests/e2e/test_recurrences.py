@@ -168,6 +168,8 @@ ERRORS = [
      "at the same time or later (at "),
     ("def f(float(N) X) -> (O) {\n  O(i) = (i < 1) ? X(i) : O(i - 1) + O(i - 2) "
      "where i in 0:N\n}", 2, 38, "no statement writes (at i = 1)"),
+    ("def f(float(N) X) -> (O) {\n  O(i) = X(i)\n  O(i) = O(N - 1 - i)\n}", 3, 10,
+     "at the same time or later (at i = "),
 ]
 
 
