@@ -80,36 +80,14 @@ def reverse_scan(b, k: int, rhs: P.Expr, grad: str, version) -> P.Read:
     extents = [s.range_of(i).hi for i in s.indices]
     rev, fwd = _version(b, f"rev:{made}", f"{s.target}rev", version), \
         _version(b, f"fwd:{made}", f"{s.target}scan", version)
-    dtype = version.dtype.compute
     u = [b.fresh(f"u{d}") for d in range(len(s.indices))]
     index_text: dict[str, tuple[str, int]] = {}
     total: P.Expr | None = _reversed_read(b, grad, u, extents, version.dtype, s, index_text)
     groups: dict[tuple, P.Read] = {}
     for r in recurrent(rhs, made):
         groups.setdefault(r.subscripts, r)
-    for subs, read in groups.items():
-        try:
-            partial = D.derivative(rhs, lambda x, subs=subs: x.tensor == made and
-                                   x.subscripts == subs)
-        except D.NotDifferentiable as why:
-            raise b._error(k, why.reason) from None
-        if partial is None:
-            continue
-        shift = uniform_distance(read, s.indices)
-        later = [b.fresh(f"p{d}") for d in range(len(s.indices))]
-        for name, index, e, d, x in zip(later, s.indices, extents, shift, u):
-            index_text[name] = (f"{_size(e)} - 1 - {x} + {d}" if d else
-                                f"{_size(e)} - 1 - {x}", 4)
-        partial = _renamed(partial, dict(zip(s.indices, later)))
-        back = [b.fresh(f"q{d}") for d in range(len(s.indices))]
-        for name, x, d in zip(back, u, shift):
-            index_text[name] = (f"{x} - {d}" if d else x, 4 if d else 7)
-        earlier = P.Read(f"d:{rev}", tuple(P.IndexValue(n) for n in back),
-                         tuple(Affine.index(n) for n in back), None, 0, version.dtype, s.span)
-        guard = " && ".join(f"{x} >= {d}" if d > 0 else f"{x} < {_size(e)} - {-d}"
-                            for x, e, d in zip(u, extents, shift) if d)
-        term = D.select(_raw(guard), D.mul(earlier, partial), None, dtype)
-        total = D.add(total, term)
+    for read in groups.values():
+        total = D.add(total, _chain_term(b, k, rhs, read, rev, u, extents, index_text))
     ranges = {x: (Z.const(0), e) for x, e in zip(u, extents)}
     b._emit(f"d:{rev}", tuple(u), total, index_text, ranges, frozenset(u), False,
             comment=f"# the gradient of statement {k + 1}'s recurrence, scanned backwards")
@@ -120,6 +98,35 @@ def reverse_scan(b, k: int, rhs: P.Expr, grad: str, version) -> P.Read:
             frozenset(s.indices), False)
     return P.Read(f"d:{fwd}", tuple(P.IndexValue(i) for i in s.indices),
                   tuple(Affine.index(i) for i in s.indices), None, 0, version.dtype, s.span)
+
+
+def _chain_term(b, k: int, rhs: P.Expr, read: P.Read, rev: str, u: list[str], extents,
+                index_text: dict) -> P.Expr | None:
+    """`(u - d in range) ? Grev(u - d) * df/dO(p - d)[p := E - 1 - u + d] : 0` for one
+    recurrence read at shift d (its index placeholders' text added to `index_text`)."""
+    s = b.defn.statements[k]
+    made = b.made[k]
+    try:
+        partial = D.derivative(rhs, lambda x: x.tensor == made and
+                               x.subscripts == read.subscripts)
+    except D.NotDifferentiable as why:
+        raise b._error(k, why.reason) from None
+    if partial is None:
+        return None
+    shift = uniform_distance(read, s.indices)
+    later = [b.fresh(f"p{d}") for d in range(len(s.indices))]
+    for name, e, d, x in zip(later, extents, shift, u):
+        index_text[name] = (_plus(f"{_size(e)} - 1 - {x}", d), 4)
+    partial = _renamed(partial, dict(zip(s.indices, later)))
+    back = [b.fresh(f"q{d}") for d in range(len(s.indices))]
+    for name, x, d in zip(back, u, shift):
+        index_text[name] = (_plus(x, -d), 4 if d else 7)
+    earlier = P.Read(f"d:{rev}", tuple(P.IndexValue(n) for n in back),
+                     tuple(Affine.index(n) for n in back), None, 0, read.dtype, s.span)
+    guard = " && ".join(f"{x} >= {d}" if d > 0 else f"{x} < {_size(e)} - {-d}"
+                        for x, e, d in zip(u, extents, shift) if d)
+    return D.select(_raw(guard), D.mul(earlier, partial), None,
+                    b.versions[made].dtype.compute)
 
 
 def _version(b, label: str, name: str, like):
@@ -159,6 +166,10 @@ def _rename_affine(a: Affine, names: dict[str, str]) -> Affine:
             return a  # a quotient or remainder: printed from the subscripts, not this form
         out = out + Affine.index(names.get(atom, atom)).scale(coef)
     return out
+
+
+def _plus(text: str, d: int) -> str:
+    return f"{text} + {d}" if d > 0 else f"{text} - {-d}" if d < 0 else text
 
 
 def _size(e: Z.SizeExpr) -> str:
