@@ -10,7 +10,8 @@ G runs backwards along the chain, and the language runs a statement forwards, so
 backward writes it with every index reversed (u = E - 1 - p), where it is an ordinary
 recurrence reading earlier points:
 
-    Grev(u) = dO(E - 1 - u) + (u - dk in range) ? Grev(u - dk) * df/dO(...)[p := E - 1 - u + dk] : 0
+    Grev(u) = dO(E - 1 - u)
+              + (u - dk in range) ? Grev(u - dk) * df/dO(...)[p := E - 1 - u + dk] : 0
     G(p) = Grev(E - 1 - p)
 
 and G is the weight the rest of the statement's gradient uses in place of dO (dX(p) gets
