@@ -59,7 +59,9 @@ def test_every_feature_is_drawn_from_the_seed():
     seen = Counter()
     for p in programs:
         f = p.features
-        seen.update({"reduction": f.family != "generic", "module": f.module is not None,
+        recurrence = f.family.startswith("recurrence")
+        seen.update({"reduction": f.family != "generic" and not recurrence,
+                     "recurrence": recurrence, "module": f.module is not None,
                      "gradcheck": f.gradcheck, "gradgradcheck": f.gradgradcheck,
                      "tuner_options": f.tuner_options, "interrupt": f.interrupt is not None,
                      "grad": f.grad})
