@@ -30,6 +30,7 @@ import islpy as isl
 
 from polyhedral import loop_ir as L
 from polyhedral.bounds import bounds_conditions, check_bounds
+from polyhedral.recurrences import check_recurrences
 from polyhedral.bounds_runtime import BoundsCondition
 from polyhedral.contraction import SLICE_BYTES, contract_temporaries
 from polyhedral.dependences import compute_dependences
@@ -110,6 +111,7 @@ def _schedule(defn: P.Definition, sizes: Mapping[str, int] | None, options: Opti
     with stages("scop"):
         defn = scop_definition(defn, sizes, options, report, verify=verify)
         scop = build_scop(defn, sizes)
+        check_recurrences(scop)
         if scop.specialized:
             check_bounds(scop)
             bounds = ()

@@ -39,6 +39,7 @@ from tclang.lang import program as P
 from tclang.dtypes import DType
 from tclang.errors import (TCArgumentError, TCError, TCIndexError, TCScheduleError, TCWarning)
 from tclang.lang.frontend import check_source
+from tclang.lang.recurrences import recurrence_reads
 from tclang.fuzzing.generator import VOLUME_CAP, GeneratedProgram, Model, finish
 from tclang.bfloat16 import NUMPY_HAS_BFLOAT16, bits, is_bfloat16, to_numpy_float32
 from tclang.host_tensors import as_torch, host_view
@@ -448,6 +449,8 @@ def tolerance(defn: P.Definition, sizes: dict[str, int]) -> float:
                   if isinstance(n, (P.Cast, P.Call, P.Binary, P.Unary, P.Select))}
         red = [r for r in s.domain if r.name in s.reduction_indices]
         terms += math.prod(max(1, (r.hi - r.lo).evaluate(sizes)) for r in red) if red else 1
+        if recurrence_reads(s):  # a scan carries its rounding along its chains
+            terms += sum(max(1, (r.hi - r.lo).evaluate(sizes)) for r in s.domain)
     stored = {t.dtype for t in defn.outputs + defn.temporaries if t.dtype.is_narrow_float}
     rounded = stored | {n.dtype for s in defn.statements for n in P.walk(s.rhs)
                         if isinstance(n, P.Cast) and n.dtype.is_narrow_float}

@@ -59,7 +59,9 @@ def test_every_feature_is_drawn_from_the_seed():
     seen = Counter()
     for p in programs:
         f = p.features
-        seen.update({"reduction": f.family != "generic", "module": f.module is not None,
+        recurrence = f.family.startswith("recurrence")
+        seen.update({"reduction": f.family != "generic" and not recurrence,
+                     "recurrence": recurrence, "module": f.module is not None,
                      "gradcheck": f.gradcheck, "gradgradcheck": f.gradgradcheck,
                      "tuner_options": f.tuner_options, "interrupt": f.interrupt is not None,
                      "grad": f.grad})
@@ -506,3 +508,26 @@ def test_many_programs_with_every_feature(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0, out + "\n".join(p.read_text()[:2000] for p in
                                       sorted((tmp_path / "out").glob("*.tc")))
+
+
+def test_recurrence_programs_cover_every_kind_and_agree_with_the_oracle(cache):
+    """Issue 35 item 2: the fuzzer draws recurrences (tclang/fuzzing/recurrences.py), valid
+    by construction, of every kind, some long enough to leave a vector loop; a few run on
+    the CPU and the reference against the oracle, with their gradients checked."""
+    from tclang.fuzzing.recurrences import KINDS, recurrence_program
+    programs = [p for p in (recurrence_program(random.Random(f"rec:{k}")) for k in range(80))
+                if p is not None]
+    assert len(programs) == 80
+    assert {p.features.family for p in programs} == {f"recurrence {k}" for k in KINDS}
+    assert max(max(p.sizes.values()) for p in programs) > 64
+    drawn = [fuzz_program(random.Random(f"share:{k}"), {"recurrence": 1.0})
+             for k in range(3)]
+    assert all(p.features.family.startswith("recurrence") for p in drawn)
+    small = [replace(p, sizes={s: min(v, 9) for s, v in p.sizes.items()},
+                     features=replace(p.features, grad=True))
+             for p in programs if p.features.family in ("recurrence scan",
+                                                        "recurrence after")][:3]
+    for program in small:
+        report = differential.run_differential(program, backends=("cpu", "reference"),
+                                               seed=1)
+        assert report.status == "pass", (program.source, report.failures)
