@@ -14,6 +14,7 @@
     check_legality(tree, deps, scop)                # every dependence still goes forward
     kernel = lower_to_loops(scop, tree, deps)       # isl AST -> loop IR
     kernel = contract_temporaries(kernel)           # CPU: temporaries of one iteration
+    kernel = split_guards(kernel)                   # CPU: no guard in a vector loop
     kernel = with_choices(kernel, options, target, layouts)  # what the backend emits
 
 Errors from isl never reach the user as isl errors: they become a `TCCompileError` that
@@ -33,6 +34,7 @@ from polyhedral.bounds import bounds_conditions, check_bounds
 from polyhedral.bounds_runtime import BoundsCondition
 from polyhedral.contraction import SLICE_BYTES, contract_temporaries
 from polyhedral.dependences import compute_dependences
+from polyhedral.guard_splitting import split_guards
 from polyhedral.legality import check_legality
 from polyhedral.loop_format import format_kernel
 from polyhedral.lowering import lower_to_loops
@@ -157,6 +159,7 @@ def _schedule(defn: P.Definition, sizes: Mapping[str, int] | None, options: Opti
                                 vectorize=options.vectorize is not False, packs=packs)
         if not target.is_grid:  # temporaries used inside one iteration: per-thread slices
             kernel = contract_temporaries(kernel)
+            kernel = split_guards(kernel)  # guards unswitched or split out of vector loops
         kernel = with_choices(kernel, options, target, layouts)
     stages.show("loops", lambda: format_kernel(kernel))
     return ScheduledKernel(kernel, final_schedule, strategy, fallback,
