@@ -65,11 +65,11 @@ PREFIX = """def prefix(float(N,M) A) -> (O) {
 }"""
 TRACE = "def trace(float(B,N,N) A) -> (T) { T(b) +=! A(b,i,i) }"
 CAUSAL = """def causal(float(S,D) Q, float(S,D) K, float(S,D) V) -> (O) {
-  L(s,t) +=! (t <= s) ? Q(s,d) * K(t,d) : 0.0 where t in 0:S
-  Mx(s) max=! (t <= s) ? L(s,t) : -3.0e38 where t in 0:S
-  E(s,t) = (t <= s) ? exp(L(s,t) - Mx(s)) : 0.0 where t in 0:S
-  Z(s) +=! E(s,t) where t in 0:S
-  O(s,d) +=! E(s,t) * V(t,d) / Z(s) where t in 0:S
+  L(s,t) +=! (t <= s) ? Q(s,d) * K(t,d) : 0.0 where s in 0:S, t in 0:S
+  Mx(s) max=! (t <= s) ? L(s,t) : -3.0e38 where s in 0:S, t in 0:S
+  E(s,t) = (t <= s) ? exp(L(s,t) - Mx(s)) : 0.0 where s in 0:S, t in 0:S
+  Z(s) +=! E(s,t)
+  O(s,d) +=! E(s,t) * V(t,d) / Z(s)
 }"""
 
 
