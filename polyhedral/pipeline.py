@@ -34,7 +34,7 @@ from polyhedral.bounds import bounds_conditions, check_bounds
 from polyhedral.bounds_runtime import BoundsCondition
 from polyhedral.contraction import SLICE_BYTES, contract_temporaries
 from polyhedral.dependences import compute_dependences
-from polyhedral.guard_splitting import split_guards
+from polyhedral.guard_splitting import automatic_fusion, split_guards
 from polyhedral.legality import check_legality
 from polyhedral.loop_format import format_kernel
 from polyhedral.lowering import lower_to_loops
@@ -124,7 +124,7 @@ def _schedule(defn: P.Definition, sizes: Mapping[str, int] | None, options: Opti
     stages.show("dependences", lambda: dependences_text(deps))
     budget = compile_budget.current()
     with stages("schedule", check=False):  # a spent budget: program order (scheduler.py)
-        result = compute_schedule(scop, deps, options.fusion or "preserve_parallel")
+        result = compute_schedule(scop, deps, options.fusion or automatic_fusion(defn))
     fallback, retry_at = result.fallback, result.retry_at
     budget.scheduled = True  # from here a spent budget never loses the schedule
     if budget.exceeded() and budget.fell_back is None:  # the stages left get a grace

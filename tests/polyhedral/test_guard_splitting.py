@@ -71,8 +71,10 @@ def guards_in_vector_loops(node: L.Node, inside: bool = False) -> list[L.IExpr]:
     return []
 
 
-def unsplit(source: str, sizes: dict, monkeypatch, options=tc.Options()) -> L.Kernel:
-    """The kernel as scheduled before the guards are split (the pass switched off)."""
+def unsplit(source: str, sizes: dict, monkeypatch,
+            options=tc.Options(fusion="preserve_parallel")) -> L.Kernel:
+    """The kernel as scheduled before the guards are split (the pass switched off); the
+    initialisation fused with the update, as isl's strategy alone puts it."""
     monkeypatch.setattr(pipeline, "split_guards", lambda kernel: kernel)
     defn = check_source(source).definitions[0]
     return schedule_definition(defn, sizes, options, CPU).kernel
@@ -120,6 +122,20 @@ FIXTURES = {
                      L.If(L.Op("and", (L.Op("lt", (W, L.Op("add", (K, L.Int(2))))),
                                        L.Op("gt", (W, L.Int(1))))), _run("S")))),
 }
+
+
+def test_one_guarded_reduction_gets_its_initialisation_apart():
+    """automatic_fusion: the prefix sum's initialisation in a nest of its own, its sum
+    innermost (in a register); an unguarded one (the trace) keeps isl's fusion."""
+    from tclang.lang.guarded_sums import restrict_guarded_sums
+    prefix = check_source(PREFIX).definitions[0]
+    assert guard_splitting.automatic_fusion(restrict_guarded_sums(prefix)) == "min"
+    assert guard_splitting.automatic_fusion(check_source(TRACE).definitions[0]) == \
+        "preserve_parallel"
+    kernel = schedule_definition(prefix, dict(N=17, M=131), tc.Options(), CPU).kernel
+    assert isinstance(kernel.body, L.Block) and len(kernel.body.body) == 2
+    inner = [f for f in _fors(kernel.body.body[1]) if not _fors(f.body)[1:]][-1]
+    assert inner.reduction and inner.vectorize  # the sum innermost: k, not j
 
 
 @pytest.mark.parametrize("name", sorted(FIXTURES))
