@@ -37,16 +37,16 @@ TRUE, FALSE = L.Int(1), L.Int(0)
 
 def automatic_fusion(definition) -> str:
     """The fusion strategy the automatic schedule asks isl for: "min" for a definition
-    that is one guarded reduction with `!` (a sum over a triangle or a padded window: its
-    `condition`, tclang/lang/guarded_sums.py), so its initialisation gets a nest of its
-    own, else "preserve_parallel". Fused, the initialisation pins the update's loop order
+    whose one reduction is a guarded one with `!` (a sum over a triangle or a padded
+    window: its `condition`, tclang/lang/guarded_sums.py; assignments may follow it, as
+    an average pool's scaling after tclang/lang/reduction_scales.py), so its
+    initialisation gets a nest of its own, else "preserve_parallel". Fused, the initialisation pins the update's loop order
     to one that starts it at the first reduction step: a row prefix sum then ran its
     reduction outermost, loading and storing the whole row at every step, 1.4-1.7x slower
     than with the initialisation apart and the sum innermost in a register (issue 33).
     Only its statements decide, so the cache key (source and options) still says it all."""
-    statements = definition.statements
-    if len(statements) == 1 and statements[0].is_reduction and statements[0].reset \
-            and statements[0].condition is not None:
+    sums = [s for s in definition.statements if s.is_reduction]
+    if len(sums) == 1 and sums[0].reset and sums[0].condition is not None:
         return "min"
     return "preserve_parallel"
 

@@ -132,6 +132,12 @@ def test_one_guarded_reduction_gets_its_initialisation_apart():
     assert guard_splitting.automatic_fusion(restrict_guarded_sums(prefix)) == "min"
     assert guard_splitting.automatic_fusion(check_source(TRACE).definitions[0]) == \
         "preserve_parallel"
+    # an average pool: its scale applied after the sum (an assignment) does not count
+    from benchmarks.guarded_families import avg_pool
+    pool = check_source(avg_pool(2, 1, 3)).definitions[0]
+    pool = pipeline.scop_definition(pool, dict(N=1, C=2, H=9, W=9), tc.Options(), [])
+    assert len(pool.statements) == 2
+    assert guard_splitting.automatic_fusion(pool) == "min"
     kernel = schedule_definition(prefix, dict(N=17, M=131), tc.Options(), CPU).kernel
     assert isinstance(kernel.body, L.Block) and len(kernel.body.body) == 2
     inner = [f for f in _fors(kernel.body.body[1]) if not _fors(f.body)[1:]][-1]
