@@ -14,7 +14,8 @@ trial process, or on a GPU backend one spawned worker per device: tclang.tuning.
 compiles overlap, timings never do (tclang.tuning.trials). The few fastest
 points are timed again at the end, beside the automatic schedule, and the best is chosen
 on those times; the winner is then timed against the automatic schedule alternately, and
-kept only where it is still faster (else a noisy sample would be stored as the best). Ctrl-C stops the search and keeps what it found.
+kept only where it is still faster (else a noisy sample would be stored as the best).
+Ctrl-C stops the search and keeps what it found.
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ A point is a `Candidate`: a sorted tuple of (knob, value) pairs, hashable, with 
 "automatic" (the heuristics decide that knob). The automatic schedule itself is the point
 with every knob None. Knobs that cannot matter are left out rather than searched:
 fusion where the scheduler sees one statement (a `+=!` is two: its initialisation
-and its update, which fusion puts in one nest or two), a register tile without a contraction, packing without a
-register tile, GPU knobs on the CPU and CPU knobs on a GPU. Whether a point is legal
+and its update, which fusion puts in one nest or two), a register tile without a
+contraction, packing without a register tile, GPU knobs on the CPU and CPU knobs on a
+GPU. Whether a point is legal
 (a loop order that breaks a dependence) is the compiler's to say: such points are refused
 when compiled, counted, and never timed.
 """
