@@ -35,20 +35,34 @@ COMPARISONS = ("lt", "le", "gt", "ge", "eq")
 TRUE, FALSE = L.Int(1), L.Int(0)
 
 
-def automatic_fusion(definition) -> str:
+#: a reduction index of at most this many values in a guard makes it a window (3x3)
+WINDOW = 16
+
+
+def automatic_fusion(definition, sizes=None) -> str:
     """The fusion strategy the automatic schedule asks isl for: "min" for a definition
-    whose one reduction is a guarded one with `!` (a sum over a triangle or a padded
-    window: its `condition`, tclang/lang/guarded_sums.py; assignments may follow it, as
-    an average pool's scaling after tclang/lang/reduction_scales.py), so its
-    initialisation gets a nest of its own, else "preserve_parallel". Fused, the initialisation pins the update's loop order
-    to one that starts it at the first reduction step: a row prefix sum then ran its
-    reduction outermost, loading and storing the whole row at every step, 1.4-1.7x slower
-    than with the initialisation apart and the sum innermost in a register (issue 33).
-    Only its statements decide, so the cache key (source and options) still says it all."""
+    whose one reduction is a guarded *window* with `!` (its `condition`,
+    tclang/lang/guarded_sums.py, names reduction indices of at most WINDOW values, all
+    known: a padded or strided convolution or pool; assignments may follow, as an average
+    pool's scaling after tclang/lang/reduction_scales.py), so its initialisation gets a
+    nest of its own, else "preserve_parallel". Fused, the initialisation pinned the
+    window's loops around a guarded update: a padded depthwise convolution, an average
+    pool and a transposed convolution ran 10-50x slower than with `fusion="min"`
+    (issue 33). A triangle's long reduction (a prefix sum) keeps isl's fusion: apart, its
+    reduction got tiled into short sums, 1.2-3x slower. Only the statements and sizes
+    decide, so the cache key still says it all."""
+    from tclang.lang.affine import condition_indices
     sums = [s for s in definition.statements if s.is_reduction]
-    if len(sums) == 1 and sums[0].reset and sums[0].condition is not None:
-        return "min"
-    return "preserve_parallel"
+    if len(sums) != 1 or not sums[0].reset or sums[0].condition is None:
+        return "preserve_parallel"
+    st = sums[0]
+    window = condition_indices(st.condition) & set(st.reduction_indices)
+    try:
+        short = window and all(st.range_of(i).extent.evaluate(sizes or {}) <= WINDOW
+                               for i in window)
+    except (KeyError, TypeError, ValueError):  # a size not known: not a window we know
+        short = False
+    return "min" if short else "preserve_parallel"
 
 
 def split_guards(kernel: L.Kernel) -> L.Kernel:

@@ -124,7 +124,7 @@ def _schedule(defn: P.Definition, sizes: Mapping[str, int] | None, options: Opti
     stages.show("dependences", lambda: dependences_text(deps))
     budget = compile_budget.current()
     with stages("schedule", check=False):  # a spent budget: program order (scheduler.py)
-        result = compute_schedule(scop, deps, options.fusion or automatic_fusion(defn))
+        result = compute_schedule(scop, deps, options.fusion or automatic_fusion(defn, sizes))
     fallback, retry_at = result.fallback, result.retry_at
     budget.scheduled = True  # from here a spent budget never loses the schedule
     if budget.exceeded() and budget.fell_back is None:  # the stages left get a grace

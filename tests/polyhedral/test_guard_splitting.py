@@ -124,24 +124,28 @@ FIXTURES = {
 }
 
 
-def test_one_guarded_reduction_gets_its_initialisation_apart():
-    """automatic_fusion: the prefix sum's initialisation in a nest of its own, its sum
-    innermost (in a register); an unguarded one (the trace) keeps isl's fusion."""
+def test_a_guarded_window_gets_its_initialisation_apart():
+    """automatic_fusion: a padded window's reduction (the depthwise convolution, an
+    average pool with its scaling after it) gets "min", its initialisation a nest of its
+    own; a triangle's long reduction (the prefix sum) and an unguarded one keep isl's."""
     from tclang.lang.guarded_sums import restrict_guarded_sums
-    prefix = check_source(PREFIX).definitions[0]
-    assert guard_splitting.automatic_fusion(restrict_guarded_sums(prefix)) == "min"
-    assert guard_splitting.automatic_fusion(check_source(TRACE).definitions[0]) == \
-        "preserve_parallel"
-    # an average pool: its scale applied after the sum (an assignment) does not count
     from benchmarks.guarded_families import avg_pool
-    pool = check_source(avg_pool(2, 1, 3)).definitions[0]
-    pool = pipeline.scop_definition(pool, dict(N=1, C=2, H=9, W=9), tc.Options(), [])
-    assert len(pool.statements) == 2
-    assert guard_splitting.automatic_fusion(pool) == "min"
-    kernel = schedule_definition(prefix, dict(N=17, M=131), tc.Options(), CPU).kernel
+
+    def fusion(source, sizes):
+        defn = check_source(source).definitions[0]
+        defn = pipeline.scop_definition(defn, sizes, tc.Options(), [])
+        return guard_splitting.automatic_fusion(defn, sizes)
+
+    assert fusion(DEPTHWISE, dict(N=1, C=2, H=9, W=9)) == "min"
+    assert fusion(DEPTHWISE, None) == "min"  # its window's extents are numbers
+    assert fusion(avg_pool(2, 1, 3), dict(N=1, C=2, H=9, W=9)) == "min"
+    assert fusion(PREFIX, dict(N=17, M=131)) == "preserve_parallel"
+    assert fusion(TRACE, dict(B=4, N=5)) == "preserve_parallel"
+    prefix = restrict_guarded_sums(check_source(PREFIX).definitions[0])
+    assert prefix.statements[0].condition is not None  # guarded, but not a window
+    kernel = schedule_definition(check_source(DEPTHWISE).definitions[0],
+                                 dict(N=1, C=2, H=9, W=37), tc.Options(), CPU).kernel
     assert isinstance(kernel.body, L.Block) and len(kernel.body.body) == 2
-    inner = [f for f in _fors(kernel.body.body[1]) if not _fors(f.body)[1:]][-1]
-    assert inner.reduction and inner.vectorize  # the sum innermost: k, not j
 
 
 @pytest.mark.parametrize("name", sorted(FIXTURES))
