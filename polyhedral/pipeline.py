@@ -14,6 +14,7 @@
     check_legality(tree, deps, scop)                # every dependence still goes forward
     kernel = lower_to_loops(scop, tree, deps)       # isl AST -> loop IR
     kernel = contract_temporaries(kernel)           # CPU: temporaries of one iteration
+    kernel = split_guards(kernel)                   # CPU: no guard in a vector loop
     kernel = with_choices(kernel, options, target, layouts)  # what the backend emits
 
 Errors from isl never reach the user as isl errors: they become a `TCCompileError` that
@@ -34,6 +35,7 @@ from polyhedral.recurrences import check_recurrences
 from polyhedral.bounds_runtime import BoundsCondition
 from polyhedral.contraction import SLICE_BYTES, contract_temporaries
 from polyhedral.dependences import compute_dependences
+from polyhedral.guard_splitting import automatic_fusion, split_guards
 from polyhedral.legality import check_legality
 from polyhedral.loop_format import format_kernel
 from polyhedral.lowering import lower_to_loops
@@ -124,7 +126,7 @@ def _schedule(defn: P.Definition, sizes: Mapping[str, int] | None, options: Opti
     stages.show("dependences", lambda: dependences_text(deps))
     budget = compile_budget.current()
     with stages("schedule", check=False):  # a spent budget: program order (scheduler.py)
-        result = compute_schedule(scop, deps, options.fusion or "preserve_parallel")
+        result = compute_schedule(scop, deps, options.fusion or automatic_fusion(defn, sizes))
     fallback, retry_at = result.fallback, result.retry_at
     budget.scheduled = True  # from here a spent budget never loses the schedule
     if budget.exceeded() and budget.fell_back is None:  # the stages left get a grace
@@ -159,6 +161,7 @@ def _schedule(defn: P.Definition, sizes: Mapping[str, int] | None, options: Opti
                                 vectorize=options.vectorize is not False, packs=packs)
         if not target.is_grid:  # temporaries used inside one iteration: per-thread slices
             kernel = contract_temporaries(kernel)
+            kernel = split_guards(kernel)  # guards unswitched or split out of vector loops
         kernel = with_choices(kernel, options, target, layouts)
     stages.show("loops", lambda: format_kernel(kernel))
     return ScheduledKernel(kernel, final_schedule, strategy, fallback,
