@@ -78,7 +78,7 @@ class Backend(Protocol):
     device_arrays: bool
     #: optional: the blobs a call needs, if `restore` can run from those alone with only
     #: the buffers' names and the statements of `info`; then the runtime keeps call
-    #: records of this backend's kernels (tclang/call_records.py)
+    #: records of this backend's kernels (tclang/driver/call_records.py)
     call_blobs: tuple[str, ...] = ()
 
     def target(self) -> Target:

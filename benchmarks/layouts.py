@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tclang as tc
 from benchmarks import kernels as K
-from tclang import arguments
+from tclang.runtime import arguments
 from tclang.layouts import Layout
 
 CHANNELS = "def channels(float(N, 3) X) -> (Y) { Y(i) = X(i, 0) + 2 * X(i, 1) + X(i, 2) }"

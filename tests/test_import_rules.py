@@ -17,8 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 #: what the backends must never import: the driver's side of the contract, the user's
 #: options, the polyhedral layer past its loop IR, isl, and the language's symbolic forms
 #: (quasi-affine subscripts, size expressions: the loop IR carries them lowered)
-FORBIDDEN_FOR_BACKENDS = ("tclang.compiler", "tclang.arguments", "tclang.options",
-                          "tclang.runtime", "tclang.cli", "tclang.commands", "polyhedral",
+FORBIDDEN_FOR_BACKENDS = ("tclang.driver.compiler", "tclang.runtime.arguments", "tclang.options",
+                          "tclang.runtime.kernels", "tclang.cli", "tclang.tools.commands", "polyhedral",
                           "islpy", "lark", "tclang.lang.affine", "tclang.lang.sizes")
 ALLOWED_FOR_BACKENDS = ("polyhedral.loop_ir",)
 
@@ -101,7 +101,7 @@ def test_no_backend_module_pulls_in_a_forbidden_module():
 def test_the_probe_catches_a_forbidden_import():
     """The hook itself works: a module that imports the driver is refused."""
     probe = PROBE % (FORBIDDEN_FOR_BACKENDS, ALLOWED_FOR_BACKENDS)
-    result = subprocess.run([sys.executable, "-c", probe, "tclang.runtime"], cwd=ROOT,
+    result = subprocess.run([sys.executable, "-c", probe, "tclang.runtime.kernels"], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 1 and "forbidden import of" in result.stdout
 
@@ -111,7 +111,7 @@ def test_the_package_imports_neither_isl_nor_the_driver():
     backends load when a definition is checked or compiled."""
     code = ("import sys, tclang; heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
             "('islpy', 'lark', 'llvmlite', 'backends', 'polyhedral') or m in "
-            "('tclang.compiler', 'tclang.runtime', 'tclang.options')); print(heavy)")
+            "('tclang.driver.compiler', 'tclang.runtime.kernels', 'tclang.options')); print(heavy)")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                             text=True, timeout=120)
     assert result.stdout.strip() == "[]", result.stdout + result.stderr

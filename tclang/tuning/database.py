@@ -13,7 +13,7 @@ file system): every write is one transaction, WAL journal, a busy timeout, and t
 row is replaced only by a faster one (a conditional upsert), so the file stays valid and
 the best stays the best.
 
-Like the compile cache (tclang/diskcache.py), the database only saves work, so no problem
+Like the compile cache (tclang/driver/diskcache.py), the database only saves work, so no problem
 with it stops a program: a lookup (`options="tuned"`) that meets a damaged file (not
 SQLite, a corrupt page, a foreign schema, a row whose options do not decode or name
 unknown knobs) warns once, sets the file aside (renamed `<name>.damaged-<time>`, with its
@@ -73,7 +73,7 @@ def default_path() -> Path:
     configured = os.environ.get("TCLANG_TUNING_DB")
     if configured:
         return Path(configured)
-    from tclang.diskcache import cache_dir
+    from tclang.driver.diskcache import cache_dir
     return Path(cache_dir()) / "tuning.sqlite"
 
 
@@ -106,7 +106,7 @@ class TuningDatabase:
         self.unusable = None  # why there is no path: the cache directory is refused
         try:
             self.path = Path(path) if path is not None else default_path()
-        except OSError as err:  # including tclang.diskcache.UntrustedCache
+        except OSError as err:  # including tclang.driver.diskcache.UntrustedCache
             self.path, self.unusable = None, str(err)
 
     def record_trials(self, key: str, machine: str, trials) -> bool:

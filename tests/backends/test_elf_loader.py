@@ -11,7 +11,7 @@ import pytest
 
 import tclang as tc
 from backends.llvm import elf_loader, loading, threads
-from tclang import compiler
+from tclang.driver import compiler
 from tests.corpus import CASES_BY_NAME, assert_close, check_call, define, make_inputs
 
 pytestmark = pytest.mark.skipif(not elf_loader.supported_host(),

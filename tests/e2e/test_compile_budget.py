@@ -23,7 +23,7 @@ import pytest
 
 import tclang as tc
 from tclang import budget as compile_budget
-from tclang import diskcache
+from tclang.driver import diskcache
 
 MLP = ("def {name}(float(B,I) X, float(O,I) W, float(O) b) -> (Y) {{\n"
        "  Y(i,o) +=! X(i,k) * W(o,k)\n  Y(i,o) = fmax(Y(i,o) + b(o), 0)\n}}")
@@ -55,9 +55,9 @@ def spend_the_budget(module, name: str, monkeypatch, after: bool = False) -> Non
 @pytest.fixture(autouse=True)
 def middle_end_here(monkeypatch):
     """The middle end in this process, as where no helper can be forked (the way
-    tclang/middle_end.py takes then): these tests patch its stages and read the bar from
+    tclang/driver/middle_end.py takes then): these tests patch its stages and read the bar from
     this process's stderr. The tests that end this file go through the helper."""
-    from tclang import middle_end
+    from tclang.driver import middle_end
     from tclang.forked_server import ServerUnavailable
 
     def unavailable(request):
@@ -229,7 +229,7 @@ def test_explain_timings_of_a_cached_kernel_times_a_compile(tmp_path, capsys):
         for stage in ("passes", "scop", "dependences", "schedule", "transform", "loops",
                       "code"):
             assert f"{stage}:" in out, out
-    # explain compiles afresh (tools2, tclang/commands.py _explain): the second run, whose
+    # explain compiles afresh (tools2, tclang/tools/commands.py _explain): the second run, whose
     # kernel both caches hold, times a whole compile too, never a cache's load
     assert "cache load" not in out.split("== compile time")[1]
 

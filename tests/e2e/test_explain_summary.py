@@ -1,5 +1,5 @@
 """`tclang explain` opens with a one-screen summary of the schedule's decisions, read from
-the loop IR and the tiling's reports (tclang/summary.py): each decision it states is
+the loop IR and the tiling's reports (tclang/driver/summary.py): each decision it states is
 checked here against the loop IR itself. And `--stage timings` times every stage, also
 for a kernel the caches already hold (it is compiled afresh)."""
 

@@ -12,7 +12,7 @@ import pytest
 
 import tclang as tc
 from backends.llvm import fast_calls
-from tclang import runtime
+from tclang.runtime import kernels as runtime
 
 pytestmark = pytest.mark.skipif(not fast_calls.AVAILABLE,
                                 reason="no native entry on this interpreter")

@@ -9,7 +9,7 @@ import pytest
 
 import tclang as tc
 from backends.cuda.emulation.build import available as emulation_available
-from tclang import compiler
+from tclang.driver import compiler
 from tclang.layouts import OFFSET_BOUND, Layout, layout_key
 
 MATMUL = "def mm(float(M,K) A, float(K,N) B) -> (C) {\n  C(m, n) +=! A(m, k) * B(k, n)\n}"

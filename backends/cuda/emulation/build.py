@@ -101,12 +101,12 @@ def _compiler_identity(cxx: str) -> str:
 
 
 def default_cache_dir() -> Path:
-    """cuda-emulation/ in tclang's cache directory (tclang.diskcache.cache_dir: TCLANG_CACHE_DIR
+    """cuda-emulation/ in tclang's cache directory (tclang.driver.diskcache.cache_dir: TCLANG_CACHE_DIR
     or the user cache), or a fresh private temporary directory for this process when that
     is not usable. What is built here becomes code in the process, so a directory someone
     else could write is never used, nor a fixed name in /tmp (another user could have made
     it, or a symlink there pointing anywhere)."""
-    from tclang.diskcache import cache_dir, require_private
+    from tclang.driver.diskcache import cache_dir, require_private
     try:
         path = Path(cache_dir()) / "cuda-emulation"
         path.mkdir(exist_ok=True, mode=0o700)

@@ -1,7 +1,7 @@
 """A definition rewritten to compute only sampled output points, for checks with a bound.
 
 The reference interpreter runs a definition statement instance by statement instance, far
-too slowly for a big problem (tclang.checking). This rewrite makes it compute a random
+too slowly for a big problem (tclang.tools.checking). This rewrite makes it compute a random
 sample of output points instead, each with its full reductions, so that a check costs
 about what the caller allows, whatever the problem's size: `Sampler(definition,
 sizes).source(points)` is the rewritten definition, `run` runs it in chunks of points on
@@ -16,9 +16,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from tclang import checking
+from tclang.tools import checking
 from tclang.bfloat16 import is_bfloat16, to_numpy_float32
-from tclang.host_tensors import call_numpy
+from tclang.runtime.host_tensors import call_numpy
 from tclang.dtypes import DType
 from tclang.lang import program as P
 

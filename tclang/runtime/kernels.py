@@ -11,7 +11,7 @@ no user holds is freed, machine code included.
 
 A call that looks exactly like one checked in full before takes the hot path (HotCalls):
 no checks, no lookups beyond one map. In a fresh process, the first such call is answered
-by the disk cache's call records (tclang/call_records.py), and a source checked before is
+by the disk cache's call records (tclang/driver/call_records.py), and a source checked before is
 not parsed again until something needs its definitions: this module is on that path, so it
 imports only NumPy and light modules at the top; the compiler, the argument checks and the
 loop IR load on the first call that needs them.
@@ -24,18 +24,18 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from tclang import call_records
+from tclang.driver import call_records
 from tclang.bfloat16 import dtype_key
 from tclang.errors import TCArgumentError, TCError, api_boundary, hide_internal_frames
-from tclang.host_tensors import like_the_caller, modified_in_place, refuse_numpy_bfloat16
+from tclang.runtime.host_tensors import like_the_caller, modified_in_place, refuse_numpy_bfloat16
 from tclang.locks import fork_safe
 from tclang.recent import Recent, max_variants
-from tclang.registry import get_backend
+from tclang.driver.registry import get_backend
 
 if TYPE_CHECKING:
     from polyhedral import loop_ir as L
-    from tclang.arguments import Binding, DeviceArray
-    from tclang.compiler import Compiled
+    from tclang.runtime.arguments import Binding, DeviceArray
+    from tclang.driver.compiler import Compiled
     from tclang.options import Options
     from tclang.lang.program import Definition, Program
 
@@ -50,9 +50,9 @@ PARTLY_GENERIC_BACKENDS = frozenset(("cpu", "reference"))
 
 
 def bind_arguments(definition: Definition, args, device: bool) -> Binding:
-    """The full checks of a call (tclang/arguments.py), loaded on the first call that
+    """The full checks of a call (tclang/runtime/arguments.py), loaded on the first call that
     needs them: a call a record answers never does."""
-    from tclang.arguments import bind_arguments as bind
+    from tclang.runtime.arguments import bind_arguments as bind
     return bind(definition, args, device)
 
 
@@ -111,7 +111,7 @@ class CompiledKernel:
         kernel = self._c.loop_ir()
         if kernel is None:
             from polyhedral.pipeline import schedule_definition
-            from tclang.compiler import compile_target
+            from tclang.driver.compiler import compile_target
             from tclang.lang.parser import recursion_room
             target = self._target or compile_target(self.backend, self.options)
             with recursion_room():
@@ -141,7 +141,7 @@ class CompiledKernel:
                           f"{', '.join(list(STAGES)[:6] + list(self._c.artifact.stages))}")
         if self._texts is None:
             from polyhedral.pipeline import schedule_definition
-            from tclang.compiler import compile_target
+            from tclang.driver.compiler import compile_target
             from tclang.lang.parser import recursion_room
             texts: dict[str, str] = {}
             target = self._target or compile_target(self.backend, self.options)
@@ -152,13 +152,13 @@ class CompiledKernel:
         return self._texts[name]
 
     def summary(self, sizes: dict[str, int] | None = None, limits: dict | None = None):
-        """The schedule's decisions on one screen (tclang/summary.py; `.text()` prints
+        """The schedule's decisions on one screen (tclang/driver/summary.py; `.text()` prints
         it): fusion, tiles and why, register tile, packing, threads, vector loops, guards
         left in innermost loops, temporaries, and a roofline estimate for `sizes` (default:
         the sizes it was compiled for) against `limits` (tclang.tuning.roofline.
         machine_limits(), or None). Tile reasons are known after a compile in this
         process: `Kernel.compile(..., fresh=True)` makes one."""
-        from tclang.summary import summarize
+        from tclang.driver.summary import summarize
         from tclang.tuning.roofline import kernel_work
         if sizes is None and self.sizes is not None and not self.generic:
             sizes = self.sizes
@@ -189,7 +189,7 @@ class CompiledKernel:
         asking, that reads and writes neither cache (explain --stage timings)."""
         if self._c.cache == "compiled":
             return dict(self._c.timings)
-        from tclang.compiler import compile_target, compile_uncached
+        from tclang.driver.compiler import compile_target, compile_uncached
         target = self._target or compile_target(self.backend, self.options)
         return compile_uncached(self.definition, self.sizes, self.options, self.backend,
                                 target, self._layouts).timings
@@ -232,7 +232,7 @@ class CompiledKernel:
         """`given`: out= arrays already checked; `checked`: the binding is known to suit
         this kernel (both from the device hot path, whose key this kernel was run on)."""
         from polyhedral import loop_ir as L
-        from tclang.arguments import DeviceArray, check_out
+        from tclang.runtime.arguments import DeviceArray, check_out
         if not checked:
             self._check_applies(binding)
         sizes = binding.sizes
@@ -300,7 +300,7 @@ class CompiledKernel:
 
     def _allocator(self, binding: Binding):
         """NumPy arrays, or device arrays like the inputs when they live on the GPU."""
-        from tclang.arguments import DeviceArray
+        from tclang.runtime.arguments import DeviceArray
         like = next((a for a in binding.arrays if isinstance(a, DeviceArray)), None)
         if like is None:
             return self._allocate
@@ -311,7 +311,7 @@ class CompiledKernel:
     def _device_copy(self, target: DeviceArray) -> DeviceArray:
         """A C-contiguous copy of a strided device out= array (points no statement writes
         keep their values), of the same library: the kernel writes outputs contiguously."""
-        from tclang.arguments import DeviceArray
+        from tclang.runtime.arguments import DeviceArray
         backend = get_backend(self.backend)
         array = backend.allocate(target.shape, target.dtype, False, target.obj)
         backend.copy(array, target.obj)
@@ -320,7 +320,7 @@ class CompiledKernel:
     def _allocate(self, buf: L.Buffer, shape: tuple[int, ...], zero: bool) -> np.ndarray:
         """A new host array; one too big for memory is the caller's error, located at the
         statement whose ranges gave it that shape (NumPy's MemoryError says neither)."""
-        from tclang.compiler import allocate
+        from tclang.driver.compiler import allocate
         try:
             return allocate(buf, shape, zero)
         except (MemoryError, ValueError) as err:
@@ -605,7 +605,7 @@ def hot_key(args, expected):
 
 
 def _device_hot_calls():
-    from tclang.device_calls import DeviceHotCalls
+    from tclang.runtime.device_calls import DeviceHotCalls
     return DeviceHotCalls()
 
 
@@ -813,8 +813,8 @@ class Kernel:
     def _compile(self, binding: Binding, fast: tuple, generic: tuple | None = None,
                  fresh: bool = False) -> CompiledKernel:
         """`generic`: the sizes a partly generic kernel takes at run time (`_route`)."""
-        from tclang.cachekey import cache_key, canonical_source
-        from tclang.compiler import compile_definition, compile_target
+        from tclang.driver.cachekey import cache_key, canonical_source
+        from tclang.driver.compiler import compile_definition, compile_target
         options, backend = self.module.options, self.module.backend
         if self.module.tuned:
             options = self._tuned_options(fast) or options
@@ -844,9 +844,9 @@ class Kernel:
         """Write a shared library with a plain C ABI and its header into `directory`, for
         `sizes` (C-contiguous arguments of exactly those extents) or, with None, for every
         size; it runs without Python. target="cuda" also writes the .cu, PTX and cubin
-        (for `arch`) and the library launches the kernels (tclang/export.py,
+        (for `arch`) and the library launches the kernels (tclang/export/library.py,
         docs/export.md)."""
-        from tclang.export import export_kernel
+        from tclang.export.library import export_kernel
         return export_kernel(self, directory, sizes, target, arch)
 
     @api_boundary
@@ -860,8 +860,8 @@ class Kernel:
 
     def _tuned_options(self, shapes: tuple, database=None) -> Options | None:
         """What tc.autotune stored for these shapes on this machine, or None."""
-        from tclang.cachekey import canonical_source
-        from tclang.compiler import compile_target
+        from tclang.driver.cachekey import canonical_source
+        from tclang.driver.compiler import compile_target
         from tclang.options import Options
         from tclang.tuning.database import TuningDatabase, kernel_key, machine_id
         key = kernel_key(canonical_source(self.definition), self.name, shapes,

@@ -105,7 +105,7 @@ def call_numpy(kernel, inputs: tuple) -> tuple:
     if NUMPY_HAS_BFLOAT16 or not any(t.dtype.value == "bfloat16" for t in defn.outputs):
         result = kernel(*inputs)
         return result if isinstance(result, tuple) else (result,)
-    from tclang.arguments import bind_arguments, output_shapes
+    from tclang.runtime.arguments import bind_arguments, output_shapes
     shapes = output_shapes(defn, bind_arguments(defn, tuple(inputs)).sizes)
     outs = tuple(np.zeros(shape, t.dtype.numpy) for t, shape in zip(defn.outputs, shapes))
     kernel(*inputs, out=outs if len(outs) > 1 else outs[0])

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from tclang.errors import TCArgumentError, TCCompileError, TCError
-from tclang.export_abi import STATUS, Wrapper, parameters, shape_parameters
+from tclang.export.abi import STATUS, Wrapper, parameters, shape_parameters
 from tclang.lang.program import Definition
 
 
@@ -64,7 +64,7 @@ def export_kernel(kernel, directory, sizes: dict[str, int] | None, target: str =
         raise TCError(f"export targets are 'cpu' and 'cuda', not {target!r}")
     defn = kernel.definition
     if target == "cuda":
-        from tclang.export_cuda import schedule_for_gpu
+        from tclang.export.cuda import schedule_for_gpu
         info, kernel_source, retry_at = schedule_for_gpu(kernel, sizes)
         static = sizes is not None  # specialized CUDA code has the strides as constants
     else:
@@ -85,7 +85,7 @@ def export_kernel(kernel, directory, sizes: dict[str, int] | None, target: str =
     wrapper = Wrapper(defn, info, sizes, static)
     header = folder / f"{name}.h"
     if target == "cuda":
-        from tclang.export_cuda import write_cuda
+        from tclang.export.cuda import write_cuda
         header.write_text(header_text(defn, sizes, f"CUDA, {arch}", cuda=True))
         return write_cuda(wrapper, kernel_source, folder, arch, header)
     from backends.llvm import export as llvm_export
@@ -118,8 +118,8 @@ def _refuse_degraded(name: str, fallback: str | None) -> None:
 def _compile(kernel, sizes: dict[str, int] | None):
     """The kernel compiled generic (from its inputs' ranks and dtypes alone), or for
     `sizes` with C-contiguous inputs (checked as a call with those shapes would be)."""
-    from tclang.arguments import Binding
-    from tclang.runtime import Module
+    from tclang.runtime.arguments import Binding
+    from tclang.runtime.kernels import Module
     module = kernel.module
     if module.tuned and sizes is None:
         raise TCArgumentError("tuned options are stored per shape: export them for the "

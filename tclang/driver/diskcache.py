@@ -18,7 +18,7 @@ the cache can run code as the user. The cache therefore trusts nothing it reads:
   where each blob lies, then the blobs (object code, generated source, stage texts, the
   kernel summary). Writes go to a temporary file in the same directory, then `os.replace`:
   readers never see half an entry. A truncated, corrupted, unreadable, malformed or foreign
-  entry is discarded with a `TCWarning` and rebuilt (tclang.compiler also discards one its
+  entry is discarded with a `TCWarning` and rebuilt (tclang.driver.compiler also discards one its
   backend cannot load); a full disk or read-only directory only costs a warning. Nothing
   is unpickled.
 - The directory is kept under `TCLANG_CACHE_MAX_BYTES` (default 512 MiB): after each store

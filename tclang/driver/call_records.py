@@ -13,7 +13,7 @@ installed code. A *source record* says that a source text was checked without er
 warning, and gives what the hot path compares (each input's dtype and rank, each output's
 dtype), so `tc.define` need not parse it.
 
-Records are disk-cache entries like any other (tclang/diskcache.py: private directory,
+Records are disk-cache entries like any other (tclang/driver/diskcache.py: private directory,
 authenticated with the user's key, size-capped, evicted least recently used first), so a
 record is as trusted as the object code the full path would load. What invalidates them:
 - tclang, NumPy, llvmlite, islpy or Python changing (file sizes and times, versions);
@@ -33,9 +33,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from tclang import diskcache
+from tclang.driver import diskcache
 from tclang.bfloat16 import dtype_key, dtype_of_key
-from tclang.cachekey import installed_files, key_digest as _digest
+from tclang.driver.cachekey import installed_files, key_digest as _digest
 
 FORMAT = 1  # bump when a record's layout changes
 

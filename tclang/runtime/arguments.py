@@ -18,7 +18,7 @@ from tclang.lang import program as P
 from tclang.bfloat16 import STORAGE as BF16_STORAGE, dtype_key
 from tclang.dtypes import DType, from_numpy
 from tclang.errors import TCArgumentError
-from tclang.host_tensors import host_view, is_host_tensor, refuse_grad
+from tclang.runtime.host_tensors import host_view, is_host_tensor, refuse_grad
 from tclang.layouts import layout_key, partial_layout_key
 
 

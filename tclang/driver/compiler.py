@@ -13,7 +13,7 @@ were the full one: never to disk (the next process tries the full schedule), and
 memory only until its `retry_at` (then the next lookup compiles again). Backends are
 imported on first use, so a machine without CUDA imports tclang fine and only
 `backend="cuda"` needs PyCUDA. The middle end runs in a helper process that
-is replaced every 200 compilations (tclang/middle_end.py: islpy leaks on every compile).
+is replaced every 200 compilations (tclang/driver/middle_end.py: islpy leaks on every compile).
 """
 
 from __future__ import annotations
@@ -27,10 +27,11 @@ import numpy as np
 
 from backends.contract import Artifact, Backend
 from polyhedral import loop_ir as L
-from tclang import budget as compile_budget, ctrl_c, diskcache
-from tclang.registry import BACKENDS, get_backend  # noqa: F401 (BACKENDS: for the CLI)
+from tclang import budget as compile_budget, ctrl_c
+from tclang.driver import diskcache
+from tclang.driver.registry import BACKENDS, get_backend  # noqa: F401 (BACKENDS: for the CLI)
 from tclang.bfloat16 import dtype_of_key
-from tclang.cachekey import key_digest
+from tclang.driver.cachekey import key_digest
 from tclang.dtypes import DType
 from tclang.errors import Span
 from tclang.options import Options
@@ -294,7 +295,7 @@ def _check_buffer(buffer: L.Buffer, shape: tuple) -> None:
 def _compile(defn: Definition, sizes, options: Options, backend: Backend, target: Target,
              layouts) -> Compiled:
     from polyhedral.loop_format import format_kernel
-    from tclang import middle_end  # isl loads on the first compile
+    from tclang.driver import middle_end  # isl loads on the first compile
 
     # one budget for the whole compile (tclang/budget.py): scheduling (in the middle end's
     # helper process, replaced now and then: islpy leaks on every compile) and code generation
