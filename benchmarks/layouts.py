@@ -117,7 +117,7 @@ def main(rounds: int = 15, small: bool = False, only: tuple[str, ...] = (),
                 result = kernel(*arrays)
             expected = result if expected is None else expected
             np.testing.assert_allclose(result, expected, rtol=2e-3, atol=2e-3)
-            static = compiled._c.artifact.blobs.get("static") == b"1"
+            static = compiled.compiled.artifact.blobs.get("static") == b"1"
             runs.append((name, kernel, arrays, [], static))
         start = time.perf_counter()
         kernel(*arrays)

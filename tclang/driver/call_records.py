@@ -148,7 +148,7 @@ def remember_call(source: str, entry: str, backend, backend_name: str, options_k
     """Write the record of a call that was checked in full and ran (`compiled`: its
     CompiledKernel, `prepared`: what running it again needs)."""
     wanted = getattr(backend, "call_blobs", ())
-    blobs = compiled._c.artifact.blobs
+    blobs = compiled.compiled.artifact.blobs
     if not wanted or not all(name in blobs for name in wanted):
         return
     key = _call_key(source, entry, backend_name, options_key, hot_key)
@@ -156,7 +156,7 @@ def remember_call(source: str, entry: str, backend, backend_name: str, options_k
     if _exists(digest):
         return
     new, sizes, outputs = prepared
-    info = compiled._c.info
+    info = compiled.compiled.info
     call = dict(new=[[make is np.zeros, list(shape), dtype_key(dtype)]
                      for make, shape, dtype in new],
                 sizes=list(sizes), outputs=outputs, buffers=[b.name for b in info.buffers],

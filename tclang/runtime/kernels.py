@@ -61,11 +61,9 @@ class CompiledKernel:
 
     def __init__(self, compiled: Compiled, definition: Definition, backend: str,
                  options: Options, sizes: dict[str, int] | None, shape_key: tuple | None,
-                 target=None, layouts=None, fixed: tuple | None = None,
+                 fixed: tuple | None = None,
                  generic: tuple[str, ...] = ()):
         self._c = compiled
-        self._target = target  # the Target it was compiled for, and the inputs' strides
-        self._layouts = layouts
         self._device = get_backend(backend).device_arrays
         self._texts: dict[str, str] | None = None  # the polyhedral stages' texts, if asked
         self.definition = definition
@@ -86,6 +84,11 @@ class CompiledKernel:
         self._checked_sizes = Recent(limit)  # sizes whose bounds a shape-generic call checked
         self._hot = HotCalls.of(definition)  # hot key -> (self, prepared)
         self._device_hot = _device_hot_calls() if self._device else None
+
+    @property
+    def compiled(self) -> Compiled:
+        """The driver's record of this compile (its KernelInfo, artifact and request)."""
+        return self._c
 
     # ---- what users read ----
     @property
@@ -108,17 +111,8 @@ class CompiledKernel:
         """The loop IR itself (frozen dataclasses), for tools and tests. After a disk-cache
         hit it is read from the entry (no isl); only an entry without a readable one is
         scheduled again (the object code is not rebuilt)."""
-        kernel = self._c.loop_ir()
-        if kernel is None:
-            from polyhedral.pipeline import schedule_definition
-            from tclang.driver.compiler import compile_target
-            from tclang.lang.parser import recursion_room
-            target = self._target or compile_target(self.backend, self.options)
-            with recursion_room():
-                kernel = schedule_definition(self.definition, self.sizes, self.options,
-                                             target, self._layouts).kernel
-            (self._c.shares or self._c).kernel = kernel
-        return kernel
+        from tclang.driver.compiler import loop_ir
+        return loop_ir(self._c)
 
     @property
     def stages(self) -> dict[str, str]:
@@ -140,15 +134,8 @@ class CompiledKernel:
             raise TCError(f"the {self.backend} backend has no {name!r} stage; its stages are "
                           f"{', '.join(list(STAGES)[:6] + list(self._c.artifact.stages))}")
         if self._texts is None:
-            from polyhedral.pipeline import schedule_definition
-            from tclang.driver.compiler import compile_target
-            from tclang.lang.parser import recursion_room
-            texts: dict[str, str] = {}
-            target = self._target or compile_target(self.backend, self.options)
-            with recursion_room():
-                schedule_definition(self.definition, self.sizes, self.options, target,
-                                    self._layouts, collect=texts)
-            self._texts = texts
+            from tclang.driver.compiler import stage_texts
+            self._texts = stage_texts(self._c)
         return self._texts[name]
 
     def summary(self, sizes: dict[str, int] | None = None, limits: dict | None = None):
@@ -187,12 +174,8 @@ class CompiledKernel:
         """Seconds per stage of a compile of this kernel: this one's, or, when it came
         from a cache (which times only its load), those of a compile made now for the
         asking, that reads and writes neither cache (explain --stage timings)."""
-        if self._c.cache == "compiled":
-            return dict(self._c.timings)
-        from tclang.driver.compiler import compile_target, compile_uncached
-        target = self._target or compile_target(self.backend, self.options)
-        return compile_uncached(self.definition, self.sizes, self.options, self.backend,
-                                target, self._layouts).timings
+        from tclang.driver.compiler import compile_timings
+        return compile_timings(self._c)
 
     @property
     def cache(self) -> str:
@@ -813,11 +796,8 @@ class Kernel:
     def _compile(self, binding: Binding, fast: tuple, generic: tuple | None = None,
                  fresh: bool = False) -> CompiledKernel:
         """`generic`: the sizes a partly generic kernel takes at run time (`_route`)."""
-        from tclang.driver.cachekey import cache_key, canonical_source
-        from tclang.driver.compiler import compile_definition, compile_target
-        options, backend = self.module.options, self.module.backend
-        if self.module.tuned:
-            options = self._tuned_options(fast) or options
+        from tclang.driver.compiler import Signature, compile_kernel
+        backend = self.module.backend
         specialize = self._policy() is not False
         fixed = None
         if generic:
@@ -826,16 +806,14 @@ class Kernel:
         else:
             sizes = dict(binding.sizes) if specialize else None
         layouts = tuple(strides for _, _, strides in fast) if specialize else None
-        target = compile_target(backend, options)
-        key = cache_key(canonical_source(self.definition), self.name, fast, options,
-                        backend, target)
-        compiled = compile_definition(self.definition, sizes, options, backend, target, key,
-                                      layouts, fresh)
+        compiled = compile_kernel(self.definition, backend, self.module.options,
+                                  Signature(fast, sizes, layouts), tuned=self.module.tuned,
+                                  fresh=fresh)
         self.compile_stats["generic" if generic or not specialize else "specialized"] += 1
         if compiled.cache == "compiled":
             self.compile_stats["compiled"] += 1
-        return CompiledKernel(compiled, self.definition, backend, options, sizes,
-                              fast if specialize else None, target, layouts, fixed,
+        return CompiledKernel(compiled, self.definition, backend, compiled.request.options,
+                              sizes, fast if specialize else None, fixed,
                               generic or ())
 
     @api_boundary
@@ -855,20 +833,10 @@ class Kernel:
         (inputs) on this machine, or None where it stored none (what `options="tuned"`
         compiles with, and `tclang compare --tuned` times). `database`: a path, default
         TCLANG_TUNING_DB or the cache directory's tuning.sqlite."""
+        from tclang.driver.compiler import tuned_options
         binding = bind_arguments(self.definition, args, self.module.on_device)
-        return self._tuned_options(binding.shape_key(), database)
-
-    def _tuned_options(self, shapes: tuple, database=None) -> Options | None:
-        """What tc.autotune stored for these shapes on this machine, or None."""
-        from tclang.driver.cachekey import canonical_source
-        from tclang.driver.compiler import compile_target
-        from tclang.options import Options
-        from tclang.tuning.database import TuningDatabase, kernel_key, machine_id
-        key = kernel_key(canonical_source(self.definition), self.name, shapes,
-                         self.module.backend)
-        machine = machine_id(compile_target(self.module.backend, Options()))
-        found = TuningDatabase(database).best(key, machine)
-        return found["options"] if found else None
+        return tuned_options(self.definition, self.module.backend, binding.shape_key(),
+                             database)
 
     @property
     def signature(self) -> str:

@@ -110,10 +110,10 @@ def test_a_kernel_degraded_again_at_its_retry_waits_twice_as_long(monkeypatch):
     from polyhedral.scheduler import RETRY_AFTER
     spend_the_budget(pipeline, "compute_dependences", monkeypatch, after=True)
     _, kernel, args, expected = fresh_mlp(compile_budget=0.3)
-    first = kernel.compile(*args)._c
+    first = kernel.compile(*args).compiled
     assert first.retry_at - first.made_at == pytest.approx(RETRY_AFTER, abs=1)
     first.retry_at = time.monotonic() - 1  # its retry has come: compiled again
-    second = kernel.compile(*args)._c
+    second = kernel.compile(*args).compiled
     assert second is not first and second.retry_at is not None
     assert second.retry_at - second.made_at == pytest.approx(2 * RETRY_AFTER, abs=1)
     assert np.allclose(kernel(*args), expected, rtol=1e-5)
@@ -132,7 +132,7 @@ def test_a_budget_spent_in_the_transforms_keeps_the_schedule_untransformed(
     assert "neither tiled nor transformed" in compiled.fallback
     assert not any(dict(k).get("entry") == name for k in stored if isinstance(k[0], tuple))
     assert f"compiling {name}: transform" in capsys.readouterr().err
-    assert compiled._c.retry_at > time.monotonic()  # compiled in full again after it
+    assert compiled.compiled.retry_at > time.monotonic()  # compiled in full again after it
 
 
 def test_a_budget_spent_once_the_schedule_is_made_finishes_it(monkeypatch, stored):
@@ -319,7 +319,7 @@ def test_a_grouped_program_past_its_budget_schedules_its_later_groups_in_program
     loops = [n for n in L.walk_nodes(compiled.loop_ir.body) if isinstance(n, L.For)]
     assert len(loops) <= 2  # isl's loop of the first group, one for the rest
     assert not any(dict(k).get("entry") == name for k in stored if isinstance(k[0], tuple))
-    assert compiled._c.retry_at > time.monotonic()
+    assert compiled.compiled.retry_at > time.monotonic()
     assert f"compiling {name}: schedule" in capsys.readouterr().err
 
 
