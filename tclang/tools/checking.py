@@ -35,15 +35,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from tclang.bfloat16 import is_bfloat16, to_numpy_float32
-from tclang.runtime.host_tensors import call_numpy
 from tclang.lang import program as P
+from tclang.runtime.arguments import call_numpy
+from tclang.tools.sampling import BAR_DELAY, INTERPRETER_RATE
 
 MODES = ("auto", "full", "sample", "none")
-#: statement instances a second of the reference interpreter, a cautious figure (150,000
-#: on a quiet machine, 30,000-50,000 on the loaded 2-core test machine): for estimates
-#: only; a sample measures its own rate as it goes
-INTERPRETER_RATE = 50_000.0
-BAR_DELAY = 2.0  # seconds before a progress bar is shown
 
 
 @dataclass

@@ -459,7 +459,7 @@ def _run(args) -> int:
     where it computes the operator, else the reference interpreter on all or a sample of
     the output points, a progress bar past ~2 s), then time --repeat runs."""
     from tclang.tools.checking import check
-    from tclang.runtime.host_tensors import call_numpy
+    from tclang.runtime.arguments import call_numpy
     from tclang.tools.timing import spread
     _, kernel, inputs = _kernel_and_inputs(args)
     start = time.perf_counter()

@@ -197,7 +197,7 @@ def max_trials() -> int | None:
 def kernel_outputs(source: str, backend: str, entry: str, inputs: tuple) -> tuple:
     """The automatic schedule's outputs (what every candidate is checked against)."""
     import tclang as tc
-    from tclang.runtime.host_tensors import call_numpy
+    from tclang.runtime.arguments import call_numpy
     return call_numpy(tc.define(source, backend)[entry], inputs)
 
 

@@ -49,7 +49,7 @@ import numpy as np
 
 from tclang.bfloat16 import is_bfloat16, to_numpy_float32
 from tclang.errors import TCWarning
-from tclang.runtime.host_tensors import call_numpy
+from tclang.runtime.arguments import call_numpy
 from tclang.locks import fork_safe
 from tclang.tuning.space import Candidate, SearchSpace, describe
 
