@@ -68,6 +68,11 @@ class SealedStore(Protocol):
 
     def store(self, name: str, data: bytes) -> None: ...
 
+    def directory(self, name: str) -> str | None:
+        """A working directory `name` beside the entries, private to this user (made
+        mode 0700 and owner-checked), for build files that are never loaded by name; None
+        where the cache is not usable. So a backend needs no import of the driver."""
+
 
 class Backend(Protocol):
     name: str

@@ -309,6 +309,17 @@ class SealedEntries:
     def store(self, name: str, data: bytes) -> None:
         store(_sealed_digest(name), ("sealed", name), {"data": data})
 
+    def directory(self, name: str) -> str | None:
+        """`name` in the cache directory, made private to this user, or None where that
+        is not usable (an untrusted cache directory, say)."""
+        try:
+            path = os.path.join(cache_dir(), name)
+            os.makedirs(path, mode=0o700, exist_ok=True)
+            require_private(path, "build directory", "")
+            return path if os.access(path, os.W_OK) else None
+        except OSError:  # including an untrusted cache directory
+            return None
+
 
 def _sealed_digest(name: str) -> str:
     return hashlib.sha256(b"sealed\0" + name.encode()).hexdigest()[:40]
