@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tclang  # noqa: E402
 from benchmarks import kernels as K  # noqa: E402
 from tclang.tools.timing import interleaved  # noqa: E402
-from tclang.tuning.roofline import machine_limits  # noqa: E402
+from tclang.driver.roofline import machine_limits  # noqa: E402
 
 try:  # optional peer
     import torch

@@ -142,11 +142,11 @@ class CompiledKernel:
         """The schedule's decisions on one screen (tclang/driver/summary.py; `.text()` prints
         it): fusion, tiles and why, register tile, packing, threads, vector loops, guards
         left in innermost loops, temporaries, and a roofline estimate for `sizes` (default:
-        the sizes it was compiled for) against `limits` (tclang.tuning.roofline.
+        the sizes it was compiled for) against `limits` (tclang.driver.roofline.
         machine_limits(), or None). Tile reasons are known after a compile in this
         process: `Kernel.compile(..., fresh=True)` makes one."""
         from tclang.driver.summary import summarize
-        from tclang.tuning.roofline import kernel_work
+        from tclang.driver.roofline import kernel_work
         if sizes is None and self.sizes is not None and not self.generic:
             sizes = self.sizes
         flops, moved = kernel_work(self.definition, sizes) if sizes is not None else (0, 0)

@@ -296,7 +296,7 @@ def _explain(args) -> int:
         print(f"note: the requested schedule was replaced ({compiled.fallback})")
     limits = None
     if not args.no_limits and args.backend == "cpu":
-        from tclang.tuning.roofline import machine_limits
+        from tclang.driver.roofline import machine_limits
         limits = machine_limits(gap=0.1, n=1024, triad_elements=4_000_000)
     from tclang.runtime.arguments import bind_arguments
     sizes = bind_arguments(kernel.definition, inputs, False).sizes  # also when generic

@@ -33,7 +33,7 @@ from tclang.bfloat16 import from_float32, is_bfloat16, to_numpy_float32
 from tclang.errors import TCError
 from tclang.runtime.host_tensors import as_torch
 from tclang.options import Options, parse_knobs
-from tclang.tuning import roofline
+from tclang.driver import roofline
 from tclang.tuning import trials as T
 from tclang.tuning.space import candidate_of, describe
 

@@ -127,7 +127,7 @@ def test_explain_times_every_stage_of_a_kernel_the_caches_hold(tmp_path, capsys)
 
 def test_explain_measures_the_machine_for_its_roofline_unless_told_not_to(
         tmp_path, capsys, monkeypatch):
-    import tclang.tuning.roofline as roofline
+    import tclang.driver.roofline as roofline
     monkeypatch.setattr(roofline, "machine_limits",
                         lambda **_: {"sgemm_gflops": 100.0, "triad_gbs": 10.0})
     path = tmp_path / "k.tc"
