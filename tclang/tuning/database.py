@@ -175,19 +175,6 @@ class TuningDatabase:
                 f"tc.autotune here to tune it for this machine)"), stacklevel=3)
         return mine
 
-    def history(self, key: str, machine: str) -> list[dict]:
-        """Every trial stored for this kernel on this machine and version, oldest first
-        ([] after a warning if the database could not be read)."""
-        def work(conn):
-            rows = conn.execute("SELECT options, status, seconds, compile_seconds, message, "
-                                "host, at FROM trials WHERE key = ? AND machine = ? AND "
-                                "version = ? ORDER BY at", (key, machine, version_id()))
-            names = [d[0] for d in rows.description]
-            return [dict(zip(names, r)) for r in rows.fetchall()]
-
-        found = self._use(work, writing=False, what="the tuning history")
-        return [] if found is _FAILED else found
-
     # ---- the guard ----
     def _use(self, work, *, writing: bool, what: str):
         """work(conn) on a fresh connection (one transaction when writing), or _FAILED after
