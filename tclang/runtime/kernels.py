@@ -20,11 +20,13 @@ loop IR load on the first call that needs them.
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from tclang.driver import call_records
+from tclang.driver.call_records import Prepared
 from tclang.bfloat16 import dtype_key
 from tclang.errors import TCArgumentError, TCError, api_boundary, hide_internal_frames
 from tclang.runtime.host_tensors import like_the_caller, modified_in_place, refuse_numpy_bfloat16
@@ -258,7 +260,7 @@ class CompiledKernel:
         return results[0] if len(results) == 1 else tuple(results)
 
     # ---- the hot path: a call whose dtypes, shapes and strides were checked before ----
-    def prepare(self, binding: Binding) -> tuple:
+    def prepare(self, binding: Binding) -> Prepared:
         """What a repeat of this call needs: each new array's dtype, shape and whether it
         starts zeroed, and the size values."""
         from polyhedral import loop_ir as L
@@ -267,15 +269,15 @@ class CompiledKernel:
         new = tuple((np.zeros if buf.name in self._zero else np.empty,
                      tuple(L.evaluate(d, sizes) for d in buf.shape), buf.dtype.numpy)
                     for buf in self._outputs + self._scratch)
-        return new, [sizes[s] for s in self._c.info.sizes], len(self._outputs)
+        return Prepared(new, [sizes[s] for s in self._c.info.sizes], len(self._outputs))
 
-    def run_prepared(self, arrays: tuple, prepared: tuple, outs: tuple | None = None):
+    def run_prepared(self, arrays: tuple, prepared: Prepared, outs: tuple | None = None):
         """`outs`: the caller's out= arrays, already known to be C-contiguous, writeable and
         apart from every other argument (HotCalls checks): written in place."""
         try:
             return run_prepared(self._c.artifact.run, arrays, prepared, outs)
         except _AllocationFailed as failed:  # say which array, as the checked path does
-            new = prepared[0]
+            new = prepared.new
             buffers = self._outputs + self._scratch
             k = next(k for k, (make, shape, dtype) in enumerate(new)
                      if not _allocates(make, shape, dtype))
@@ -404,24 +406,24 @@ class HotCalls:
                 return None
             key = (key, tuple(o.shape for o in outs))
         entry = self._entries.get(key)
-        if entry is not None and entry[2] is not None:  # now the most recent of its kind
+        if entry is not None and entry.fastest is not None:  # now the most recent of its kind
             if outs is None:
-                self.fastest = entry[2]
+                self.fastest = entry.fastest
             else:
-                self.fastest_out = entry[2]
+                self.fastest_out = entry.fastest
         return _HotCall(key, arrays, outs, entry)
 
     def remember(self, call: "_HotCall", args, binding: Binding, compiled,
-                 fastest: bool = True) -> tuple | None:
+                 fastest: bool = True) -> Prepared | None:
         """Keep the entry of a call checked in full; its `prepared` part, or None when the
         call is not one the hot path may repeat."""
         if not _bound_as_given(args, binding):
             return None
         prepared = compiled.prepare(binding)
-        self.keep(call, compiled, prepared, compiled._c.artifact, fastest)
+        self.keep(call, compiled, prepared, compiled.compiled.artifact, fastest)
         return prepared
 
-    def keep(self, call: "_HotCall", runner, prepared: tuple, artifact,
+    def keep(self, call: "_HotCall", runner, prepared: Prepared, artifact,
              fastest_path: bool = True) -> None:
         """Keep the entry of this call (`runner.run_prepared` runs it; a CompiledKernel,
         or a call record's runner), for its repeats; with `fastest_path`, also as the
@@ -430,13 +432,13 @@ class HotCalls:
         if fastest_path and artifact.bind is not None:
             strides = _bound_strides(call, prepared)
             if call.outs is None:
-                fastest = _fastest(artifact.bind(call.arrays, sizes=prepared[1],
+                fastest = _fastest(artifact.bind(call.arrays, sizes=prepared.sizes,
                                                  strides=strides), prepared)
             else:
                 fastest = _fastest_out(artifact.bind(call.arrays + call.outs,
-                                                     sizes=prepared[1], strides=strides),
+                                                     sizes=prepared.sizes, strides=strides),
                                        prepared)
-        entry = (runner, prepared, fastest)
+        entry = HotEntry(runner, prepared, fastest)
         self._entries.put(call.key, entry)
         call.entry = entry
         if fastest is not None:
@@ -446,13 +448,13 @@ class HotCalls:
                 self.fastest_out = fastest
 
 
-def _bound_strides(call: "_HotCall", prepared: tuple) -> list[int]:
+def _bound_strides(call: "_HotCall", prepared: Prepared) -> list[int]:
     """Every array's strides in elements for a bound call: the inputs' (and out='s) as
     they are, the arrays the runtime makes row-major (`prepared`)."""
     from tclang.layouts import row_major
     given = call.arrays + (call.outs or ())
     strides = [s // a.itemsize for a in given for s in a.strides]
-    for _, shape, _ in prepared[0][len(call.outs or ()):]:
+    for _, shape, _ in prepared.new[len(call.outs or ()):]:
         strides.extend(row_major(shape))
     return strides
 
@@ -460,18 +462,18 @@ def _bound_strides(call: "_HotCall", prepared: tuple) -> list[int]:
 def _retry_due(runner) -> bool:
     """Whether a hot entry's runner is a degraded kernel whose retry has come (then the
     checked path compiles again, and its call replaces the entry)."""
-    compiled = getattr(runner, "_c", None)
+    compiled = getattr(runner, "compiled", None)
     return compiled is not None and compiled.due()
 
 
-def _fastest(call, prepared: tuple):
+def _fastest(call, prepared: Prepared):
     """`fastest(args)` over a bound native call (Artifact.bind): allocate the outputs, run
     if the arrays look like the bound ones; the result, or None when they do not (or the
     kernel reported an error, or the outputs cannot be allocated: the checked path, taken
     next, runs the call again and says why)."""
     if call is None:
         return None
-    new, _, n_outputs = prepared
+    new, n_outputs = prepared.new, prepared.outputs
     if len(new) == 1:
         make, shape, dtype = new[0]
 
@@ -494,6 +496,17 @@ def _fastest(call, prepared: tuple):
     return fastest_many
 
 
+@dataclass(frozen=True, slots=True)
+class HotEntry:
+    """A call checked in full, kept for its repeats: `runner.run_prepared` runs it (a
+    CompiledKernel, or a call record's runner), `prepared` says what it allocates, and
+    `fastest` is its native call bound to those very arrays (Artifact.bind), or None."""
+
+    runner: object
+    prepared: Prepared
+    fastest: object = None
+
+
 class _HotCall:
     __slots__ = ("key", "arrays", "outs", "entry")
 
@@ -501,18 +514,18 @@ class _HotCall:
         self.key, self.arrays, self.outs, self.entry = key, arrays, outs, entry
 
     def run(self):
-        runner, prepared, _ = self.entry
-        return runner.run_prepared(self.arrays, prepared, self.outs)
+        entry = self.entry
+        return entry.runner.run_prepared(self.arrays, entry.prepared, self.outs)
 
 
-def _fastest_out(call, prepared: tuple):
+def _fastest_out(call, prepared: Prepared):
     """`fastest_out(args, out)` over a native call bound to a call with out= (its outputs
     among the bound arrays): what _hot_outs checks of the out= arrays that depends on more
     than their type, dtype, shape and strides (writeable, sharing no memory with another
     argument) is checked here, the rest by the bound call."""
     if call is None:
         return None
-    new, _, n_outputs = prepared
+    new, n_outputs = prepared.new, prepared.outputs
     scratch = new[n_outputs:]
 
     def fastest_out(args, out):
@@ -666,7 +679,7 @@ class Kernel:
             if hot is not None:
                 if hot.entry is None and self.module.records:
                     self._recorded(hot)
-                if hot.entry is not None and not _retry_due(hot.entry[0]):
+                if hot.entry is not None and not _retry_due(hot.entry.runner):
                     try:
                         return hot.run()
                     except _AllocationFailed:
@@ -854,10 +867,10 @@ class _AllocationFailed(Exception):
         self.error = error
 
 
-def run_prepared(run, arrays: tuple, prepared: tuple, outs: tuple | None = None):
+def run_prepared(run, arrays: tuple, prepared: Prepared, outs: tuple | None = None):
     """Run a hot entry: allocate what `prepared` (CompiledKernel.prepare) says beyond the
     out= arrays `outs`, call `run` (an Artifact's), return the outputs."""
-    new, sizes, n_outputs = prepared
+    new, sizes, n_outputs = prepared.new, prepared.sizes, prepared.outputs
     given = list(outs or ())
     try:
         made = given + [make(shape, dtype) for make, shape, dtype in new[len(given):]]
@@ -875,7 +888,7 @@ class _Recorded:
     def __init__(self, artifact):
         self._run = artifact.run
 
-    def run_prepared(self, arrays: tuple, prepared: tuple, outs: tuple | None = None):
+    def run_prepared(self, arrays: tuple, prepared: Prepared, outs: tuple | None = None):
         return run_prepared(self._run, arrays, prepared, outs)
 
 
