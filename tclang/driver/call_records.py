@@ -170,7 +170,8 @@ def remember_call(source: str, entry: str, backend, backend_name: str, options_k
     info = compiled.compiled.info
     call = dict(new=[[make is np.zeros, list(shape), dtype_key(dtype)]
                      for make, shape, dtype in prepared.new],
-                sizes=list(prepared.sizes), outputs=prepared.outputs, buffers=[b.name for b in info.buffers],
+                sizes=list(prepared.sizes), outputs=prepared.outputs,
+                buffers=[b.name for b in info.buffers],
                 statements=[list(s) for s in info.statements])
     stored = {"call": json.dumps(call).encode()}
     stored.update((name, blobs[name]) for name in wanted if name in blobs)

@@ -434,7 +434,8 @@ def _compile(defn: Definition, sizes, options: Options, backend: Backend, target
             stages.show(name, text)
         loops = format_kernel(kernel)
     timings = {**scheduled.timings, **stages.timings}
-    return Compiled(kernel_info(scheduled, loops), artifact, kernel, timings, "compiled", bands=scheduled.bands,
+    return Compiled(kernel_info(scheduled, loops), artifact, kernel, timings, "compiled",
+                    bands=scheduled.bands,
                     retry_at=scheduled.retry_at)
 
 
