@@ -111,7 +111,9 @@ def test_an_output_that_cannot_be_sampled_is_said_not_checked():
 def test_a_wait_shows_a_progress_bar(mode, monkeypatch, capsys):
     """Never a silent wait: past BAR_DELAY seconds (2 s; 0 here) a check shows a bar."""
     import tclang.tools.checking as checking
-    monkeypatch.setattr(checking, "BAR_DELAY", 0.0)
+    import tclang.tools.sampling as sampling
+    monkeypatch.setattr(checking, "BAR_DELAY", 0.0)  # the whole-program check's bar
+    monkeypatch.setattr(sampling, "BAR_DELAY", 0.0)  # the sample's
     kernel, inputs, out = _run(MLP, dict(B=20, I=30, O=10))
     assert checking.check(kernel, inputs, out, mode=mode, budget=0.5).ok
     err = capsys.readouterr().err
