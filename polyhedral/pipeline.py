@@ -85,7 +85,7 @@ def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
                         collect: dict[str, str] | None = None) -> ScheduledKernel:
     """Schedule one definition for `target`, for concrete `sizes` or (None) for all sizes;
     `sizes` that name only some of the sizes make code generic in the others (the
-    automatic dynamic shapes of Options(specialize="auto"), tclang/runtime.py).
+    automatic dynamic shapes of Options(specialize="auto"), tclang/runtime/kernels.py).
     `layouts`: each input's layout key (tclang/layouts.py: the strides in elements the
     code may hold as constants, None where read at run time, and a bound on the offsets
     of a layout with run-time strides), when specialized.

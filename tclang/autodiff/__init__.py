@@ -43,7 +43,7 @@ class Gradient:
     """The gradient of one kernel with respect to some of its inputs (see the module doc)."""
 
     def __init__(self, kernel, wrt=None):
-        from tclang.runtime import Kernel, Module
+        from tclang.runtime.kernels import Kernel, Module
         if not isinstance(kernel, Kernel):
             raise TypeError(f"tc.grad takes a kernel (a definition of a module: mod.name), "
                             f"not {type(kernel).__name__}")

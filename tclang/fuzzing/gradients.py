@@ -83,7 +83,7 @@ def check_grad(program, seed: int = 0):
     """(failures, notes) of `tc.grad` against central differences (module docstring)."""
     import tclang
     from tclang.fuzzing.differential import Failure, _describe, _quiet
-    from tclang.inputs import random_inputs
+    from tclang.tools.inputs import random_inputs
     source = float64_source(program.source)
     if source is None:
         return [], ["grad: no float64 form"]
@@ -194,7 +194,7 @@ def _grad_repro(source: str, program) -> str:
     return "\n".join([
         "# tc.grad against central differences (tclang/fuzzing/gradients.py)",
         "import numpy as np, tclang as tc",
-        "from tclang.inputs import random_inputs",
+        "from tclang.tools.inputs import random_inputs",
         f"kernel = tc.define({source!r})[{program.entry!r}]",
         "g = tc.grad(kernel)",
         "print(g.source)",
@@ -227,7 +227,7 @@ def check_torch(program, which: str = "gradcheck", seed: int = 0):
     import tclang
     import tclang.torch as tct
     from tclang.fuzzing.differential import Failure, _describe, _quiet
-    from tclang.inputs import random_inputs
+    from tclang.tools.inputs import random_inputs
     source = float64_source(program.source)
     if source is None:
         return [], [f"{which}: no float64 form"]
@@ -323,7 +323,7 @@ def _torch_repro(source: str, program, name: str) -> str:
     return "\n".join([
         f"# torch.autograd.{name} through tclang.torch (tclang/fuzzing/gradients.py)",
         "import numpy as np, torch, tclang.torch as tct",
-        "from tclang.inputs import random_inputs",
+        "from tclang.tools.inputs import random_inputs",
         f"fn = tct.function({source!r}, {program.entry!r})",
         f"arrays = random_inputs(fn.definition, {program.sizes!r}, np.random.default_rng(0))",
         "xs = tuple(torch.from_numpy(a).requires_grad_(t.name in fn.gradient.wrt)",

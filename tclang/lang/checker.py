@@ -404,7 +404,7 @@ _warnings_given = 0
 
 def warnings_given() -> int:
     """How many TCWarnings checking has given in this process: a source whose check gave
-    none may skip checking next time (tclang/call_records.py keeps no record of one that
+    none may skip checking next time (tclang/driver/call_records.py keeps no record of one that
     warned, so its warnings come again in every process)."""
     return _warnings_given
 

@@ -116,9 +116,9 @@ def autotune(kernel, *args, budget: int = 64, time_limit: float = 60.0,
     (None: no limit): no trial starts after it, and the final re-timing of the best few
     follows (a trial in flight may take up to `time_limit` more).
     """
-    from tclang.arguments import bind_arguments
-    from tclang.cachekey import canonical_source
-    from tclang.compiler import compile_target
+    from tclang.runtime.arguments import bind_arguments
+    from tclang.driver.cachekey import canonical_source
+    from tclang.driver.compiler import compile_target
 
     if strategy not in STRATEGIES:
         raise TCError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
@@ -202,7 +202,7 @@ def max_trials() -> int | None:
 def kernel_outputs(source: str, backend: str, entry: str, inputs: tuple) -> tuple:
     """The automatic schedule's outputs (what every candidate is checked against)."""
     import tclang as tc
-    from tclang.host_tensors import call_numpy
+    from tclang.runtime.arguments import call_numpy
     return call_numpy(tc.define(source, backend)[entry], inputs)
 
 

@@ -1,5 +1,5 @@
 """`tclang explain` opens with a one-screen summary of the schedule's decisions, read from
-the loop IR and the tiling's reports (tclang/summary.py): each decision it states is
+the loop IR and the tiling's reports (tclang/driver/summary.py): each decision it states is
 checked here against the loop IR itself. And `--stage timings` times every stage, also
 for a kernel the caches already hold (it is compiled afresh)."""
 
@@ -131,7 +131,7 @@ def test_explain_times_every_stage_of_a_kernel_the_caches_hold(tmp_path, capsys)
 
 def test_explain_measures_the_machine_for_its_roofline_unless_told_not_to(
         tmp_path, capsys, monkeypatch):
-    import tclang.tuning.roofline as roofline
+    import tclang.driver.roofline as roofline
     monkeypatch.setattr(roofline, "machine_limits",
                         lambda **_: {"sgemm_gflops": 100.0, "triad_gbs": 10.0})
     path = tmp_path / "k.tc"

@@ -29,7 +29,7 @@ from tclang.fuzzing import differential, gradients, interrupts, modules
 from tclang.fuzzing.features import SHARES, fuzz_program
 from tclang.fuzzing.generator import (Decl, Features, GeneratedProgram, Model, Node, Stmt,
                                       finish, generate)
-from tclang.inputs import random_inputs
+from tclang.tools.inputs import random_inputs
 from tclang.lang.frontend import check_source
 
 
@@ -37,7 +37,7 @@ from tclang.lang.frontend import check_source
 def cache(tmp_path, monkeypatch):
     path = tmp_path / "cache"
     monkeypatch.setenv("TCLANG_CACHE_DIR", str(path))
-    from tclang.compiler import forget_compiled
+    from tclang.driver.compiler import forget_compiled
     forget_compiled()
     yield path
     forget_compiled()
@@ -141,7 +141,7 @@ def test_the_module_check_finds_a_key_made_from_the_line(cache, monkeypatch):
             if tok == "}" and depth == 0:
                 break
         return " ".join(tokens)
-    monkeypatch.setattr("tclang.cachekey.canonical_source", from_the_line)
+    monkeypatch.setattr("tclang.driver.cachekey.canonical_source", from_the_line)
     failures, notes = modules.check_module(one_line_plan())
     wrong = [f for f in failures if f.kind == "wrong-cached-kernel"]
     assert wrong == failures and "revision B" in {f.detail.split(",")[0] for f in wrong}
@@ -150,7 +150,7 @@ def test_the_module_check_finds_a_key_made_from_the_line(cache, monkeypatch):
 
 
 def test_the_module_check_passes_with_a_key_of_the_definition_alone(cache, monkeypatch):
-    monkeypatch.setattr("tclang.cachekey.canonical_source",
+    monkeypatch.setattr("tclang.driver.cachekey.canonical_source",
                         lambda defn: repr((defn.name, defn.statements)))
     failures, _ = modules.check_module(one_line_plan())
     assert failures == []
@@ -176,7 +176,7 @@ def test_the_grad_check_finds_a_wrong_gradient(cache, monkeypatch):
 def test_a_wrong_forward_is_not_blamed_on_the_gradient(cache, monkeypatch):
     """The differences are taken of the compiled float64 forward: where that is wrong
     (here: every call after the first half as large again), the forward is reported."""
-    from tclang.runtime import Kernel
+    from tclang.runtime.kernels import Kernel
     real, calls = Kernel.__call__, []
 
     def off(self, *args, **kwargs):
