@@ -18,7 +18,7 @@ own spelling where the case has one, PyTorch's operator where one exists. Everyt
 on one thread (TCLANG_NUM_THREADS, OMP/OpenBLAS/MKL_NUM_THREADS set before NumPy loads,
 torch.set_num_threads(1)); outputs are preallocated wherever the API takes `out=`
 (tclang, np.einsum, NumPy's ufuncs; torch's functional operators allocate). Timing is
-tclang.timing.interleaved: rounds taking turns, a warm-up before each sample, `--gap`
+tclang.tools.timing.interleaved: rounds taking turns, a warm-up before each sample, `--gap`
 seconds of rest after every sample (BLAS), medians; by default of the calling thread's CPU
 time (`--clock cpu`: every implementation runs on that one thread, and the CPU time is
 what other processes on a shared machine disturb least; `--clock wall` for the wall).
@@ -51,7 +51,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.generality_cases import FAMILIES, Case  # noqa: E402
 from benchmarks.generality_report import plot, summary, table  # noqa: E402
 from benchmarks.generality_timing import measure_case  # noqa: E402
-from tclang.tuning.roofline import machine_limits  # noqa: E402
+from tclang.driver.roofline import machine_limits  # noqa: E402
 
 QUICK_PER_FAMILY = 2
 

@@ -15,8 +15,8 @@ import numpy as np
 
 import tclang
 from benchmarks.generality_cases import Case, error_of
-from tclang.timing import interleaved
-from tclang.tuning.roofline import kernel_work, roofline_fraction
+from tclang.tools.timing import interleaved
+from tclang.driver.roofline import kernel_work, roofline_fraction
 
 TOLERANCE = 1e-3  # of the reference's largest magnitude: float32 sums reordered
 
@@ -45,7 +45,7 @@ def _result(value) -> np.ndarray:
 def measure_case(case: Case, seed: int, limits: dict, rounds: int, gap: float,
                  time_it: bool = True, backend: str = "cpu", clock=time.perf_counter) -> dict:
     """The row of one case: errors, and with `time_it` medians, ratio and roofline
-    (`clock`: tclang.timing.interleaved's)."""
+    (`clock`: tclang.tools.timing.interleaved's)."""
     row = {"family": case.family, "name": case.name, "origin": case.origin,
            "einsum": case.einsum, "status": "ok"}
     arrays = case.arrays(seed)

@@ -7,7 +7,7 @@ indices in a random order, extents drawn so that a call does `--mflop` MFLOP or 
 extent at least 2, some odd). Every implementation runs the same inputs; the rounds are
 interleaved (one median sample of each kernel per round, rest after BLAS), and the median of
 the rounds is kept. The roofline is min(one core's sgemm rate, intensity x one core's
-triad bandwidth), both measured here in the same run (tclang/tuning/roofline.py).
+triad bandwidth), both measured here in the same run (tclang/driver/roofline.py).
 
     python benchmarks/permuted_contractions.py [--count 24] [--rounds 5] [--seed 0]
                                                [--mflop 60] [--show]
@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tclang as tc  # noqa: E402
 from tclang.lang.frontend import check_source  # noqa: E402
-from tclang.tuning.roofline import kernel_work, machine_limits, roofline_fraction  # noqa: E402
+from tclang.driver.roofline import kernel_work, machine_limits, roofline_fraction  # noqa: E402
 from tclang.tuning.trials import time_calls  # noqa: E402
 
 LETTERS = "abcdefghijklmnopqrstuvwxyz"

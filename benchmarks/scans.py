@@ -3,7 +3,7 @@ against `np.cumsum` on one core, and per-row scans against `np.cumsum(axis=1)`.
 
     TCLANG_NUM_THREADS=1 python benchmarks/scans.py [--rounds 9]
 
-Interleaved rounds with rests and medians with their spread (`tclang/timing.py`); both
+Interleaved rounds with rests and medians with their spread (`tclang/tools/timing.py`); both
 write into a preallocated output (`out=`), so neither pays for an allocation. The target
 (issue 35): the prefix sum within 1.5x of `np.cumsum` at 1001 and 10^6 elements. Set
 TCLANG_NUM_THREADS to the cores to use: 1 for the one-core comparison (NumPy's cumsum is
@@ -18,7 +18,7 @@ import os
 import numpy as np
 
 import tclang as tc
-from tclang.timing import interleaved
+from tclang.tools.timing import interleaved
 
 SOURCE = """
 def cumsum(float(N) X) -> (O) { O(i) = (i == 0) ? X(0) : O(i - 1) + X(i) }

@@ -24,7 +24,7 @@ def machine_limits(gap: float = 0.5, n: int = 2048, triad_elements: int = 32_000
                    clock=time.perf_counter) -> dict:
     """{"sgemm_gflops", "triad_gbs"}: best of a few runs each; `gap` seconds of rest after
     each BLAS call (its threads spin for a while after returning). `clock`: see
-    tclang.timing.interleaved (time.thread_time with BLAS on one thread)."""
+    tclang.tools.timing.interleaved (time.thread_time with BLAS on one thread)."""
     rng = np.random.default_rng(1)
     a, b, c = (rng.standard_normal((n, n), np.float32) for _ in range(3))
     times = []

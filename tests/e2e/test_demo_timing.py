@@ -30,7 +30,7 @@ def test_interleaved_reads_the_clock_it_is_given():
     """benchmarks/generality.py times the calling thread's CPU time (time.thread_time)."""
     import itertools
 
-    import tclang.timing as timing
+    import tclang.tools.timing as timing
     ticks = itertools.count()
     result = timing.interleaved({"a": lambda: None}, rounds=2, gap=0.0, least=0.0,
                                 warm=0.0, clock=lambda: float(next(ticks)))

@@ -68,9 +68,9 @@ def test_a_winner_by_noise_is_not_stored(tmp_path, monkeypatch):
 
 
 def _stored(db) -> dict:
-    from tclang.arguments import bind_arguments
-    from tclang.cachekey import canonical_source
-    from tclang.compiler import compile_target
+    from tclang.runtime.arguments import bind_arguments
+    from tclang.driver.cachekey import canonical_source
+    from tclang.driver.compiler import compile_target
     kernel = tc.define(TRACE).trace
     shapes = bind_arguments(kernel.definition, (np.zeros((8, 9, 9), np.float32),)).shape_key()
     key = kernel_key(canonical_source(kernel.definition), "trace", shapes, "cpu")
