@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from tclang.errors import (TCArgumentError, TCCompileError, TCConfigError, TCError,
                            TCGradError, TCIndexError, TCLaunchError, TCScheduleError,
                            TCSemanticError, TCSyntaxError, TCWarning)
-from tclang.errors import api_boundary as _api_boundary
+from tclang.boundary import api_boundary as _api_boundary
 
 if TYPE_CHECKING:
     from tclang.options import Options

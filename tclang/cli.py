@@ -13,7 +13,8 @@ import argparse
 import sys
 import warnings
 
-from tclang.errors import TCError, TCWarning, _LocatedError, full_tracebacks
+from tclang.boundary import full_tracebacks
+from tclang.errors import TCError, TCWarning, _LocatedError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from tclang.errors import TCScheduleError, api_boundary
+from tclang.boundary import api_boundary
+from tclang.errors import TCScheduleError
 
 FUSIONS = ("max", "min", "preserve_parallel")
 MAX_VECTOR_WIDTH = 64

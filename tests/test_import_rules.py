@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: the ground values every layer shares: flat files at the top of tclang/ (the wings are
 #: folders); they import only one another and the package face
-GROUND = ("tclang.errors", "tclang.dtypes", "tclang.bfloat16", "tclang.environment",
+GROUND = ("tclang.errors", "tclang.boundary", "tclang.dtypes", "tclang.bfloat16", "tclang.environment",
           "tclang.options", "tclang.target", "tclang.machine", "tclang.layouts",
           "tclang.budget", "tclang.stages", "tclang.locks", "tclang.atomic_files",
           "tclang.forked_server", "tclang.recent", "tclang.ctrl_c")

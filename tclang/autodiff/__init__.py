@@ -14,7 +14,8 @@ and `g(*inputs, *output_grads)` does both. `g.source` is the backward definition
 from __future__ import annotations
 
 from tclang.autodiff.adjoint import GradientSource, build
-from tclang.errors import TCArgumentError, TCError, TCGradError, api_boundary
+from tclang.boundary import api_boundary
+from tclang.errors import TCArgumentError, TCError, TCGradError
 
 __all__ = ["Gradient", "build", "GradientSource", "sizes_of"]
 

@@ -28,7 +28,8 @@ import numpy as np
 from tclang.driver import call_records
 from tclang.driver.call_records import Prepared
 from tclang.bfloat16 import dtype_key
-from tclang.errors import TCArgumentError, TCError, api_boundary, hide_internal_frames
+from tclang.boundary import api_boundary, hide_internal_frames
+from tclang.errors import TCArgumentError, TCError
 from tclang.runtime.host_tensors import like_the_caller, modified_in_place, refuse_numpy_bfloat16
 from tclang.locks import fork_safe
 from tclang.recent import Recent, max_variants

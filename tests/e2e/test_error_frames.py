@@ -1,5 +1,5 @@
 """A TCError raised out of the public API shows the user's frame and the message, not
-tclang's (and Lark's) frames: tclang/errors.py api_boundary. TCLANG_TRACEBACK=full keeps
+tclang's (and Lark's) frames: tclang/boundary.py api_boundary. TCLANG_TRACEBACK=full keeps
 them for bug reports; errors that are bugs (not TCError) keep every frame; the CLI prints
 `error: <message>` and exits 1."""
 
