@@ -24,6 +24,7 @@ from polyhedral.packing import PACK_MARK, PACK_STATEMENT, PackPlan
 from polyhedral.register_tiles import UNROLL_MARK
 from polyhedral.scop import Scop, tensor_box
 from polyhedral.statement_groups import SPLIT_STATEMENTS
+from polyhedral.scatter_loops import expand_scatters, scatter_def
 from polyhedral.subscripts import lower_value, size_index
 from tclang.lang import program as P
 from tclang.dtypes import identity
@@ -386,6 +387,9 @@ def statement_defs(scop: Scop) -> tuple[L.StatementDef, ...]:
     for st in scop.statements:
         s = st.source
         dtype = scop.definition.tensor(s.target).dtype
+        if s.is_scatter:
+            defs.append(scatter_def(st.id, s, scop.sizes, dtype))
+            continue
         if st.kind == "init":
             value: P.Expr = P.Const(identity(s.op, dtype), dtype)
         else:
@@ -529,6 +533,9 @@ def lower_to_loops(scop: Scop, schedule: isl.Schedule, deps: Dependences, name: 
                    packs: dict[str, PackPlan] | None = None) -> L.Kernel:
     lowering = _Lowering(scop, deps, unroll, launches, parallel, vectorize, packs)
     body = hoist_invariant_conditions(lowering.node(lowering.ast(schedule)))
+    scatters = {st.id: st.source for st in scop.statements if st.source.is_scatter}
+    if scatters:
+        body = expand_scatters(body, scatters, scop.sizes)
     if launches is not None:
         body = _serial_launches(body)
     sizes = scop.sizes

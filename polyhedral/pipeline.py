@@ -105,6 +105,8 @@ def _schedule(defn: P.Definition, sizes: Mapping[str, int] | None, options: Opti
     consumers (tclang/lang/passes/stored_terms.py)."""
     stages = Stages(defn.name, failures=(isl.Error, ValueError, KeyError), collect=collect)
     verify = verify_enabled()
+    if any(s.is_scatter for s in defn.statements):  # the passes know no scatter
+        options, store = replace(options, passes=False), False
     with stages("passes"):
         defn, report, stored = run_passes(defn, sizes, options, store, verify=verify)
     with stages("scop"):

@@ -125,6 +125,8 @@ class _ToSyntax(Transformer):
         return tuple(i for i in items if i is not None)
 
     def lhs_index(self, tok):
+        if isinstance(tok, S.Apply):  # a gathered subscript: a scatter (scatters.py)
+            return tok
         if tok.type == "INT":  # a constant subscript: the checker gives it a one-point range
             return S.IntLit(_integer(tok, "integer literal"), token_span(tok))
         return S.Ident(str(tok), token_span(tok))
