@@ -533,11 +533,11 @@ def lower_to_loops(scop: Scop, schedule: isl.Schedule, deps: Dependences, name: 
                    packs: dict[str, PackPlan] | None = None) -> L.Kernel:
     lowering = _Lowering(scop, deps, unroll, launches, parallel, vectorize, packs)
     body = hoist_invariant_conditions(lowering.node(lowering.ast(schedule)))
-    scatters = {st.id: st.source for st in scop.statements if st.source.is_scatter}
-    if scatters:
-        body = expand_scatters(body, scatters, scop.sizes)
     if launches is not None:
         body = _serial_launches(body)
+    scatters = {st.id: st.source for st in scop.statements if st.source.is_scatter}
+    if scatters:  # after: on a GPU, a scatter's nest runs in one thread
+        body = expand_scatters(body, scatters, scop.sizes)
     sizes = scop.sizes
     extra = tuple(s for plan in (launches or {}).values() for s in plan.statements)
     return L.Kernel(name=name, sizes=scop.definition.sizes,
