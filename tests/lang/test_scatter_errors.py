@@ -25,7 +25,7 @@ GOLDEN = [
      "N is a size", None),
     ("triangular range", "  H(Ids(i)) +=! Y(i, j) where j in 0:i + 1\n}", TCSemanticError,
      2, 31, "only sizes and integer literals", "mask"),
-    ("expression not a call", "  H(Ids(i) + 1) +=! 1.0\n}", TCSyntaxError, 2, 13,
+    ("expression not a call", "  H(Ids(i) + 1) +=! 1.0\n}", TCSyntaxError, 2, 12,
      "unexpected '+'", None),
 ]
 
