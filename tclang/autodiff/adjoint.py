@@ -411,9 +411,10 @@ class _Builder:
         dims = [self._dim_name(x, d) for d in range(len(read.subscripts))]
         for p, (sub, form) in enumerate(zip(read.subscripts, read.affine)):
             extent = x.extent[p]
-            if form is None:  # written as a scatter-add at the gathered point
+            if form is None:  # a scatter-add at the gathered point (or a guard, below)
                 y = self.fresh(dims[p])
                 lhs.append(y)
+                out_ranges[y] = (Z.const(0), extent)
                 gathers.append((y, sub))
                 continue
             a = _substitute(form, sigma)
@@ -466,6 +467,19 @@ class _Builder:
         for i in reduction:
             out_ranges[i] = ranges[i]
         expr = contribution
+        if gathers and (not all(type(sub) is P.Read for _, sub in gathers) or
+                        _under_select(self.rhs[k], read)):
+            # a left side takes a gather only as a read (H(Ids(i)), not H(Ids(i) / 2)),
+            # and a scatter evaluates its subscripts unconditionally (a `?:` around the
+            # gather may be what keeps them in range): an equality guard instead, one
+            # pass over X's extent per term
+            for y, sub in gathers:
+                new.add(y)
+                expr = D.select(P.Compare("eq", P.IndexValue(y), sub), expr, None,
+                                expr.dtype)
+            gathers = []
+        for y, _ in gathers:
+            del out_ranges[y]
         if guards:
             expr = D.select(Raw(" && ".join(guards), 2 if len(guards) > 1 else 3), expr,
                             None, expr.dtype)
@@ -885,6 +899,15 @@ class _Backward:
 def _read(tensor: str, indices, dtype: DType, span) -> P.Read:
     return P.Read(tensor, tuple(P.IndexValue(i) for i in indices),
                   tuple(Affine.index(i) for i in indices), None, 0, dtype, span)
+
+
+def _under_select(e: P.Expr, read: P.Read) -> bool:
+    """Whether `read` is (or is in) a branch of a `?:` in `e`: evaluated only sometimes."""
+    for x in P.walk(e):
+        if isinstance(x, P.Select) and any(n is read for branch in (x.then, x.other)
+                                           for n in P.walk(branch)):
+            return True
+    return False
 
 
 def _mentions(e: P.Expr, index_text: dict) -> set[str]:
