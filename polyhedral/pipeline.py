@@ -156,7 +156,8 @@ def _schedule(defn: P.Definition, sizes: Mapping[str, int] | None, options: Opti
     with stages("loops"):
         kernel = lower_to_loops(scop, tree, deps, defn.name, unroll=options.unroll or 0,
                                 launches=plans, parallel=options.parallel is not False,
-                                vectorize=options.vectorize is not False, packs=packs)
+                                vectorize=options.vectorize is not False, packs=packs,
+                                reorder=options.reorder_reductions is not False)
         if not target.is_grid:  # temporaries used inside one iteration: per-thread slices
             kernel = contract_temporaries(kernel)
         kernel = with_choices(kernel, options, target, layouts)

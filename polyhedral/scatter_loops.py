@@ -6,10 +6,13 @@ so every statement before it that writes what it reads or updates, and every sta
 after it that reads its target, is ordered around all of it. Here that one instance becomes
 its loop nest over the scatter's index ranges, in the statement's index order.
 
-The loops are sequential: colliding updates then happen one at a time, in the same order
-on every run and every backend, so a scatter is deterministic whatever
-`Options(reorder_reductions=...)` says (a GPU kernel runs the nest in the thread that runs
-the instance). Each update's subscripts are checked against the target's extents first.
+On the CPU and the reference the loops are sequential: colliding updates happen one at a
+time, in index order, the same on every run, whatever `Options(reorder_reductions=...)`
+says. On a GPU a scatter gets a launch of one thread per update, each update an atomic
+one (`atomic_scatters`); with `Options(reorder_reductions=False)`, or a type CUDA has no
+atomic update for (half, bfloat16, 8- and 16-bit integers, an int64 min or max), one
+thread runs the nest in index order instead. Each update's subscripts are checked against
+the target's extents first.
 """
 
 from __future__ import annotations
@@ -31,19 +34,60 @@ def scatter_def(sid: str, s: P.Statement, sizes: Mapping[str, int] | None,
 
 
 def expand_scatters(node: L.Node, statements: Mapping[str, P.Statement],
-                    sizes: Mapping[str, int] | None) -> L.Node:
-    """`node` with each run of a scatter (ids in `statements`) replaced by its loop nest."""
+                    sizes: Mapping[str, int] | None, atomic: frozenset[str] = frozenset()
+                    ) -> L.Node:
+    """`node` with each run of a scatter (ids in `statements`) replaced by its loop nest;
+    the one-thread launch of a scatter in `atomic` by a launch of a thread per update."""
+    def again(n: L.Node) -> L.Node:
+        return expand_scatters(n, statements, sizes, atomic)
+
     match node:
+        case L.Launch(body=L.Run(statement=sid)) if sid in atomic:
+            return _atomic_launch(sid, statements[sid], sizes)
         case L.Run(statement=sid) if sid in statements:
             return _nest(sid, statements[sid], sizes)
         case L.For(body=b) | L.Launch(body=b) | L.Scratch(body=b):
-            return replace(node, body=expand_scatters(b, statements, sizes))
+            return replace(node, body=again(b))
         case L.If(then=t, other=o):
-            return replace(node, then=expand_scatters(t, statements, sizes),
-                           other=None if o is None else expand_scatters(o, statements, sizes))
+            return replace(node, then=again(t), other=None if o is None else again(o))
         case L.Block(body=items):
-            return L.Block(tuple(expand_scatters(i, statements, sizes) for i in items))
+            return L.Block(tuple(again(i) for i in items))
     return node
+
+
+#: what CUDA's atomics update (backends/cuda/codegen.py, ATOMIC_PRELUDE), by operator
+ATOMIC_TYPES = {"+": ("float32", "float64", "int32", "int64"),
+                "min": ("float32", "float64", "int32"), "max": ("float32", "float64", "int32")}
+THREADS = 256  # a block of the atomic launch
+
+
+def atomic_scatters(scop_statements, tensors, deterministic: bool) -> frozenset[str]:
+    """The scatters a GPU kernel runs a thread per update, with atomic updates: all whose
+    operator and type CUDA updates atomically, unless the order must be fixed
+    (`Options(reorder_reductions=False)`: then one thread runs the nest in order)."""
+    if deterministic:
+        return frozenset()
+    return frozenset(st.id for st in scop_statements if st.source.is_scatter and
+                     tensors[st.source.target].dtype.value in ATOMIC_TYPES[st.source.op])
+
+
+def _atomic_launch(sid: str, s: P.Statement, sizes: Mapping[str, int] | None) -> L.Launch:
+    """`flat = b0 * THREADS + t0; if (flat < total) S(decompose(flat))`."""
+    ranges = [s.range_of(i) for i in s.reduction_indices]
+    extents = [size_index(r.hi - r.lo, sizes) for r in ranges]
+    total: L.IExpr = L.Int(1)
+    for e in extents:
+        total = e if total == L.Int(1) else L.Op("mul", (total, e))
+    flat = L.add(L.Op("mul", (L.Var("b0"), L.Int(THREADS))), L.Var("t0"))
+    values, stride = [], L.Int(1)
+    for r, e in reversed(list(zip(ranges, extents))):
+        part = flat if stride == L.Int(1) else L.Op("div_nonneg", (flat, stride))
+        values.append(L.add(size_index(r.lo, sizes), L.Op("rem", (part, e))))
+        stride = e if stride == L.Int(1) else L.Op("mul", (stride, e))
+    run = L.Run(sid, tuple(reversed(values)))
+    blocks = L.Op("div_nonneg", (L.add(total, L.Int(THREADS - 1)), L.Int(THREADS)))
+    return L.Launch("scatter", (blocks,), (THREADS,), (),
+                    L.If(L.Op("lt", (flat, total)), run))
 
 
 def _nest(sid: str, s: P.Statement, sizes: Mapping[str, int] | None) -> L.Node:

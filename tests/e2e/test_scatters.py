@@ -124,3 +124,24 @@ def test_a_shape_generic_scatter():
         ids = np.arange(n, dtype=np.int32) % rows
         expected = np.bincount(ids, minlength=rows).astype(np.float32)
         np.testing.assert_allclose(m.hist(ids, np.zeros(rows, np.float32)), expected)
+
+
+@pytest.mark.skipif(not available(), reason="the emulation needs g++")
+@pytest.mark.parametrize("reorder", [None, False])
+def test_a_gpu_scatter_of_many_blocks(reorder):
+    """A thread per update with atomic updates (several blocks, colliding ids), or with
+    reorder_reductions=False one thread in index order: both match NumPy."""
+    m = tc.define(SOURCE, backend="cuda-emulated",
+                  options=tc.Options(reorder_reductions=reorder))
+    rng = np.random.default_rng(7)
+    idx = rng.integers(0, 3, 601).astype(np.int32)
+    x = rng.integers(-50, 50, 601).astype(np.int32)
+    expected = np.full(3, np.iinfo(np.int32).max, np.int32)
+    np.minimum.at(expected, idx, x * 2)
+    np.testing.assert_array_equal(m.scatter_min(idx, x, np.zeros(3, np.int32)), expected)
+    ids = rng.integers(0, 5, (301, 2)).astype(np.int32)
+    grad = rng.standard_normal((301, 2, 3)).astype(np.float32)
+    added = np.zeros((5, 3), np.float32)
+    np.add.at(added, ids, grad)
+    out = m.embed_grad(ids, grad, np.zeros((5, 3), np.float32))
+    np.testing.assert_allclose(out, added, rtol=1e-4, atol=1e-4)
