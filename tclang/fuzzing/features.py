@@ -52,14 +52,14 @@ def fuzz_program(rng: random.Random, shares: dict | None = None) -> GeneratedPro
     features = replace(program.features, grad=grad, gradcheck=gradcheck,
                        gradgradcheck=gradgrad, tuner_options=tuner, interrupt=interrupt)
     program = replace(program, features=features)
-    if extra.random() < shares["scatter"]:
-        scattered = _scatter(random.Random(extra.getrandbits(64)), features)
-        if scattered is not None:
-            return scattered
     if module:
         others = random.Random(extra.getrandbits(64))
         plan = module_plan(extra, program, lambda: generate(others))
         program = replace(program, features=replace(features, module=plan))
+    if extra.random() < shares["scatter"]:  # last: every draw above stays what it was
+        scattered = _scatter(random.Random(extra.getrandbits(64)), features)
+        if scattered is not None:
+            return scattered
     return program
 
 
