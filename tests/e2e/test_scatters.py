@@ -28,6 +28,11 @@ def scatter_max(int32(N) Idx, float(N) X, float(M) Like) -> (float(M) O) {
 def scatter_min(int32(N) Idx, int32(N) X, int32(M) Like) -> (int32(M) O) {
   O(Idx(i)) min=! X(i) * 2
 }
+def through_temp(int32(N) Ids, float(N, D) X, float(E, D) Like) -> (O) {
+  T(e, d) = 0.0 where e in 0:E, d in 0:D
+  T(Ids(i), d) += X(i, d)
+  O(e, d) = T(e, d) + Like(e, d)
+}
 def two_sided(int32(N) Idx, float(N, D) X, float(M, D) Like) -> (float(M, D) O, float(M) S) {
   O(Idx(i), d) +=! X(i, d)
   S(m) +=! O(m, d)
@@ -89,6 +94,18 @@ def test_a_statement_after_a_scatter_reads_all_of_it(module, n, rows, width):
     o, s = module.two_sided(idx, x, np.zeros((rows, width), np.float32))
     np.testing.assert_allclose(o, expected, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(s, expected.sum(axis=1), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("n,rows,width", SHAPES)
+def test_a_temporary_as_scatter_target(module, n, rows, width):
+    rng = np.random.default_rng(n + 4)
+    idx = rng.integers(0, rows, n).astype(np.int32)
+    x = rng.standard_normal((n, width)).astype(np.float32)
+    like = rng.standard_normal((rows, width)).astype(np.float32)
+    expected = like.copy()
+    np.add.at(expected, idx, x)
+    np.testing.assert_allclose(module.through_temp(idx, x, like), expected, rtol=1e-5,
+                               atol=1e-5)
 
 
 @pytest.mark.parametrize("bad", [-1, 5])
