@@ -59,7 +59,8 @@ def test_every_feature_is_drawn_from_the_seed():
     seen = Counter()
     for p in programs:
         f = p.features
-        seen.update({"reduction": f.family != "generic", "module": f.module is not None,
+        seen.update({"reduction": f.family not in ("generic", "scatter"),
+                     "scatter": f.family == "scatter", "module": f.module is not None,
                      "gradcheck": f.gradcheck, "gradgradcheck": f.gradgradcheck,
                      "tuner_options": f.tuner_options, "interrupt": f.interrupt is not None,
                      "grad": f.grad})
