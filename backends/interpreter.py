@@ -283,9 +283,13 @@ class _Emitter:
         self.put(indent, f"# {r.statement}: {s.text}" if s.text else f"# {r.statement}")
         for name, value in zip(s.indices, r.indices):
             self.put(indent, f"i_{name} = {self.index(value)}")
-        checks = [self.check_bounds] * len(s.lhs) if promoted.get(-1) is None else None
-        target = self.element(s.target, [f"i_{i}" for i in s.lhs], promoted.get(-1),
-                              _where(s), checks)
+        if s.scatter:  # its subscripts evaluated and checked, as a gather's
+            subs = [f"int({self.value(e, s, promoted)})" for e in s.scatter]
+            target = self.element(s.target, subs, None, _where(s), [True] * len(subs))
+        else:
+            checks = [self.check_bounds] * len(s.lhs) if promoted.get(-1) is None else None
+            target = self.element(s.target, [f"i_{i}" for i in s.lhs], promoted.get(-1),
+                                  _where(s), checks)
         dtype = self.kernel.declared(s.target).dtype
         if s.kind in ("init", "assign"):
             self.put(indent, f"{target} = {self.stored(self.value(s.value, s, promoted), dtype)}")

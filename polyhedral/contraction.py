@@ -97,8 +97,11 @@ def _accesses(run: L.Run, s: L.StatementDef):
     """(tensor, subscripts as expressions of the loops, None for a gathered one) of each
     access of one statement instance: its target, then each read."""
     values = {L.index_var(name).name: value for name, value in zip(s.indices, run.indices)}
-    yield s.target, tuple(L.substitute(L.index_var(i), values) for i in s.lhs)
-    for read in reads_of(s.value):
+    if s.scatter:  # any element (tclang/lang/scatters.py)
+        yield s.target, (None,) * len(s.scatter)
+    else:
+        yield s.target, tuple(L.substitute(L.index_var(i), values) for i in s.lhs)
+    for read in reads_of(s.value) + [r for e in s.scatter for r in reads_of(e)]:
         yield read.tensor, tuple(None if a is None else L.substitute(a, values)
                                  for a in read.affine)
 

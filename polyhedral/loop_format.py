@@ -45,6 +45,8 @@ def format_value(e: P.Expr) -> str:
 
 def format_statement(s: L.StatementDef) -> str:
     target = f"{s.target}[{']['.join(s.lhs)}]" if s.lhs else s.target
+    if s.scatter:  # the element its subscripts name (tclang/lang/scatters.py)
+        target = f"{s.target}[{']['.join(format_value(e) for e in s.scatter)}]"
     if s.kind == "init":
         return f"{target} = {format_value(s.value)}"
     if s.kind == "assign":

@@ -189,6 +189,10 @@ class StatementDef:
     value: Expr
     text: str = field(default="", compare=False)
     line: int = field(default=0, compare=False)
+    #: a scatter (tclang/lang/scatters.py): the target's subscripts as typed integer
+    #: expressions over `indices` (`lhs` is then empty), each checked against the target's
+    #: extent before the update, as a gather's are; () for every other statement
+    scatter: tuple[Expr, ...] = ()
 
 
 # ---- loop nodes --------------------------------------------------------------------------

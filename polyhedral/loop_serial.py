@@ -31,8 +31,8 @@ def _classes() -> dict[str, type]:
 
 
 #: bumped when the loop IR's form changes (2: subscripts as index expressions; 3: the
-#: temporaries' plans, contracted ones in `Scratch` buffers)
-FORMAT = 3
+#: temporaries' plans, contracted ones in `Scratch` buffers; 4: scatters' subscripts)
+FORMAT = 4
 
 _BY_TAG = _classes()
 _TAG = {cls: tag for tag, cls in _BY_TAG.items()}

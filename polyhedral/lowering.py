@@ -24,6 +24,7 @@ from polyhedral.packing import PACK_MARK, PACK_STATEMENT, PackPlan
 from polyhedral.register_tiles import UNROLL_MARK
 from polyhedral.scop import Scop, tensor_box
 from polyhedral.statement_groups import SPLIT_STATEMENTS
+from polyhedral.scatter_loops import atomic_scatters, expand_scatters, scatter_def
 from polyhedral.subscripts import lower_value, size_index
 from tclang.lang import program as P
 from tclang.lang.recurrences import recurrence_reads
@@ -387,6 +388,9 @@ def statement_defs(scop: Scop) -> tuple[L.StatementDef, ...]:
     for st in scop.statements:
         s = st.source
         dtype = scop.definition.tensor(s.target).dtype
+        if s.is_scatter:
+            defs.append(scatter_def(st.id, s, scop.sizes, dtype))
+            continue
         if st.kind == "init":
             value: P.Expr = P.Const(identity(s.op, dtype), dtype)
         else:
@@ -533,11 +537,16 @@ def hoist_invariant_conditions(node: L.Node) -> L.Node:
 def lower_to_loops(scop: Scop, schedule: isl.Schedule, deps: Dependences, name: str,
                    unroll: int = 0, launches: dict | None = None,
                    parallel: bool = True, vectorize: bool = True,
-                   packs: dict[str, PackPlan] | None = None) -> L.Kernel:
+                   packs: dict[str, PackPlan] | None = None, reorder: bool = True) -> L.Kernel:
     lowering = _Lowering(scop, deps, unroll, launches, parallel, vectorize, packs)
     body = hoist_invariant_conditions(lowering.node(lowering.ast(schedule)))
     if launches is not None:
         body = _serial_launches(body)
+    scatters = {st.id: st.source for st in scop.statements if st.source.is_scatter}
+    if scatters:  # after: on a GPU, each scatter has a launch of its own
+        atomic = atomic_scatters(scop.statements, scop.definition.tensors,
+                                 not reorder) if launches is not None else frozenset()
+        body = expand_scatters(body, scatters, scop.sizes, atomic)
     sizes = scop.sizes
     extra = tuple(s for plan in (launches or {}).values() for s in plan.statements)
     return L.Kernel(name=name, sizes=scop.definition.sizes,

@@ -108,6 +108,8 @@ def _schedule(defn: P.Definition, sizes: Mapping[str, int] | None, options: Opti
     consumers (tclang/lang/passes/stored_terms.py)."""
     stages = Stages(defn.name, failures=(isl.Error, ValueError, KeyError), collect=collect)
     verify = verify_enabled()
+    if any(s.is_scatter for s in defn.statements):  # the passes know no scatter
+        options, store = replace(options, passes=False), False
     with stages("passes"):
         defn, report, stored = run_passes(defn, sizes, options, store, verify=verify)
     with stages("scop"):
@@ -158,7 +160,8 @@ def _schedule(defn: P.Definition, sizes: Mapping[str, int] | None, options: Opti
     with stages("loops"):
         kernel = lower_to_loops(scop, tree, deps, defn.name, unroll=options.unroll or 0,
                                 launches=plans, parallel=options.parallel is not False,
-                                vectorize=options.vectorize is not False, packs=packs)
+                                vectorize=options.vectorize is not False, packs=packs,
+                                reorder=options.reorder_reductions is not False)
         if not target.is_grid:  # temporaries used inside one iteration: per-thread slices
             kernel = contract_temporaries(kernel)
             kernel = split_guards(kernel)  # guards unswitched or split out of vector loops

@@ -157,6 +157,13 @@ def build_scop(defn: P.Definition, sizes: Mapping[str, int] | None,
         orders.append(f"{st.id}[{', '.join(st.indices)}] -> [{', '.join([str(position)] + pad)}]")
         if st.kind == "init":
             continue
+        if st.source.is_scatter:  # may touch any element of what it reads and writes
+            whole = [_whole_text(st, t, extents[t], r)
+                     for t in [st.source.target] + [x.tensor for x in st.source.reads()]]
+            writes[-1], reads = whole[0], reads + whole
+            refs.update({(st.id, x.ref): _whole_text(st, x.tensor, extents[x.tensor], r)
+                         for x in st.source.reads()})
+            continue
         if st.kind == "reduce":
             reads.append(f"{st.id}[{', '.join(st.indices)}] -> {st.source.target}"
                          f"[{', '.join(st.source.indices)}]")
@@ -204,6 +211,9 @@ def generic_sizes(defn: P.Definition, sizes: Mapping[str, int] | None) -> tuple[
 
 def _statements(defn: P.Definition):
     for s in defn.statements:
+        if s.is_scatter:  # one point: its loops are the lowering's (scatter_loops.py)
+            yield ScopStatement(f"S{s.position}", s, "reduce", ())
+            continue
         if s.is_reduction and s.reset:
             yield ScopStatement(f"I{s.position}", s, "init", s.indices)
         kind = "reduce" if s.is_reduction else "assign"
@@ -237,6 +247,14 @@ def _read_text(st: ScopStatement, read: P.Read, extent: tuple[Z.SizeExpr, ...],
         constraints.append(r.condition(read.guard))
     body = " and ".join(constraints) if constraints else "true"
     return f"{st.id}[{', '.join(st.indices)}] -> {read.tensor}[{', '.join(outs)}] : {body}"
+
+
+def _whole_text(st: ScopStatement, tensor: str, extent: tuple[Z.SizeExpr, ...],
+                r: _Renderer) -> str:
+    """`st` touches any element of `tensor`: a scatter (tclang/lang/scatters.py)."""
+    outs = [f"o{k}" for k in range(len(extent))]
+    body = " and ".join(f"0 <= o{k} < {r.size(e)}" for k, e in enumerate(extent)) or "true"
+    return f"{st.id}[{', '.join(st.indices)}] -> {tensor}[{', '.join(outs)}] : {body}"
 
 
 def _context_facts(defn: P.Definition, r: _Renderer) -> list[str]:

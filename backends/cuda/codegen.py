@@ -190,7 +190,8 @@ class _Generator:
         nodes = list(L.walk_nodes(self.kernel.body))
         if any(isinstance(n, L.TileContraction) for n in nodes):
             out.append(TILE_PRELUDE)
-        if any(isinstance(n, L.Combine) and n.atomic for n in nodes):
+        if any(isinstance(n, L.Combine) and n.atomic for n in nodes) or \
+                any(s.scatter for s in self.kernel.statements):
             out.append(ATOMIC_PRELUDE)
         launches = []
         for k, (launch, condition) in enumerate(_launches(self.kernel.body, None)):
@@ -218,6 +219,7 @@ class _Generator:
         threads = 1
         for t in launch.block:
             threads *= t
+        self.threads = threads
         self.lines = []
         self.local = {b.name: b for b in launch.buffers}
         self.block = launch.block
@@ -340,7 +342,7 @@ class _Generator:
                 any(p.ref == -1 for p in r.promoted):
             return False
         s = self.kernel.statement(r.statement)
-        if s.kind != "reduce":
+        if s.kind != "reduce" or s.scatter:  # a scatter's element moves
             return False
         position = {name: k for k, name in enumerate(s.indices)}
         return not any(L.uses_var(r.indices[position[i]], loop.var) for i in s.lhs)
@@ -498,6 +500,10 @@ class _Generator:
         emitter = _Values(self, s, promoted, indent + 1)
         value = emitter.emit(s.value)
         dtype = self.buffers[s.target].dtype
+        if s.scatter:
+            self.scatter_update(s, emitter, value, dtype, indent + 1)
+            self.put(indent, "}")
+            return
         lhs = [f"i_{i}" for i in s.lhs]
         target = self.element(s.target, lhs, promoted.get(-1))
         if s.kind == "reduce":
@@ -508,6 +514,26 @@ class _Generator:
             store = f"if ({checks}) {store}"
         self.put(indent + 1, store)
         self.put(indent, "}")
+
+    def scatter_update(self, s: L.StatementDef, emitter: "_Values", value: str,
+                       dtype: DType, indent: int) -> None:
+        """A scatter's update (tclang/lang/scatters.py): its subscripts computed once,
+        each checked as a gather's are, the element updated only when all are inside.
+        In a launch of a thread per update the update is atomic; where one thread runs
+        the scatter's loops (polyhedral/scatter_loops.py) it is plain and colliding
+        updates keep their order."""
+        names = []
+        for k, e in enumerate(s.scatter):
+            self.put(indent, f"const long long o_{k} = (long long)({emitter.emit(e)});")
+            names.append(f"o_{k}")
+        checks = " && ".join(emitter.check(s.target, d, names) for d in range(len(names)))
+        target = self.address(s.target, names)
+        if self.threads > 1:  # a thread per update (polyhedral/scatter_loops.py)
+            self.put(indent, f"if ({checks or 'true'}) tc_atomic_{_ATOMIC[s.op]}(&{target}, "
+                             f"({_register_ctype(dtype)})({value}));")
+            return
+        combined = _combine(s.op, _load(target, dtype), value, dtype)
+        self.put(indent, f"if ({checks or 'true'}) {target} = {_store(combined, dtype)};")
 
     # ---- addresses ----
     def element(self, tensor: str, subscripts: list[str], promotion) -> str:

@@ -65,7 +65,8 @@ def plan(loop: L.For, kernel: L.Kernel) -> Promotion | None:
     for run in runs:
         run, lanes = run if isinstance(run, tuple) else (run, None)
         statement = kernel.statement(run.statement)
-        if statement.kind != "reduce" or any(p.ref == -1 for p in run.promoted):
+        if statement.kind != "reduce" or statement.scatter or \
+                any(p.ref == -1 for p in run.promoted):  # a scatter's element moves
             return None  # (reads of a packed operand are fine: see polyhedral/packing.py)
         values = dict(zip(statement.indices, run.indices))
         subscripts = tuple(values[name] for name in statement.lhs)

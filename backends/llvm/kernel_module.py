@@ -766,15 +766,10 @@ class FunctionBuilder:
         # a contracted temporary's slice (polyhedral/contraction.py): its subscripts are
         # the slice's by construction
         promotion = next((p for p in r.promoted if p.ref == -1), None)
-        if self.check_bounds and promotion is None:
-            lhs = [indices[i] for i in s.lhs]
-            self.check_element(s.target, lhs, range(len(lhs)), s)
-        target = None
-        if self._vector is not None:
-            exprs = dict(zip(s.indices, r.indices))
-            target = V.address(self, s.target, [exprs[i] for i in s.lhs], promotion)
-        if target is None:
-            target = self.element(s.target, [indices[i] for i in s.lhs], promotion)
+        if s.scatter:
+            target = self._scatter_target(s, emitter)
+        else:
+            target = self._target(r, s, indices, promotion)
         value = emitter.emit(s.value)
         if self._vector is not None:  # a row of lanes (lanes.py: float, stride 1)
             if s.kind == "reduce":
@@ -786,6 +781,28 @@ class FunctionBuilder:
             current = T.load(self.builder, target, dtype)
             value = self.combine(s.op, current, value, dtype)
         T.store(self.builder, value, target, dtype)
+
+    def _target(self, r: L.Run, s: L.StatementDef, indices, promotion) -> ir.Value:
+        """The address of the element instance `r` writes (checked in bounds-checked mode)."""
+        if self.check_bounds and promotion is None:
+            lhs = [indices[i] for i in s.lhs]
+            self.check_element(s.target, lhs, range(len(lhs)), s)
+        target = None
+        if self._vector is not None:
+            exprs = dict(zip(s.indices, r.indices))
+            target = V.address(self, s.target, [exprs[i] for i in s.lhs], promotion)
+        if target is None:
+            target = self.element(s.target, [indices[i] for i in s.lhs], promotion)
+        return target
+
+    def _scatter_target(self, s: L.StatementDef, emitter: ValueEmitter) -> ir.Value:
+        """The element a scatter updates (tclang/lang/scatters.py): its subscripts
+        evaluated, each checked as a gather's are (never vectorized: its loops are
+        sequential, polyhedral/scatter_loops.py)."""
+        subscripts = [T.convert(self.builder, emitter.emit(e), e.dtype, DType.INT64)
+                      for e in s.scatter]
+        self.check_element(s.target, subscripts, range(len(subscripts)), s)
+        return self.element(s.target, subscripts, None)
 
     def combine(self, op: str, acc: ir.Value, value: ir.Value, dtype: DType) -> ir.Value:
         """A reduction step. Float + and * may be reassociated (the language says reductions

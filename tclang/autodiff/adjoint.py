@@ -17,9 +17,10 @@ reads this value of T comes later) is sent to each tensor element `e` reads:
   `(y - kh) % 2 == 0` and h's range as guards), and the rest stay reduction indices. The
   solved index is the one the statement writes along where there is a choice, so the
   gather sums over the window, not over the output (transposed convolution, not a dense
-  product). A gather subscript (`LUT(Ids(b, l), d)`) becomes an equality guard
-  (`Ids(b, l) == e`): the language has no scatter, so that costs one pass over the table
-  per looked-up element (docs/autodiff.md).
+  product). A gather subscript (`LUT(Ids(b, l), d)`) makes the gradient a scatter-add
+  (`dLUT(Ids(b, l), d) += dY(b, l, d)`, after `dLUT = 0`): time proportional to the
+  lookups, not to the table. The gradient of a scatter-add (`H(Ids(i)) += X(i)`) is a
+  gather of dH (`dX(i) +=! dH(Ids(i))`); a scatter by max= or min= has no rule yet.
 - A tensor written several times has one value per write. The backward reads the values it
   needs as they were when read; values that are not the final ones are saved by the
   forward (an extra output), as PyTorch saves activations. Nothing is recomputed.
@@ -139,6 +140,9 @@ class _Emitted:
     override: tuple | None = None  # (label, subscripts): printed as target's lhs read
     op: str = ""
     comment: str = ""
+    # a scatter-add (the gradient of a gather): per target dimension, the gathered
+    # subscript printed instead of `lhs`'s name there, or None; () for no scatter
+    scatter: tuple[P.Expr | None, ...] = ()
 
 
 def build(defn: P.Definition, wrt: tuple[str, ...] | None) -> GradientSource:
@@ -216,7 +220,8 @@ class _Builder:
         extents: dict[str, tuple[Z.SizeExpr, ...]] = {}
         for k, s in enumerate(defn.statements):
             self.seen_by.append(dict(current))
-            his = tuple(s.range_of(i).hi for i in s.indices)
+            his = tuple(s.range_of(i).hi for i in s.indices) if not s.is_scatter else \
+                defn.tensor(s.target).shape  # any element (tclang/lang/scatters.py)
             old = extents.get(s.target)
             extents[s.target] = his if old is None else tuple(
                 Z.maximum(a, b) for a, b in zip(old, his))
@@ -296,9 +301,14 @@ class _Builder:
             return  # nothing downstream needs this value's gradient
         version = self.versions[made]
         g = _read(grad, s.indices, version.dtype, s.span)
+        if s.is_scatter:
+            g = self._gathered_gradient(k, grad, version.dtype)
         rhs = self.rhs[k]
         if scans.recurrent(rhs, made):  # the gradient along the chain: a reverse scan
             g = scans.reverse_scan(self, k, rhs, grad, version)
+        if s.is_scatter and s.op != "+":
+            raise self._error(k, f"a scatter by {s.op}= has no gradient rule (only a "
+                                 "scatter-add has: a gather)")
         if s.op == "=" or s.op == "+":
             weight: P.Expr = g
         elif s.op in ("max", "min") and s.reset:
@@ -325,6 +335,14 @@ class _Builder:
             if contribution is None:
                 continue
             self._scatter(k, read, contribution, weight)
+
+    def _gathered_gradient(self, k: int, grad: str, dtype: DType) -> P.Read:
+        """The gradient arriving at each update of scatter k: dT read where the update
+        landed, `dH(Ids(i))` for `H(Ids(i)) += e` (a gather, bounds-checked like any)."""
+        s = self.defn.statements[k]
+        subs = tuple(_rename_reads(e, self.seen_by[k]) for e in s.scatter)
+        forms = tuple(Affine.index(e.name) if type(e) is P.IndexValue else None for e in subs)
+        return P.Read(grad, subs, forms, None, 0, dtype, s.span)
 
     def _ties(self, k: int, rhs: P.Expr, g: P.Read) -> P.Expr:
         """max=!/min=!: how many candidates equal the result (a statement), and the weight
@@ -398,9 +416,9 @@ class _Builder:
         dims = [self._dim_name(x, d) for d in range(len(read.subscripts))]
         for p, (sub, form) in enumerate(zip(read.subscripts, read.affine)):
             extent = x.extent[p]
-            if form is None:
+            if form is None:  # a scatter-add at the gathered point (or a guard, below)
                 y = self.fresh(dims[p])
-                lhs.append(y), new.add(y)
+                lhs.append(y)
                 out_ranges[y] = (Z.const(0), extent)
                 gathers.append((y, sub))
                 continue
@@ -454,12 +472,24 @@ class _Builder:
         for i in reduction:
             out_ranges[i] = ranges[i]
         expr = contribution
-        for y, sub in gathers:
-            expr = D.select(P.Compare("eq", P.IndexValue(y), sub), expr, None, expr.dtype)
+        if gathers and (not all(type(sub) is P.Read for _, sub in gathers) or
+                        _under_select(self.rhs[k], read)):
+            # a left side takes a gather only as a read (H(Ids(i)), not H(Ids(i) / 2)),
+            # and a scatter evaluates its subscripts unconditionally (a `?:` around the
+            # gather may be what keeps them in range): an equality guard instead, one
+            # pass over X's extent per term
+            for y, sub in gathers:
+                new.add(y)
+                expr = D.select(P.Compare("eq", P.IndexValue(y), sub), expr, None,
+                                expr.dtype)
+            gathers = []
+        for y, _ in gathers:
+            del out_ranges[y]
         if guards:
             expr = D.select(Raw(" && ".join(guards), 2 if len(guards) > 1 else 3), expr,
                             None, expr.dtype)
-        mentioned = _mentions(expr, index_text)
+        mentioned = _mentions(expr, index_text).union(
+            *(_mentions(sub, index_text) for _, sub in gathers))
         for i in [i for i in reduction if i not in mentioned]:
             # summing a term that does not depend on i: times i's extent
             lo, hi = ranges[i]
@@ -467,9 +497,31 @@ class _Builder:
             expr = D.mul(expr, count)
             reduction.remove(i)
             del out_ranges[i]
+        if gathers:
+            self._emit_scatter(read.tensor, lhs, dict(gathers), expr, index_text, out_ranges,
+                               frozenset(new))
+            return
         self._emit(_adjoint_label(read.tensor), tuple(lhs), expr, index_text, out_ranges,
                    frozenset(new), bool(reduction),
                    override=(read.tensor, read.subscripts))
+
+    def _emit_scatter(self, label: str, lhs: list[str], gathered: dict, expr, index_text,
+                      ranges, always) -> None:
+        """`dX(Ids(b, l), d) += e`: the gradient of a gather, after `dX = 0` where nothing
+        wrote dX yet (a scatter's target needs a known shape; a `+=!` would be two
+        statements). Its other reads keep the forward's subscripts: every index of the
+        forward statement is an index of the scatter."""
+        target = _adjoint_label(label)
+        x = self.versions[label]
+        if target not in self.written:
+            names = [self.fresh(f"i{d}") for d in range(len(x.extent))]
+            zero = Raw(f"{type_name(x.dtype)}(0)", 7, x.dtype)  # the temporary's type
+            self._emit(target, tuple(names), zero, {},
+                       {n: (Z.const(0), e) for n, e in zip(names, x.extent)},
+                       frozenset(names), False)
+        scatter = tuple(gathered.get(y) for y in lhs)
+        self._emit(target, tuple(lhs), expr, index_text, ranges, always, True)
+        self.emitted[-1].scatter = scatter
 
     def _padded(self, k: int, sigma: dict, weight: P.Expr, contribution: P.Expr,
                  x: _Version, lhs: list[str], read: P.Read):
@@ -678,6 +730,8 @@ class _Builder:
                 del self.emitted[i]
                 for f in self.emitted[i:]:
                     f.expr = _rename_reads(f.expr, {e.target: x.tensor})
+                    f.scatter = tuple(y if y is None else _rename_reads(y, {e.target: x.tensor})
+                                      for y in f.scatter)
                 continue
             i += 1
 
@@ -776,6 +830,10 @@ class _Backward:
                 return replace(new, tensor=names[new.tensor])
             return new
         body = source(rename(e.expr), e.index_text)
+        if e.scatter:  # the gathered subscripts on the left
+            subs = [name if x is None else source(rename(x), e.index_text)
+                    for name, x in zip(e.lhs, e.scatter)]
+            lhs = f"{tensor}({', '.join(subs)})"
         order = [i for i in e.ranges if i in where]
         clause = ", ".join(f"{i} in {e.ranges[i][0]}:{e.ranges[i][1]}" for i in order)
         text = f"    {lhs} {e.op} {body}" + (f" where {clause}" if clause else "")
@@ -846,6 +904,15 @@ class _Backward:
 def _read(tensor: str, indices, dtype: DType, span) -> P.Read:
     return P.Read(tensor, tuple(P.IndexValue(i) for i in indices),
                   tuple(Affine.index(i) for i in indices), None, 0, dtype, span)
+
+
+def _under_select(e: P.Expr, read: P.Read) -> bool:
+    """Whether `read` is (or is in) a branch of a `?:` in `e`: evaluated only sometimes."""
+    for x in P.walk(e):
+        if isinstance(x, P.Select) and any(n is read for branch in (x.then, x.other)
+                                           for n in P.walk(branch)):
+            return True
+    return False
 
 
 def _mentions(e: P.Expr, index_text: dict) -> set[str]:

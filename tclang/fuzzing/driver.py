@@ -64,7 +64,7 @@ def add_command(sub) -> None:
     p.add_argument("--share", action="append", default=[], metavar="FEATURE=P",
                    help="the share of programs that get a feature (repeatable): "
                         "reduction, module, gradcheck, gradgradcheck (of those with "
-                        "gradcheck), tuner_options, interrupt, grad, recurrence; e.g. "
+                        "gradcheck), tuner_options, interrupt, grad, recurrence, scatter; e.g. "
                         "--share module=1")
     p.add_argument("--plain", action="store_true",
                    help="the generic generator's programs only, with no extra checks")

@@ -23,6 +23,7 @@ SHARES = {
     "tuner_options": 0.5,  # the manual options from the tuner's search space
     "interrupt": 0.05,  # an interrupted compile
     "grad": 1.0,  # tc.grad against central differences (every differentiable program)
+    "scatter": 0.1,  # a scatter program instead (drawn last: the other draws stay put)
 }
 INTERRUPT_WITHIN = 0.8  # seconds: the delay of the Ctrl-C is uniform below this
 # (a forked child's compile of a generated program takes 0.1-1 s: its helper processes
@@ -64,4 +65,18 @@ def fuzz_program(rng: random.Random, shares: dict | None = None) -> GeneratedPro
         others = random.Random(extra.getrandbits(64))
         plan = module_plan(extra, program, lambda: generate(others))
         program = replace(program, features=replace(features, module=plan))
+    if extra.random() < shares["scatter"]:  # last: every draw above stays what it was
+        scattered = _scatter(random.Random(extra.getrandbits(64)), features)
+        if scattered is not None:
+            return scattered
     return program
+
+
+def _scatter(rng: random.Random, features) -> GeneratedProgram | None:
+    """A scatter program (tclang/fuzzing/scatters.py) with the checks drawn, alone."""
+    from tclang.fuzzing.scatters import scatter_program
+    for _ in range(20):
+        program = scatter_program(rng)
+        if program is not None:
+            return replace(program, features=replace(features, family="scatter"))
+    return None

@@ -20,6 +20,7 @@ from tclang.errors import Span, TCSemanticError, TCWarning, source_lines
 from tclang.lang.expressions import (ExpressionTyper, StatementScope, TensorInfo, cast,
                                      check_wide_literals, error)
 from tclang.lang.functions import BUILTINS
+from tclang.lang.scatters import check_scatter, is_scatter
 
 _OPS = {"=": ("=", False), "+=": ("+", False), "+=!": ("+", True), "*=": ("*", False),
         "*=!": ("*", True), "min=": ("min", False), "min=!": ("min", True),
@@ -61,7 +62,10 @@ class _DefinitionChecker:
             later = later | {st.target.name}
             self.later_targets.append(later)
         self.later_targets.reverse()
-        statements = tuple(self._statement(i, s) for i, s in enumerate(self.d.statements))
+        checked = [self._statements(i, s) for i, s in enumerate(self.d.statements)]
+        # a `!` scatter is two statements (tclang/lang/scatters.py): number them all again
+        statements = tuple(dataclasses.replace(st, position=k) for k, st in
+                           enumerate(st for group in checked for st in group))
         self._check_outputs_written()
         return P.Definition(
             name=self.d.name.name, sizes=tuple(self.sizes),
@@ -124,6 +128,14 @@ class _DefinitionChecker:
                         hint=f"rename it, e.g. {name}_")
 
     # ---- statements ----
+    def _statements(self, position: int, s: S.Statement) -> tuple[P.Statement, ...]:
+        """The checked statements of source statement number `position`."""
+        if not is_scatter(s):
+            return (self._statement(position, s),)
+        op, reset = _OPS[s.op]
+        later = self.later_targets[position] - set(self.tensors)
+        return check_scatter(self, s, op, reset, later, _text_of(self.source, s.span))
+
     def _statement(self, position: int, s: S.Statement) -> P.Statement:
         s = self._constant_subscripts(s)
         target = s.target.name

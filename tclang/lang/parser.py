@@ -125,6 +125,8 @@ class _ToSyntax(Transformer):
         return tuple(i for i in items if i is not None)
 
     def lhs_index(self, tok):
+        if isinstance(tok, S.Apply):  # a gathered subscript: a scatter (scatters.py)
+            return tok
         if tok.type == "INT":  # a constant subscript: the checker gives it a one-point range
             return S.IntLit(_integer(tok, "integer literal"), token_span(tok))
         return S.Ident(str(tok), token_span(tok))
@@ -525,8 +527,8 @@ def _hint(found: str, expected: set[str]) -> str | None:
         return "a statement is `T(i, j) OP expr` with OP one of =, +=!, +=, *=!, min=!, max=!"
     if expected == {"RPAR", "COMMA"} and found in ("'+'", "'-'", "'*'", "'/'", "'%'"):
         return ("a left side's subscripts (and a declaration's dimensions) are names or "
-                "integer constants, C(i, 0): shift the reads on the right instead, "
-                "C(i) = A(i - 1)")
+                "integer constants, C(i, 0), or on the left a tensor read, H(Ids(i)) (a "
+                "scatter): shift the reads on the right instead, C(i) = A(i - 1)")
     if found == "'<=>'":
         return "`<=> name(args)` comes right after the statement's expression, before `where`"
     if found in ("'['", "']'"):

@@ -270,6 +270,15 @@ class Statement:
     # hi exclusive. Range inference gives `domain` their hull and adds the bounds to
     # `condition` (tclang/lang/ranges.py), so later stages see them as a statement condition
     affine_ranges: tuple[tuple[str, "Affine", "Affine"], ...] = ()
+    # a scatter (`H(Ids(i), d) += ...`, tclang/lang/scatters.py): the target's subscripts
+    # as typed integer expressions, at least one data-dependent. Its `indices` are then ()
+    # and every index is in `reduction_indices`: no index names a point of the target, so
+    # any instance may write any point of it. None: an ordinary statement
+    scatter: tuple["Expr", ...] | None = None
+
+    @property
+    def is_scatter(self) -> bool:
+        return self.scatter is not None
 
     @property
     def all_indices(self) -> tuple[str, ...]:
@@ -286,7 +295,11 @@ class Statement:
         raise KeyError(index)
 
     def reads(self) -> list[Read]:
-        return reads_of(self.rhs)
+        """The value's reads, then a scatter's target subscripts' reads."""
+        found = reads_of(self.rhs)
+        for e in self.scatter or ():
+            found += reads_of(e)
+        return found
 
 
 @dataclass(frozen=True)

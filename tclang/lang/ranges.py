@@ -90,6 +90,8 @@ class _State:
                 if affine is not None and not affine.indices() & constrained:
                     bounds.append(_Bound(affine, shape[dim], read, dim, guarded=True))
         target_shape = self.shape(s.target)
+        if s.is_scatter:
+            return bounds + _scatter_bounds(s, target_shape, self.shape)
         if s.op != "=" and not s.reset and target_shape is not None:
             for dim, index in enumerate(s.indices):  # `+=` reads the target's current value
                 bounds.append(_Bound(Affine.index(index), target_shape[dim], None, dim))
@@ -238,6 +240,9 @@ class _State:
                          "`cond ? read : 0`")
 
     def _record_extent(self, s: P.Statement, domain: tuple[P.IndexRange, ...]) -> None:
+        if s.is_scatter:  # its target's shape is known already (tclang/lang/scatters.py)
+            self.written.setdefault(s.target, list(self.shape(s.target)))
+            return
         his = [r.hi for r in domain if r.name in s.indices]
         previous = self.written.get(s.target)
         if previous is None:
@@ -269,6 +274,21 @@ class _State:
             return
         message = f"{t.name} would have a negative extent {extent} in dimension {dim}"
         self.obligations.append(P.Obligation(extent, ">=", message, t.span))
+
+
+def _scatter_bounds(s: P.Statement, target_shape, shape_of) -> list[_Bound]:
+    """What bounds a scatter's indices besides its value's reads: the reads in its target's
+    subscripts, and the target's extent along a subscript that is an affine index form."""
+    bounds = []
+    for e in s.scatter:
+        for read in P.reads_of(e):
+            shape = shape_of(read.tensor)
+            bounds += [_Bound(a, shape[dim], read, dim) for dim, a in enumerate(read.affine)
+                       if a is not None]
+    for dim, e in enumerate(s.scatter):
+        if type(e) is P.IndexValue:
+            bounds.append(_Bound(Affine.index(e.name), target_shape[dim], None, dim))
+    return bounds
 
 
 def _hulls(pending: dict[str, tuple[Affine, Affine]],

@@ -127,7 +127,9 @@ Clause = RangeClause | LetClause | ExistsClause
 @dataclass(frozen=True)
 class Statement:
     target: Ident
-    indices: tuple[Ident, ...] | None  # None: written bare (`s = ...`), a 0-d tensor
+    # None: written bare (`s = ...`), a 0-d tensor; an `Apply` (`H(Ids(i))`) is a gathered
+    # subscript, which makes the statement a scatter (tclang/lang/scatters.py)
+    indices: tuple["Ident | IntLit | Apply", ...] | None
     op: str  # '=', '+=', '+=!', '*=', '*=!', 'min=', 'min=!', 'max=', 'max=!'
     op_span: Span
     rhs: Expr

@@ -140,6 +140,11 @@ def index_bounds(defn: P.Definition, sizes: dict[str, int]) -> dict[str, int]:
                 for inner in P.reads_of(sub):
                     limit = extent.evaluate(sizes)
                     bounds[inner.tensor] = min(bounds.get(inner.tensor, limit), limit)
+        target = defn.tensor(s.target).shape
+        for sub, extent in zip(s.scatter or (), target):  # a scatter's, inside its target
+            for inner in P.reads_of(sub) if type(sub) is not P.IndexValue else ():
+                limit = extent.evaluate(sizes)
+                bounds[inner.tensor] = min(bounds.get(inner.tensor, limit), limit)
     return bounds
 
 

@@ -60,8 +60,9 @@ def test_every_feature_is_drawn_from_the_seed():
     for p in programs:
         f = p.features
         recurrence = f.family.startswith("recurrence")
-        seen.update({"reduction": f.family != "generic" and not recurrence,
-                     "recurrence": recurrence, "module": f.module is not None,
+        seen.update({"reduction": f.family not in ("generic", "scatter") and not recurrence,
+                     "recurrence": recurrence, "scatter": f.family == "scatter",
+                     "module": f.module is not None,
                      "gradcheck": f.gradcheck, "gradgradcheck": f.gradgradcheck,
                      "tuner_options": f.tuner_options, "interrupt": f.interrupt is not None,
                      "grad": f.grad})

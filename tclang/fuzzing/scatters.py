@@ -1,0 +1,86 @@
+"""Scatter programs (tclang/lang/scatters.py) for the differential fuzzer, from templates.
+
+A gathered subscript on the left, `O(Ids(i), d) op rhs`, with op `+=!`, `max=!`,
+`min=!`, or `=` to initialize then `+=`, `max=`, `min=`; index tensors of rank 1 or 2,
+whose values `tclang.tools.inputs.random_inputs` keeps inside the target (and repeats: few rows,
+many lookups); a value that may gather too (`Tab(Ids(i), d)`); and sometimes a statement
+after the scatter that reads all of its target, or one before it that the scatter reads.
+float32, float64 and int32. They are `Model`s like the generic ones, so the shrinker
+works on them; their `family` is "scatter".
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+
+from tclang.errors import TCError, TCWarning
+from tclang.fuzzing.generator import (STATS, Decl, Features, GeneratedProgram, Model, Node,
+                                      Stmt, fits)
+from tclang.lang.frontend import check_source
+
+EXTENTS = (1, 1, 2, 3, 5, 7, 11, 13, 17, 31, 33, 64)
+VOLUME = 20_000
+_ZERO = {"float": "0.0", "double": "double(0.0)", "int32": "0"}
+
+
+def scatter_program(rng: random.Random) -> GeneratedProgram | None:
+    """A random scatter program (None if the draw does not check or fit: draw again)."""
+    model = _model(rng, rng.choice(("float", "float", "double", "int32")))
+    STATS["attempts"] += 1
+    source = model.render()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TCWarning)
+            defn = check_source(source)[model.name]
+    except TCError as err:
+        STATS["rejected"] += 1
+        STATS[f"reject:scatter: {type(err).__name__}: {str(err).splitlines()[0][:60]}"] += 1
+        return None
+    for _ in range(30):
+        sizes = {s: rng.choice(EXTENTS) for s in defn.sizes}
+        if fits(defn, sizes, VOLUME):
+            STATS["programs"] += 1
+            return GeneratedProgram(source, model.name, sizes, model,
+                                    Features(family="scatter", volume_cap=VOLUME))
+    return None
+
+
+def _model(rng: random.Random, dtype: str) -> Model:
+    """Ids(N) or Ids(N, L); X the values per lookup; Tab(E, D) the target's shape."""
+    two = rng.random() < 0.4
+    wide = rng.random() < 0.6  # a row per lookup (O(Ids(i), d)) or one element
+    point = ("i", "l") if two else ("i",)
+    ids_dims = ("N", "L") if two else ("N",)
+    x_dims = ids_dims + (("D",) if wide else ())
+    lhs = [f"Ids({', '.join(point)})"] + (["d"] if wide else [])
+    tab_dims = ("E", "D") if wide else ("E",)
+    inputs = [Decl("Ids", "int32", ids_dims), Decl("X", dtype, x_dims),
+              Decl("Tab", dtype, tab_dims)]
+    x = f"X({', '.join(point + (('d',) if wide else ()))})"
+    value = _value(rng, x, dtype, lhs if rng.random() < 0.3 else None)
+    op = rng.choices(("+=!", "max=!", "min=!", "+=", "max=", "min="), (40, 12, 12, 18, 9, 9))[0]
+    body = []
+    out = ("O", tuple(f"e{k}" for k in range(len(tab_dims))))
+    if not op.endswith("!"):  # an initialization over the whole target, read or a constant
+        init = f"Tab({', '.join(out[1])})" if rng.random() < 0.6 else _ZERO[dtype]
+        body.append(Stmt(out[0], out[1], "=", Node(init)))
+    body.append(Stmt(out[0], tuple(lhs), op, Node(value)))
+    outputs = [Decl("O", dtype, tab_dims)]
+    if rng.random() < 0.4:  # a statement after it reads all of O
+        reduce = "+=!" if dtype != "int32" or op.startswith("+") else "max=!"
+        body.append(Stmt("S", ("e0",), reduce, Node(f"O({', '.join(out[1])})")))
+        outputs.append(Decl("S", None))
+    return Model(rng.choice(("scatter", "hist", "embed_back")), tuple(inputs), tuple(outputs),
+                 tuple(body))
+
+
+def _value(rng: random.Random, x: str, dtype: str, gather: list[str] | None) -> str:
+    """What each lookup adds (or maxes): X, a function of it, maybe times a gathered row."""
+    if dtype == "int32":
+        value = rng.choice((x, f"{x} * 2", f"({x} % 3)", "1"))
+    else:
+        value = rng.choice((x, x, f"{x} * 0.5", f"tanh({x})", "1.0"))
+    if gather is not None:  # the table at the same point: a gather on the right too
+        value = f"{value} + Tab({', '.join(gather)})"
+    return value
