@@ -44,9 +44,13 @@ class Gradient:
 
     def __init__(self, kernel, wrt=None):
         from tclang.runtime import Kernel, Module
+        if isinstance(kernel, Gradient):
+            # the gradient of a gradient is that of its backward definition (a kernel of
+            # inputs, saved values and output gradients): second order, and so on
+            kernel = kernel.backward_kernel
         if not isinstance(kernel, Kernel):
-            raise TypeError(f"tc.grad takes a kernel (a definition of a module: mod.name), "
-                            f"not {type(kernel).__name__}")
+            raise TypeError(f"tc.grad takes a kernel (a definition of a module: mod.name) or a "
+                            f"gradient, not {type(kernel).__name__}")
         self.kernel = kernel
         self.definition = kernel.definition
         self.plan: GradientSource = build(self.definition, wrt)
@@ -67,6 +71,12 @@ class Gradient:
 
         self._forward = kernel_of(self.plan.forward, self.plan.forward_name)
         self._backward = kernel_of(self.plan.backward, self.plan.backward_name)
+
+    @property
+    def backward_kernel(self):
+        """The backward definition as a kernel: inputs, saved values (`saved`'s order),
+        output gradients -> the gradients of `wrt`. `tc.grad(g)` differentiates it."""
+        return self._backward
 
     @property
     def wrt(self) -> tuple[str, ...]:
