@@ -39,6 +39,20 @@ def _shape(shape, sizes) -> tuple | None:
         return None
 
 
+def _check_type(name: str, want, grad) -> None:
+    """An output gradient (a NumPy array) of its output's type: said here, in the caller's
+    terms, not as argument k of the generated backward (its other arguments are saved
+    values the caller never passed). Other array kinds are checked by the backward's call."""
+    import numpy as np
+
+    from tclang.dtypes import from_numpy
+    got = from_numpy(grad.dtype) if isinstance(grad, np.ndarray) else None
+    if got is not None and got is not want:
+        raise TCArgumentError(f"the gradient of output {name} is {got.value}, but {name} is "
+                              f"{want.value}", hint=f"tclang never converts silently: pass "
+                              f"it as {want.value}, like {name}")
+
+
 class Gradient:
     """The gradient of one kernel with respect to some of its inputs (see the module doc)."""
 
@@ -57,20 +71,23 @@ class Gradient:
         module = kernel.module
         from tclang.lang.frontend import check_source
 
-        def kernel_of(text: str, name: str):
+        def kernel_of(text: str, name: str, what: str):
             if text == self.definition.source and name == self.definition.name:
                 return kernel
             try:
                 program = check_source(text)
-            except TCError as err:  # generated text that does not check is tclang's fault
-                raise TCGradError(f"the training forward of {self.definition.name} does not "
-                                  f"check ({getattr(err, 'message', err)}); please report it "
+            except TCError as err:  # generated text that does not check is tclang's fault:
+                # said at the user's definition, never at a line they did not write
+                raise TCGradError(f"{what} of {self.definition.name} does not check "
+                                  f"({getattr(err, 'message', err)}); please report it "
                                   "with the definition", self.definition.span,
                                   self.definition.source) from None
             return Module(program, module.backend, module.options)[name]
 
-        self._forward = kernel_of(self.plan.forward, self.plan.forward_name)
-        self._backward = kernel_of(self.plan.backward, self.plan.backward_name)
+        self._forward = kernel_of(self.plan.forward, self.plan.forward_name,
+                                  "the training forward")
+        self._backward = kernel_of(self.plan.backward, self.plan.backward_name,
+                                   "the backward")
 
     @property
     def backward_kernel(self):
@@ -130,6 +147,7 @@ class Gradient:
                 raise TCArgumentError(f"the gradient of output {name} has shape {got}, but "
                                       f"{name} has shape {want}",
                                       hint="pass one gradient per output, shaped like it")
+            _check_type(name, outputs[name].dtype, grad)
         values = [saved[s.name] for s in self.plan.saved]
         grads = self._backward(*inputs, *values, *output_grads)
         return grads if isinstance(grads, tuple) else (grads,)

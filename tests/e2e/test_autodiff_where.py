@@ -210,3 +210,45 @@ def test_gradgradcheck_of_where_clauses_and_guarded_reads(name):
                                                          "band", "where_local"}))
 def test_gradgradcheck_of_every_where_program(name):
     _gradgradcheck(name)
+
+
+# ---- errors in the user's terms ---------------------------------------------------------------
+
+MODULE = """def a(float(N) X) -> (Y) { Y(i) = X(i) }
+
+def f(float(N) X) -> (Y) {
+    Y(i) = floor(X(i)) * s where s = 2.0
+}
+def h(float(N) X) -> (Y, Z) {
+    Y(i) +=! X(j) where i in 0:N, j in 0:i + 1
+    Z(i) = Y(i) * Y(i)
+}
+"""
+
+
+def test_an_error_while_differentiating_points_at_the_users_statement():
+    """The refusal is located in the module as the user wrote it (its line, caret under
+    the statement), and says nothing about adding a where clause that is there."""
+    with pytest.raises(tc.TCGradError) as info:
+        tc.grad(tc.define(MODULE).f)
+    err = info.value
+    assert err.line == 4 and "Y(i) = floor(X(i)) * s where s = 2.0" in str(err), str(err)
+    assert "^^^" in str(err) and "where" not in (err.hint or "")
+
+
+def test_a_triangular_range_is_differentiated_not_refused():
+    g = tc.grad(tc.define(MODULE).h)  # "tc.grad does not yet handle a range bounded by..."
+    x = np.arange(1.0, 6.0, dtype=np.float32)
+    dX = g(x, np.ones(5, np.float32), np.zeros(5, np.float32))
+    np.testing.assert_allclose(dX, [5, 4, 3, 2, 1])  # X(j) feeds Y(i) for every i >= j
+
+
+def test_an_output_gradient_of_the_wrong_type_is_said_in_the_callers_terms():
+    """Not "argument 3 (dY) of h_grad": the caller passed two gradients, and never saw the
+    generated backward's signature."""
+    g = tc.grad(tc.define(MODULE).h)
+    x = np.ones(5, np.float32)
+    with pytest.raises(tc.TCArgumentError, match=r"the gradient of output Y is float64, but "
+                       r"Y is float32") as info:
+        g(x, np.ones(5), np.ones(5, np.float32))
+    assert "h_grad" not in str(info.value) and "float32" in info.value.hint
