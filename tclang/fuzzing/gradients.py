@@ -149,27 +149,42 @@ def native_grad(program, seed: int = 0):
                            f"{_which_text(kernel)}{_describe(err)}", check="grad",
                            repro=_grad_repro(src, program))
         rng = np.random.default_rng(seed)
-        inputs = list(random_inputs(kernel.definition, program.sizes, rng))
+        inputs = _callable(list(random_inputs(kernel.definition, program.sizes, rng)))
         try:
             outs, saved = g.forward(*inputs)
         except (tclang.TCIndexError, tclang.TCArgumentError):
             return None
         try:
             names = [t.name for t in kernel.definition.outputs]
-            seeds = tuple(np.ones_like(outs[names.index(n)]) for n in g.output_names)
+            seeds = tuple(_ones_like(outs[names.index(n)]) for n in g.output_names)
             grads = g.backward(tuple(inputs), saved, seeds)
         except Exception as err:  # noqa: BLE001
             return Failure("grad", None, "crash", f"the backward in the program's own "
                            f"types: {_describe(err)}", check="grad",
                            repro=_grad_repro(src, program))
+    from tclang.dtypes import from_numpy
+    from tclang.host_tensors import host_view
     params = {t.name: t for t in kernel.definition.inputs}
     for x, gx in zip(g.wrt, grads):
-        want = params[x].dtype
-        if np.asarray(gx).dtype != want.numpy:
-            return Failure("grad", None, "grad-mismatch", f"d/d{x} is {np.asarray(gx).dtype}"
-                           f", but {x} is {want.value}", check="grad",
-                           repro=_grad_repro(src, program))
+        want, got = params[x].dtype, from_numpy(host_view(gx, "a result", "it").dtype)
+        if got is not want:
+            return Failure("grad", None, "grad-mismatch", f"d/d{x} is {got}, but {x} is "
+                           f"{want.value}", check="grad", repro=_grad_repro(src, program))
     return None
+
+
+def _callable(inputs: list) -> list:
+    """The inputs as the kernel takes them: torch tensors (the same memory) for a
+    bfloat16 program where NumPy has no bfloat16 (differential._call does the same)."""
+    from tclang.bfloat16 import NUMPY_HAS_BFLOAT16, is_bfloat16
+    from tclang.host_tensors import as_torch
+    if NUMPY_HAS_BFLOAT16 or not any(is_bfloat16(np.asarray(a).dtype) for a in inputs):
+        return inputs
+    return [as_torch(a) for a in inputs]
+
+
+def _ones_like(x):
+    return x.new_ones(x.shape) if hasattr(x, "new_ones") else np.ones_like(x)
 
 
 def _check_float64_grad(program, seed: int = 0):

@@ -278,6 +278,14 @@ def test_the_grad_check_sees_a_half_gradient_that_fails_its_own_type_check(cache
     assert "own types" in failures[0].detail and "half" in failures[0].repro
 
 
+def test_the_own_types_grad_check_calls_a_bfloat16_program_as_the_runner_does(cache):
+    """Where NumPy has no bfloat16 the gradient comes back through torch tensors (the
+    check reported "returns bfloat16 (dB), which NumPy has no type for": its own fault)."""
+    program = GeneratedProgram("def f(bfloat16(N) X, float(N) W) -> (Y) "
+                               "{ Y(i) = X(i) * W(i) }", "f", {"N": 5})
+    assert gradients.native_grad(program) is None
+
+
 def test_the_grad_checks_say_which_where_clauses_and_guards_they_reached(cache):
     """Each kind of `where` clause and guard a gradient was checked on is counted."""
     program = GeneratedProgram(
