@@ -166,7 +166,8 @@ def native_grad(program, seed: int = 0):
     from tclang.host_tensors import host_view
     params = {t.name: t for t in kernel.definition.inputs}
     for x, gx in zip(g.wrt, grads):
-        want, got = params[x].dtype, from_numpy(host_view(gx, "a result", "it").dtype)
+        array = gx if isinstance(gx, np.ndarray) else host_view(gx, "a result", "it")
+        want, got = params[x].dtype, from_numpy(array.dtype)
         if got is not want:
             return Failure("grad", None, "grad-mismatch", f"d/d{x} is {got}, but {x} is "
                            f"{want.value}", check="grad", repro=_grad_repro(src, program))
