@@ -648,7 +648,11 @@ class _Builder:
             if label not in self.written:
                 t = defn.tensor(x)
                 idx = [self.fresh(f"i{d}") for d in range(t.rank)]
-                self.emitted.append(_Emitted(label, tuple(idx), D.const(0, t.dtype.compute),
+                # a half or bfloat16 zero is written as a cast: a literal 0.0 is float32,
+                # which the language will not narrow into the gradient by itself
+                zero = D.const(0, t.dtype) if not t.dtype.is_narrow_float else \
+                    Raw(f"{type_name(t.dtype)}(0.0)", 7, t.dtype)
+                self.emitted.append(_Emitted(label, tuple(idx), zero,
                                              {}, {i: (Z.const(0), e) for i, e in
                                                   zip(idx, t.shape)},
                                              frozenset(idx), False, op="="))

@@ -252,3 +252,20 @@ def test_an_output_gradient_of_the_wrong_type_is_said_in_the_callers_terms():
                        r"Y is float32") as info:
         g(x, np.ones(5), np.ones(5, np.float32))
     assert "h_grad" not in str(info.value) and "float32" in info.value.hint
+
+
+# ---- half and bfloat16 ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["half", "bfloat16"])
+def test_an_unused_narrow_input_gets_a_zero_gradient_of_its_type(dtype):
+    """Found by the fuzzer's own-types grad check (seed 36, program 13): the zero gradient
+    of an input no output depends on was the literal 0.0, float32, which the backward
+    would not narrow into a half gradient ("the backward ... does not check")."""
+    g = tc.grad(tc.define(f"def f(float(N) A, {dtype} beta) -> (O) "
+                          "{ O(i) = A(i) * 2.0 where i in 0:N }").f)
+    assert f"dbeta = {dtype}(0.0)" in g.source, g.source
+    A = np.arange(3, dtype=np.float32)
+    if dtype == "half":
+        dA, dbeta = g(A, np.float16(1.5), np.ones(3, np.float32))
+        assert np.asarray(dbeta).dtype == np.float16 and float(dbeta) == 0.0
+        np.testing.assert_array_equal(dA, [2, 2, 2])
