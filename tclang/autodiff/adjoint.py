@@ -812,8 +812,13 @@ class _Backward:
             for k, (e, st) in enumerate(zip(self.b.emitted, checked.statements)):
                 for r in st.domain:
                     want = e.ranges.get(r.name)
+                    # an inferred bound with a min or max in it is given as a where
+                    # range too, even where it equals the intended one: the backward of
+                    # this backward (second order) writes its ranges into where clauses,
+                    # whose bounds must be affine
                     if want is not None and r.name not in wheres[k] and \
-                            not self._same(want, (r.lo, r.hi)):
+                            (not self._same(want, (r.lo, r.hi)) or
+                             any(f in str(b) for b in (r.lo, r.hi) for f in ("min(", "max("))):
                         wheres[k].add(r.name)
                         changed = True
             if not changed:
