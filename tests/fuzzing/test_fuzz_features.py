@@ -573,3 +573,14 @@ def test_many_programs_with_every_feature(tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0, out + "\n".join(p.read_text()[:2000] for p in
                                       sorted((tmp_path / "out").glob("*.tc")))
+
+
+@pytest.mark.skipif(not gradients.torch_available(), reason="PyTorch is not installed")
+def test_gradcheck_of_a_program_with_a_bool_output(cache):
+    """gradcheck took differences of the bool output too, and PyTorch refused them
+    ("Subtraction ... with two bool tensors is not supported"): a crash reported against
+    tclang (seed 36, program 40). Only the floating-point outputs are checked."""
+    program = GeneratedProgram("def f(float(N) B) -> (O0, O1) {\n"
+                               "    O0(i) = B(i) * B(i)\n"
+                               "    O1(i) = B(i) > 0.0\n}\n", "f", {"N": 3})
+    assert gradients.check_torch(program, "gradcheck")[0] == []
