@@ -580,7 +580,11 @@ def test_gradcheck_of_a_program_with_a_bool_output(cache):
     """gradcheck took differences of the bool output too, and PyTorch refused them
     ("Subtraction ... with two bool tensors is not supported"): a crash reported against
     tclang (seed 36, program 40). Only the floating-point outputs are checked."""
-    program = GeneratedProgram("def f(float(N) B) -> (O0, O1) {\n"
-                               "    O0(i) = B(i) * B(i)\n"
-                               "    O1(i) = B(i) > 0.0\n}\n", "f", {"N": 3})
+    program = GeneratedProgram(
+        "def kernel(bool(L, P) A, float(L, L) B, int32 gamma, int32(P, L) G) -> "
+        "(O0, O1, O2) {\n"
+        "    O0(i, j) +=! (x ? B(i, j) : float(gamma)) where x = (B(i, j) <= 0.0)\n"
+        "    O1(j, i) = (A(i, j) != x) where x = (gamma() != 0);\n"
+        "    O2(i, j) max=! ((O0(i, i) < 1e30) ? (A(i, G(0, i)) ? 1.5 : -0.5) : O0(i, i)) "
+        "where exists B(j, j);\n}\n", "kernel", {"L": 3, "P": 1})
     assert gradients.check_torch(program, "gradcheck")[0] == []
