@@ -68,6 +68,11 @@ class SealedStore(Protocol):
 
     def store(self, name: str, data: bytes) -> None: ...
 
+    def directory(self, name: str) -> str | None:
+        """A working directory `name` beside the entries, private to this user (made
+        mode 0700 and owner-checked), for build files that are never loaded by name; None
+        where the cache is not usable. So a backend needs no import of the driver."""
+
 
 class Backend(Protocol):
     name: str
@@ -78,7 +83,7 @@ class Backend(Protocol):
     device_arrays: bool
     #: optional: the blobs a call needs, if `restore` can run from those alone with only
     #: the buffers' names and the statements of `info`; then the runtime keeps call
-    #: records of this backend's kernels (tclang/call_records.py)
+    #: records of this backend's kernels (tclang/driver/call_records.py)
     call_blobs: tuple[str, ...] = ()
 
     def target(self) -> Target:

@@ -24,7 +24,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tclang as tc  # noqa: E402
 from benchmarks.run import benchmarks  # noqa: E402
-from tclang.tuning.roofline import machine_limits  # noqa: E402
+from tclang.driver.roofline import machine_limits  # noqa: E402
 
 BLIS = "register_tile=6x16,pack=on,tile=96x256x256"
 MANUAL = {  # the part of the operator's name -> its manual schedule

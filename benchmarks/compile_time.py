@@ -7,7 +7,7 @@ after `pip install`; a private cache directory):
 - `import numpy, tclang`                               target <= 150 ms
 - define + first call of a matmul the disk cache holds  target <= 20 ms after the import,
   which heavy modules that path loaded (islpy must not be among them) and whether the
-  source was parsed (not when a call record answered: tclang/call_records.py)
+  source was parsed (not when a call record answered: tclang/driver/call_records.py)
 - define + first call of a matmul nothing cached (cold) target <= 0.3 s, and the same
   where islpy and llvmlite.ir are imported already      target <= 0.3 s
 - in one process, a hot call of a tiny kernel minus `np.add` on the same arrays, both

@@ -16,7 +16,7 @@ def _measure(seed, k, queue):
     import tclang
     from tclang.fuzzing.generator import generate
     from tclang.fuzzing.differential import _checked
-    from tclang.inputs import random_inputs
+    from tclang.tools.inputs import random_inputs
     warnings.simplefilter("ignore")
     program = generate(random.Random(f"{seed}:{k}"))
     defn = _checked(program)

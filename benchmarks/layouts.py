@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tclang as tc
 from benchmarks import kernels as K
-from tclang import arguments
+from tclang.runtime import arguments
 from tclang.layouts import Layout
 
 CHANNELS = "def channels(float(N, 3) X) -> (Y) { Y(i) = X(i, 0) + 2 * X(i, 1) + X(i, 2) }"
@@ -117,7 +117,7 @@ def main(rounds: int = 15, small: bool = False, only: tuple[str, ...] = (),
                 result = kernel(*arrays)
             expected = result if expected is None else expected
             np.testing.assert_allclose(result, expected, rtol=2e-3, atol=2e-3)
-            static = compiled._c.artifact.blobs.get("static") == b"1"
+            static = compiled.compiled.artifact.blobs.get("static") == b"1"
             runs.append((name, kernel, arrays, [], static))
         start = time.perf_counter()
         kernel(*arrays)

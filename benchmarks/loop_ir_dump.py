@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import kernels as K  # noqa: E402
 from polyhedral.loop_format import format_kernel  # noqa: E402
 from polyhedral.pipeline import schedule_definition  # noqa: E402
-from tclang.arguments import bind_arguments  # noqa: E402
+from tclang.runtime.arguments import bind_arguments  # noqa: E402
 from tclang.errors import TCError  # noqa: E402
 from tclang.lang.frontend import check_source  # noqa: E402
 from tclang.options import Options  # noqa: E402

@@ -3,7 +3,7 @@
     python benchmarks/run.py [--quick] [--rounds 9] [--only matmul,softmax] [--out DIR]
 
 Each operator is compiled first (the compile time is reported separately) and checked
-against NumPy. Then the implementations are timed by tclang.timing (the machinery `tclang
+against NumPy. Then the implementations are timed by tclang.tools.timing (the machinery `tclang
 demo` uses too; its docstring says why each rule is there): interleaved rounds, so that
 machine noise hits all of them alike; tclang writes into a preallocated `out=` array,
 NumPy does too where its API allows; a sample is as many calls back to back as take about
@@ -34,8 +34,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tclang  # noqa: E402
 from benchmarks import kernels as K  # noqa: E402
-from tclang.timing import interleaved  # noqa: E402
-from tclang.tuning.roofline import machine_limits  # noqa: E402
+from tclang.tools.timing import interleaved  # noqa: E402
+from tclang.driver.roofline import machine_limits  # noqa: E402
 
 try:  # optional peer
     import torch

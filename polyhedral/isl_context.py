@@ -4,7 +4,7 @@ islpy never gives a context's memory back: each `isl.Context()` a compilation ma
 allocated after every object of it was gone (about 10 KB of native memory per compiled
 kernel: 27 -> 176 MB over the 5,000 kernels of the soak test, tests/e2e/test_memory.py;
 with one context reused, none of that grows). The cause is islpy's leak of a wrapper per
-argument an isl function takes (tclang/middle_end.py): each holds a count on the context. isl contexts are not thread-safe, hence one per
+argument an isl function takes (tclang/driver/middle_end.py): each holds a count on the context. isl contexts are not thread-safe, hence one per
 thread (a forked child inherits its parent's, used by its one thread only).
 
 What a compilation sets on the context is set again by the next one that needs it

@@ -26,6 +26,7 @@ from polyhedral.scop import Scop, tensor_box
 from polyhedral.statement_groups import SPLIT_STATEMENTS
 from polyhedral.subscripts import lower_value, size_index
 from tclang.lang import program as P
+from tclang.lang.recurrences import recurrence_reads
 from tclang.dtypes import identity
 
 _BINARY = {
@@ -444,16 +445,22 @@ def _read_before_written(scop: Scop, already: list[str]) -> tuple[str, ...]:
             continue
         s = st.source
         if st.kind != "init":
-            accessed = [((s.target, writes[st.id]) if st.kind == "reduce" and not s.reset
-                         else None)]
+            accessed = [((s.target, writes[st.id], False) if st.kind == "reduce" and
+                         not s.reset else None)]
+            recurrent = {r.ref for r in recurrence_reads(s)}
             for read in s.reads():
                 if read.tensor in candidates:
-                    accessed.append((read.tensor, scop.ref_reads.get((st.id, read.ref))))
-            for tensor, access in filter(None, accessed):
+                    accessed.append((read.tensor, scop.ref_reads.get((st.id, read.ref)),
+                                     read.ref in recurrent))
+            for tensor, access, recurs in filter(None, accessed):
                 if tensor in done or tensor in found or tensor not in candidates:
                     continue
                 before = written.get(tensor)
                 points = None if access is None else access.intersect_domain(domain).range()
+                if points is not None and recurs:
+                    # a recurrence reads what this statement wrote earlier (recurrences.py)
+                    points = points.subtract(writes[st.id].intersect_domain(domain).range())
+                    before = before if before is not None else points.empty(points.space)
                 if points is None or before is None or not points.is_subset(before):
                     found.append(tensor)
         target = s.target

@@ -19,8 +19,9 @@ a row), and the reads of that operand below it are redirected to the buffer. The
 the sliver against mc/mr register-tile steps that read it.
 
 Only read-only, affine operands are packed, only when each copied element is read by at
-least `MIN_REUSE` rows, and only boxes that fit the cache the micro-kernel reads the sliver
-from (`register_tiles.sliver_bytes`: half of L1, or of L2 with 32 vector registers).
+least `MIN_REUSE` rows, only boxes that fit the cache the micro-kernel reads the sliver
+from (`register_tiles.sliver_bytes`: half of L1, or of L2 with 32 vector registers), and
+never a box that is one run of memory already (`in_layout`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import islpy as isl
 from polyhedral.promotion import footprint_box
 from polyhedral.register_tiles import RegisterTile, sliver_bytes
 from polyhedral.scop import Scop
+from tclang.lang.program import evaluate_shape
 from tclang.target import Target
 
 PACK_MARK = "tclang_pack"
@@ -93,8 +95,10 @@ def pack(node: isl.ScheduleNode, tile: RegisterTile, rows: int, scop: Scop, targ
     domain = inner.get_domain()
     prefix = inner.get_prefix_schedule_union_map().intersect_domain(domain)
     name = str(len(plans))
-    plan = _plan(scop, tensors, domain, prefix, target, name,
-                 lambda tensor, shape, _: _strides(shape, _lane_dimension(scop, tile, tensor)))
+    plan = _plan(scop, tensors, domain, prefix, sliver_bytes(target), name,
+                 lambda tensor, shape, _: _strides(shape, _lane_dimension(scop, tile, tensor)),
+                 keep=lambda tensor, shape: tensor in tile.transposed or
+                 not in_layout(scop, tensor, shape))
     if plan is None:
         return node  # the band as it was, unsplit
     plans[name] = plan
@@ -107,8 +111,9 @@ def pack_rows(node: isl.ScheduleNode, tile: RegisterTile, reduction: str, scop: 
     """Pack the operand a "lanes" register tile broadcasts along its rows when the
     innermost reduction `reduction` reads it with a stride (A^T of At(k, m) * B(k, n)):
     its mc x kc block, the footprint of one iteration of the cache tiles' loops, copied
-    once, row by row as in the tensor (a vectorized copy), into a buffer whose rows are
-    padded off multiples of 1 KiB. Read in place, each reduction step of the tile reads a
+    once into a buffer whose rows are padded off multiples of 1 KiB: row by row as in the
+    tensor (a vectorized copy) with 32 vector registers, the reduction innermost with 16
+    (`_reduction_first`). Read in place, each reduction step of the tile reads a
     new cache line one row of the tensor apart: 4 KiB for a 1024-wide float32 tensor, so
     every step's line fell into the same L1 set; matmul_ta at 1024^3 ran ~10% behind the
     contiguous matmul, ~3% packed so. (Packed transposed, each row along k as BLIS packs A,
@@ -136,26 +141,39 @@ def pack_rows(node: isl.ScheduleNode, tile: RegisterTile, reduction: str, scop: 
     domain = node.get_domain()
     prefix = node.get_prefix_schedule_union_map().intersect_domain(domain)
     name = str(len(plans))
-    plan = _plan(scop, tensors, domain, prefix, target, name,
-                 lambda tensor, shape, itemsize: _strides(shape, None, itemsize))
+    plan = _plan(scop, tensors, domain, prefix, block_bytes(target), name,
+                 lambda tensor, shape, itemsize: _strides(
+                     shape, _reduction_first(scop, tile, tensor, reduction, target),
+                     itemsize))
     if plan is None:
         return node
     plans[name] = plan
     return node.insert_mark(isl.Id(f"{PACK_MARK}_{name}", context=node.get_ctx()))
 
 
+def block_bytes(target: Target) -> int:
+    """The cache a packed mc x kc block of the rows' operand may fill (`pack_rows`): half
+    of L2, where the blocking model keeps it (register_tiles.cache_tiles). Before, the
+    block had the sliver's budget, half of L1 with 16 vector registers: a model-sized
+    block (256 x 256 float32) never fit, so with AVX2 no strided rows' operand was
+    packed (W(k, b) of O(a, b, c) +=! X(a, k, c) * W(k, b) read a row apart a step)."""
+    return target.l2_bytes // 2
+
+
 def _plan(scop: Scop, tensors: list[str], domain: isl.UnionSet, prefix: isl.UnionMap,
-          target: Target, name: str, strides) -> PackPlan | None:
+          budget: int, name: str, strides, keep=None) -> PackPlan | None:
     """The plan packing each of `tensors` whose footprint under `prefix` is a box of
-    constant shape, while their buffers fit `sliver_bytes`; `strides(tensor, shape,
-    itemsize)` lays each buffer out. None if nothing is packed."""
-    budget = sliver_bytes(target)
+    constant shape, while their buffers fit `budget` bytes together; `strides(tensor,
+    shape, itemsize)` lays each buffer out; `keep(tensor, shape)`, where given, says
+    whether a box is worth copying at all. None if nothing is packed."""
     operands, footprint = [], None
     for tensor in tensors:
         box = footprint_box(prefix, _reads_of(scop, tensor, domain))
         if box is None:
             continue
         offsets, shape, tiles = box
+        if keep is not None and not keep(tensor, shape):
+            continue
         itemsize = scop.definition.tensor(tensor).dtype.numpy.itemsize
         size = itemsize
         for extent in shape:
@@ -167,6 +185,20 @@ def _plan(scop: Scop, tensors: list[str], domain: isl.UnionSet, prefix: isl.Unio
                                       strides(tensor, shape, itemsize)))
         footprint = tiles if footprint is None else footprint.union(tiles)
     return PackPlan(name, tuple(operands), footprint) if operands else None
+
+
+def in_layout(scop: Scop, tensor: str, box: tuple[int, ...]) -> bool:
+    """Whether every box of shape `box` in the row-major `tensor` is one contiguous run
+    already (ones, then one partial dimension, then whole dimensions: a sliver X[a][k][:]
+    of O(a, b, c) +=! X(a, k, c) * W(k, b) where C is the register tile's width), which a
+    copy would only duplicate. Unknown extents count as longer than any box."""
+    if not scop.specialized:
+        return False
+    extents = evaluate_shape(scop.definition.tensor(tensor).shape, scop.sizes)
+    d = len(box) - 1
+    while d >= 0 and box[d] == extents[d]:
+        d -= 1
+    return all(n == 1 for n in box[:max(d, 0)])
 
 
 def graft_copies(schedule: isl.Schedule, plans: dict[str, PackPlan]) -> isl.Schedule:
@@ -237,3 +269,21 @@ def _reads_of(scop: Scop, tensor: str, domain: isl.UnionSet) -> isl.UnionMap:
             relation = isl.UnionMap.from_map(relation)
             access = relation if access is None else access.union(relation)
     return access.intersect_domain(domain)
+
+
+def _reduction_first(scop: Scop, tile: RegisterTile, tensor: str, reduction: str,
+                     target: Target) -> int | None:
+    """The dimension of `tensor` that `reduction` moves, laid innermost in its packed
+    block with 16 vector registers (`pack_rows`): each step's mr rows then come from mr
+    lines that serve the next 16 steps too, as a row-major A in a plain matmul; in the
+    tensor's order every step reads a new line for its mr values. With AVX2 (one core,
+    load 5-6 on 2 cores, medians of 3 rounds against np.einsum): O(a, b, c) +=! X(a, k, c)
+    * W(k, b) at 64 x 256 x 64 x 256 19.9 ms packed in the tensor's order, 11.0
+    transposed (einsum 12); matmul_ta at 1024^3 0.72x of einsum in order, 0.77x
+    transposed. With 32 registers the block is read from L2 in the tensor's order (the
+    measure above, on znver4): None there."""
+    if target.vector_registers >= 32:
+        return None
+    read = next(r for r in scop.statement(tile.statement).source.reads()
+                if r.tensor == tensor)
+    return next((d for d, a in enumerate(read.affine) if reduction in a.indices()), None)

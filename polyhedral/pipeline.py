@@ -14,6 +14,7 @@
     check_legality(tree, deps, scop)                # every dependence still goes forward
     kernel = lower_to_loops(scop, tree, deps)       # isl AST -> loop IR
     kernel = contract_temporaries(kernel)           # CPU: temporaries of one iteration
+    kernel = split_guards(kernel)                   # CPU: no guard in a vector loop
     kernel = with_choices(kernel, options, target, layouts)  # what the backend emits
 
 Errors from isl never reach the user as isl errors: they become a `TCCompileError` that
@@ -30,9 +31,11 @@ import islpy as isl
 
 from polyhedral import loop_ir as L
 from polyhedral.bounds import bounds_conditions, check_bounds
+from polyhedral.recurrences import check_recurrences
 from polyhedral.bounds_runtime import BoundsCondition
 from polyhedral.contraction import SLICE_BYTES, contract_temporaries
 from polyhedral.dependences import compute_dependences
+from polyhedral.guard_splitting import automatic_fusion, split_guards
 from polyhedral.legality import check_legality
 from polyhedral.loop_format import format_kernel
 from polyhedral.lowering import lower_to_loops
@@ -82,7 +85,7 @@ def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
                         collect: dict[str, str] | None = None) -> ScheduledKernel:
     """Schedule one definition for `target`, for concrete `sizes` or (None) for all sizes;
     `sizes` that name only some of the sizes make code generic in the others (the
-    automatic dynamic shapes of Options(specialize="auto"), tclang/runtime.py).
+    automatic dynamic shapes of Options(specialize="auto"), tclang/runtime/kernels.py).
     `layouts`: each input's layout key (tclang/layouts.py: the strides in elements the
     code may hold as constants, None where read at run time, and a bound on the offsets
     of a layout with run-time strides), when specialized.
@@ -110,6 +113,7 @@ def _schedule(defn: P.Definition, sizes: Mapping[str, int] | None, options: Opti
     with stages("scop"):
         defn = scop_definition(defn, sizes, options, report, verify=verify)
         scop = build_scop(defn, sizes)
+        check_recurrences(scop)
         if scop.specialized:
             check_bounds(scop)
             bounds = ()
@@ -122,7 +126,7 @@ def _schedule(defn: P.Definition, sizes: Mapping[str, int] | None, options: Opti
     stages.show("dependences", lambda: dependences_text(deps))
     budget = compile_budget.current()
     with stages("schedule", check=False):  # a spent budget: program order (scheduler.py)
-        result = compute_schedule(scop, deps, options.fusion or "preserve_parallel")
+        result = compute_schedule(scop, deps, options.fusion or automatic_fusion(defn, sizes))
     fallback, retry_at = result.fallback, result.retry_at
     budget.scheduled = True  # from here a spent budget never loses the schedule
     if budget.exceeded() and budget.fell_back is None:  # the stages left get a grace
@@ -157,6 +161,7 @@ def _schedule(defn: P.Definition, sizes: Mapping[str, int] | None, options: Opti
                                 vectorize=options.vectorize is not False, packs=packs)
         if not target.is_grid:  # temporaries used inside one iteration: per-thread slices
             kernel = contract_temporaries(kernel)
+            kernel = split_guards(kernel)  # guards unswitched or split out of vector loops
         kernel = with_choices(kernel, options, target, layouts)
     stages.show("loops", lambda: format_kernel(kernel))
     return ScheduledKernel(kernel, final_schedule, strategy, fallback,

@@ -39,7 +39,6 @@ from tclang.target import Target
 THREADS = 256
 SMALL_OUTPUT = 128  # left-side points below which a long reduction goes across a block
 LONG_REDUCTION = 4096
-ROW_REDUCTION = 32  # a row reduction shorter than a warp stays on one thread
 ACROSS_BLOCKS = 1 << 16  # a reduction to one value this long is shared by many blocks
 ACROSS_GRID = 1024
 # partials a warp shuffle moves in one register (or two): the rest combine by a tree
@@ -73,7 +72,8 @@ def plan_block_reduction(node: isl.ScheduleNode, scop: Scop, options: Options,
         small_output = _volume(lhs, sizes) < SMALL_OUTPUT and longest >= LONG_REDUCTION
         results = {st.source.target for st in steps}
         # (a `+=` with no reduction index is a pointwise step, as an assignment is)
-        rows = longest >= ROW_REDUCTION and all(_reads_own_row(u.source, results)
+        # a row reduction shorter than a warp (Target.warp) stays on one thread
+        rows = longest >= target.warp and all(_reads_own_row(u.source, results)
                                                 for u in updates if u.source.reduction_indices)
         if not (small_output or rows):
             return None

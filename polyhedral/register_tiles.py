@@ -82,7 +82,8 @@ def shape_for(target: Target, element_bytes: int, lane_extent: int | None = None
     lanes, rows and reduction run `lane_extent`, `row_extent` and `reduction_extent`
     iterations (None: unknown, many).
 
-    16 registers (AVX2): nr two vectors wide; each of the mr rows takes two accumulators
+    16 registers (AVX2): nr two vectors wide (one where the lanes run fewer: 7 x 8);
+    each of the mr rows takes two accumulators
     and its broadcast operand (LLVM hoists all mr broadcasts of one step ahead of the FMAs,
     so BLIS's 6 x 16 with one broadcast register at a time spills there), after the two
     vectors of the other operand: 4 x 16 for float32.
@@ -101,7 +102,9 @@ def shape_for(target: Target, element_bytes: int, lane_extent: int | None = None
     lanes = max(1, target.vector_bytes // element_bytes)
     registers = target.vector_registers
     if registers < 32:
-        per_row = 2
+        # one vector a row where the lanes run fewer than two (a permuted contraction's
+        # result whose stride-1 index has 8-15 values: no tile at all with two)
+        per_row = 1 if lane_extent is not None and lane_extent < 2 * lanes else 2
         mr = max(1, (registers - per_row) // (per_row + 1))
         return mr, per_row * lanes
     most = registers - 2
@@ -189,17 +192,20 @@ def plan(node: isl.ScheduleNode, scop: Scop, target: Target,
     strided = [r for r in st.source.reads()
                if _uses(r.affine, lanes_name) and not _unit_stride(r.affine, lanes_name)]
     transposed = tuple(dict.fromkeys(r.tensor for r in strided))
-    if not strided or (pack and all(_packable_lanes_first(r, lanes_name, written)
-                                    for r in strided)):
-        kind = "lanes"  # vectors along the result's rows: matmul, conv, bmm
+    packable = all(_packable_lanes_first(r, lanes_name, written) for r in strided)
+    inner = [k for k in reductions
+             if all(_unit_stride(r, index_of[k]) for r in reads if _uses(r, index_of[k]))
+             and any(_uses(r, index_of[k]) for r in reads)]
+    if not strided or (packable and (pack or not inner)):
+        # vectors along the result's rows: matmul, conv, bmm; and any contraction whose
+        # strided lane operands packing copies lanes-first where no dot form exists
+        # (`_lanes_or_dot`)
+        kind = "lanes"
         model = None  # shape_for, once the rows' member is known
     else:
         # the lanes would gather (x @ w.T reads W(o, i) across o): vectors along a
         # reduction loop every operand is contiguous in instead, one per accumulator
         kind = "dot"
-        inner = [k for k in reductions
-                 if all(_unit_stride(r, index_of[k]) for r in reads if _uses(r, index_of[k]))
-                 and any(_uses(r, index_of[k]) for r in reads)]
         if not inner:
             return None
         reductions = tuple(k for k in reductions if k != inner[-1]) + (inner[-1],)

@@ -174,7 +174,7 @@ def build_scop(defn: P.Definition, sizes: Mapping[str, int] | None,
             else isl.UnionMap.empty(isl.Space.params_alloc(ctx, 0))
 
     # a partly generic compile (`sizes` given) may assume its generic sizes are at least 1:
-    # the runtime runs a call with a zero one on a specialized kernel (tclang/runtime.py).
+    # the runtime runs a call with a zero one on a specialized kernel (tclang/runtime/kernels.py).
     # With sizes that may be 0, a reduction's init fused into its tiles made isl bound the
     # point loops by the whole tile with a guard inside (a generic 3x3 convolution ran
     # 64^3 guarded iterations per output point, not 9 * C: 400x slower)

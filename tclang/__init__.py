@@ -29,7 +29,7 @@ __all__ = ["define", "compile", "autotune", "compare", "grad", "Options", "TCErr
 def define(source: str, backend: str = "cpu", options: Options | str | None = None):
     """Check every definition of `source` now; compile each on its first call. (A source
     this installation checked cleanly before is checked again only when something needs
-    its definitions: the disk cache keeps a record of it, tclang/call_records.py.)
+    its definitions: the disk cache keeps a record of it, tclang/driver/call_records.py.)
 
     backend: "cpu" (LLVM), "cuda" (PyCUDA), "cuda-emulated" (the generated CUDA run on the
     host) or "reference" (the NumPy interpreter, slow, for checking). options: None for
@@ -37,7 +37,7 @@ def define(source: str, backend: str = "cpu", options: Options | str | None = No
     shape, the options `tc.autotune` stored in the tuning database for this machine, and
     the automatic schedule where there are none (docs/tuning.md).
     """
-    from tclang.registry import BACKENDS
+    from tclang.driver.registry import BACKENDS
 
     if backend not in BACKENDS:
         raise TCError(f"unknown backend {backend!r}; choose one of "
@@ -56,10 +56,10 @@ def define(source: str, backend: str = "cpu", options: Options | str | None = No
 
 def _module(source: str, backend: str, options, tuned: bool):
     """A source checked before without error or warning (a source record of the disk
-    cache, tclang/call_records.py) is not parsed again until its definitions are needed;
+    cache, tclang/driver/call_records.py) is not parsed again until its definitions are needed;
     any other is checked now, and recorded when it checks cleanly."""
-    from tclang import call_records
-    from tclang.runtime import Module
+    from tclang.driver import call_records
+    from tclang.runtime.kernels import Module
 
     if not isinstance(source, str) or not call_records.enabled():
         from tclang.lang.frontend import check_source

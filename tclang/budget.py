@@ -83,7 +83,7 @@ class BudgetExceeded(TCCompileError):
                          f"{budget.breakdown() or 'no stage finished'}): {ADVICE}")
 
     def __reduce__(self):
-        """Raised in the middle end's process (tclang/middle_end.py), raised again in the
+        """Raised in the middle end's process (tclang/driver/middle_end.py), raised again in the
         compiler's as it was: the message, stage and budget kept (the constructor takes a
         live Budget, which does not travel)."""
         return (_budget_exceeded, (str(self), self.stage, self.seconds, self.__dict__))
@@ -215,7 +215,7 @@ def check() -> None:
 
 def handed_over() -> tuple | None:
     """The running compile's budget as plain values, for the middle end's process
-    (tclang/middle_end.py): the same deadline there (time.monotonic is one clock for
+    (tclang/driver/middle_end.py): the same deadline there (time.monotonic is one clock for
     every process of the machine)."""
     budget = _current.get()
     if budget is None:

@@ -49,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
                                          "inferred signature")
     check.add_argument("file", help="a .tc source file")
     check.set_defaults(run=_check)
-    from tclang import commands  # the commands that need the whole compiler
+    from tclang.tools import commands  # the commands that need the whole compiler
     commands.add_commands(sub)
     from tclang.fuzzing import driver  # `tclang fuzz`
     driver.add_command(sub)
@@ -58,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _check(args) -> int:
     from tclang.lang.frontend import check_source
-    from tclang.inputs import read_source
+    from tclang.tools.inputs import read_source
     program = check_source(read_source(args.file))
     for d in program.definitions:
         print(describe_definition(d))

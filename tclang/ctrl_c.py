@@ -13,7 +13,7 @@ end's helper was forked, that never raised). Two defences, both on the main thre
 - `Held()` around an os.fork (tclang/forked_server.py): SIGINT's handler only records
   until the parent knows its child; then the handler is put back and run for a recorded
   SIGINT. The child keeps the recorder until it sets a handler of its own.
-- `Compiling()` around a compile (tclang/compiler.py) and `tc.define`'s check: a
+- `Compiling()` around a compile (tclang/driver/compiler.py) and `tc.define`'s check: a
   KeyboardInterrupt that Python dropped (sys.unraisablehook hears of it, and says
   nothing) is raised again at the compile's next `checkpoint()` (between its stages:
   nothing may raise inside the hook, and a signal sent from it is handled inside it too);

@@ -1,7 +1,7 @@
 """What this machine and process offer a compile, read from the OS: the cores this process
 may use, the data caches' sizes, the bounds-check switch. Apart from `target.py` (which
 builds the frozen Target from them) because a disk-cache hit reads them too, before any
-Target exists (tclang/call_records.py)."""
+Target exists (tclang/driver/call_records.py)."""
 
 from __future__ import annotations
 

@@ -65,7 +65,8 @@ def snippets(path: Path) -> list[Snippet]:
 # points into the doc), executed in one namespace; reports a JSON line per snippet.
 RUNNER = r"""
 import json, sys, traceback
-from tclang.tuning import compare, roofline, search
+from tclang.driver import roofline
+from tclang.tuning import compare, search
 # timings as short as they can be: whether the examples run is tested, not their speed
 compare.compare.__kwdefaults__.update(rounds=1, min_time=0.01)
 search.autotune.__kwdefaults__.update(min_time=0.01)

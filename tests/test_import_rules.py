@@ -14,11 +14,130 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: what the backends must never import: the driver's side of the contract, the user's
-#: options, the polyhedral layer past its loop IR, isl, and the language's symbolic forms
-#: (quasi-affine subscripts, size expressions: the loop IR carries them lowered)
-FORBIDDEN_FOR_BACKENDS = ("tclang.compiler", "tclang.arguments", "tclang.options",
-                          "tclang.runtime", "tclang.cli", "tclang.commands", "polyhedral",
+#: the ground values every layer shares: flat files at the top of tclang/ (the wings are
+#: folders); they import only one another and the package face
+GROUND = ("tclang.errors", "tclang.dtypes", "tclang.bfloat16", "tclang.environment",
+          "tclang.options", "tclang.target", "tclang.machine", "tclang.layouts",
+          "tclang.budget", "tclang.stages", "tclang.locks", "tclang.atomic_files",
+          "tclang.forked_server", "tclang.recent", "tclang.ctrl_c")
+TOOLS = ("tclang.tools", "tclang.tuning", "tclang.fuzzing", "tclang.autodiff", "tclang.peers",
+         "tclang.torch", "tclang.torch_ops", "tclang.cli")
+#: the only modules checked for (imported names outside these are the standard library's
+#: and NumPy's): tclang's packages and the heavy dependencies a layer may or may not load
+WATCHED = ("tclang", "polyhedral", "backends", "islpy", "lark", "llvmlite", "pycuda", "torch")
+
+#: layer -> (its modules, what they may import among WATCHED): every arrow between layers
+#: is listed here, so a new one is a decision (docs/architecture.md, Import direction)
+RULES = {
+    "ground": (GROUND, GROUND),
+    "language": (("tclang.lang",), ("tclang.lang", "tclang.errors", "tclang.dtypes", "lark")),
+    "polyhedral": (("polyhedral",), ("polyhedral", "tclang.lang", *GROUND, "islpy")),
+    # the loop IR, the contract and a few ground values; never the driver (a cache
+    # directory and a helper process come through backends/contract.py and
+    # tclang.forked_server), the options, the polyhedral layer past its loop IR, isl, Lark,
+    # or the language's symbolic forms (tclang.lang.program names their types only)
+    "backends": (("backends",), ("backends", "polyhedral.loop_ir", "tclang.lang.program",
+                                 "tclang.errors", "tclang.dtypes", "tclang.bfloat16",
+                                 "tclang.environment", "tclang.target", "tclang.machine",
+                                 "tclang.locks", "tclang.atomic_files",
+                                 "tclang.forked_server", "llvmlite", "pycuda", "torch")),
+    # the door and its caches: everything below it, and the tuning database it reads
+    # tuned options from (one arrow up to the tools)
+    "driver": (("tclang.driver",), ("tclang.driver", "tclang.lang", *GROUND, "polyhedral",
+                                    "backends", "llvmlite", "tclang.tuning.database")),
+    # calls compile through the door; Kernel.export is its one arrow up
+    "runtime": (("tclang.runtime",), ("tclang.runtime", "tclang.lang", *GROUND,
+                                      "tclang.driver.compiler", "tclang.driver.registry",
+                                      "tclang.driver.call_records", "tclang.driver.summary",
+                                      "polyhedral.loop_ir", "polyhedral.bounds_runtime",
+                                      "tclang.driver.roofline", "tclang.export.library",
+                                      "torch")),
+    "export": (("tclang.export",), ("tclang.export", "tclang.lang", *GROUND,
+                                    "tclang.driver.compiler", "tclang.runtime.arguments",
+                                    "polyhedral.loop_ir", "polyhedral.subscripts",
+                                    "backends.access_errors", "backends.cuda.codegen",
+                                    "backends.cuda.launches", "backends.llvm.export")),
+    # the tools (and the package face) see every wing, never the polyhedral layer past the
+    # loop IR's readers: a compile goes through the door
+    "tools": (TOOLS + ("tclang",), TOOLS + ("tclang", "tclang.lang", "tclang.driver",
+                                            "tclang.runtime", "tclang.export", *GROUND,
+                                            "backends", "polyhedral.loop_ir",
+                                            "polyhedral.loop_format",
+                                            "polyhedral.loop_serial", "islpy", "lark",
+                                            "llvmlite", "pycuda", "torch")),
+}
+
+
+def under(name: str, prefixes) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def owner(module: str) -> str | None:
+    """The layer a module belongs to: the longest of the layers' prefixes it is under (the
+    package face "tclang" is the tools' by itself, not what is under it)."""
+    best, length = None, -1
+    for layer, (mine, _) in RULES.items():
+        for prefix in mine:
+            hit = module == prefix or (prefix != "tclang" and module.startswith(prefix + "."))
+            if hit and len(prefix) > length:
+                best, length = layer, len(prefix)
+    return best
+
+
+def layer_modules(layer: str) -> list[tuple[str, Path]]:
+    """(module, path) of every module of a layer."""
+    found = []
+    for package in ("tclang", "polyhedral", "backends"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            if owner(module) == layer:
+                found.append((module, path))
+    return found
+
+
+def allowed(name: str, layer: str) -> bool:
+    """A watched name the layer may import: under its allow-list, or a package whose face
+    only leads to one (`from tclang.driver import compiler` names tclang.driver too)."""
+    if name.split(".")[0] not in WATCHED:
+        return True
+    rules = RULES[layer][1]
+    return under(name, rules) or any(r.startswith(name + ".") for r in rules) or \
+        name in ("tclang", "polyhedral", "backends")
+
+
+@pytest.mark.parametrize("layer", list(RULES))
+def test_every_import_of_a_layer_is_on_its_allow_list(layer):
+    """Every import statement (top level or inside a function) of every module."""
+    modules = layer_modules(layer)
+    assert modules, layer
+    bad = [f"{path.relative_to(ROOT)}:{line} imports {name}"
+           for module, path in modules for line, name in imported_names(path)
+           if not allowed(name, layer)]
+    assert not bad, "\n".join(bad)
+
+
+def test_only_the_compile_door_imports_the_pipeline():
+    """The runtime, export and the tools compile through tclang/driver/compiler.py's
+    door; only it (and the middle end's helper process it runs) imports polyhedral.pipeline
+    or builds a cache key."""
+    door = {"tclang.driver.compiler", "tclang.driver.middle_end"}
+    bad = [f"{module}:{line} imports {name}"
+           for layer in ("driver", "runtime", "export", "tools")
+           for module, path in layer_modules(layer) if module not in door
+           for line, name in imported_names(path)
+           if under(name, ("polyhedral.pipeline", "polyhedral.scheduler",
+                           "tclang.driver.cachekey.cache_key",
+                           "tclang.driver.compiler.compile_definition",
+                           "tclang.driver.compiler.KernelInfo"))]
+    assert not bad, "\n".join(bad)
+
+
+#: what the backends must never load, even through another module (the fresh-interpreter
+#: probe below): the driver's side of the contract, the user's options, the polyhedral
+#: layer past its loop IR, isl, and the language's symbolic forms
+FORBIDDEN_FOR_BACKENDS = ("tclang.driver", "tclang.runtime", "tclang.options",
+                          "tclang.export", "tclang.tools", "tclang.cli", "polyhedral",
                           "islpy", "lark", "tclang.lang.affine", "tclang.lang.sizes")
 ALLOWED_FOR_BACKENDS = ("polyhedral.loop_ir",)
 
@@ -44,14 +163,6 @@ def imported_names(path: Path) -> list[tuple[int, str]]:
             found.append((node.lineno, node.module))
             found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
     return found
-
-
-def test_no_backend_source_imports_a_forbidden_module():
-    bad = [f"{module}:{line} imports {name}"
-           for module in backend_modules()
-           for line, name in imported_names(ROOT / Path(*module.split(".")).with_suffix(".py"))
-           if forbidden(name)]
-    assert not bad, "\n".join(bad)
 
 
 # Run in a fresh interpreter: installs the hook, then forks one child per module so that
@@ -101,7 +212,7 @@ def test_no_backend_module_pulls_in_a_forbidden_module():
 def test_the_probe_catches_a_forbidden_import():
     """The hook itself works: a module that imports the driver is refused."""
     probe = PROBE % (FORBIDDEN_FOR_BACKENDS, ALLOWED_FOR_BACKENDS)
-    result = subprocess.run([sys.executable, "-c", probe, "tclang.runtime"], cwd=ROOT,
+    result = subprocess.run([sys.executable, "-c", probe, "tclang.runtime.kernels"], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 1 and "forbidden import of" in result.stdout
 
@@ -111,22 +222,77 @@ def test_the_package_imports_neither_isl_nor_the_driver():
     backends load when a definition is checked or compiled."""
     code = ("import sys, tclang; heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
             "('islpy', 'lark', 'llvmlite', 'backends', 'polyhedral') or m in "
-            "('tclang.compiler', 'tclang.runtime', 'tclang.options')); print(heavy)")
+            "('tclang.driver.compiler', 'tclang.runtime.kernels', 'tclang.options') or "
+            "m.split('.')[:2] in (['tclang', 'driver'], ['tclang', 'runtime'], "
+            "['tclang', 'export'], ['tclang', 'tools'])); print(heavy)")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                             text=True, timeout=120)
     assert result.stdout.strip() == "[]", result.stdout + result.stderr
 
 
-def test_the_language_imports_only_itself_and_the_shared_values():
-    """tclang/lang/ (source -> syntax -> checked program, and the rewrites of a checked
-    definition) is the bottom of the package: it imports nothing of the driver, the
-    runtime, the CLI, polyhedral/ or backends/, only itself, tclang.errors and
-    tclang.dtypes (docs/architecture.md)."""
-    allowed = ("tclang.lang", "tclang.errors", "tclang.dtypes")
-    bad = []
-    for path in sorted((ROOT / "tclang" / "lang").rglob("*.py")):
-        for line, name in imported_names(path):
-            if name.split(".")[0] in ("tclang", "polyhedral", "backends") and not any(
-                    name == a or name.startswith(a + ".") for a in allowed):
-                bad.append(f"{path.relative_to(ROOT)}:{line} imports {name}")
-    assert bad == []
+# The allow-lists again, in a fresh interpreter: each module of a lower layer imported
+# (one forked child each) under a hook that refuses every watched module outside what the
+# layer may reach: its allow-list and, through it, the allow-lists of the layers it names.
+ALLOW_PROBE = r"""
+import importlib.abc, os, sys, traceback
+
+ALLOWED = %r
+WATCHED = %r
+
+def refused(name):
+    if name.split(".")[0] not in WATCHED or name in ("tclang", "polyhedral", "backends"):
+        return False  # not watched, or a package's face
+    return not any(name == a or name.startswith(a + ".") or a.startswith(name + ".")
+                   for a in ALLOWED)
+
+class Refuse(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if refused(name):
+            raise ImportError(f"import of {name} outside the allow-list")
+        return None
+
+sys.meta_path.insert(0, Refuse())
+failed = 0
+for module in sys.argv[1:]:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            importlib.import_module(module)
+        except BaseException:
+            print(f"--- {module}:", traceback.format_exc(limit=-6), flush=True)
+            os._exit(1)
+        os._exit(0)
+    failed |= os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0
+sys.exit(1 if failed else 0)
+"""
+
+
+def reachable(layer: str) -> tuple[str, ...]:
+    """What a layer may load, directly or through the layers its allow-list names."""
+    names, layers, todo = set(RULES[layer][1]) | set(RULES[layer][0]), {layer}, [layer]
+    while todo:
+        for name in RULES[todo.pop()][1]:
+            other = owner(name)
+            if other is not None and other not in layers:
+                layers.add(other)
+                todo.append(other)
+                names |= set(RULES[other][1])
+    return tuple(sorted(names))
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+@pytest.mark.parametrize("layer", ["ground", "language", "polyhedral"])
+def test_a_lower_layer_loads_nothing_off_its_allow_lists(layer):
+    modules = [m for m, _ in layer_modules(layer)]
+    probe = ALLOW_PROBE % (reachable(layer), WATCHED)
+    result = subprocess.run([sys.executable, "-c", probe, *modules], cwd=ROOT,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_allow_probe_catches_a_module_off_the_list():
+    """The hook itself works: polyhedral/ may not load the driver."""
+    probe = ALLOW_PROBE % (reachable("polyhedral"), WATCHED)
+    result = subprocess.run([sys.executable, "-c", probe, "tclang.driver.compiler"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and "outside the allow-list" in result.stdout

@@ -6,7 +6,7 @@ the Python runtime gives it in-process: libm for the math functions it calls by 
 native thread pool's `tclang_parallel_for`, and a caller that binds sizes, allocates
 temporaries and reads the error record. The first two are linked here (the pool is the
 same LLVM module the JIT loads, compiled to an object); the caller is the C wrapper the
-driver writes (tclang/export.py). Only the wrapper's `tclang_<entry>*` functions are
+driver writes (tclang/export/library.py). Only the wrapper's `tclang_<entry>*` functions are
 exported: two exported kernels link into one program without clashing.
 """
 

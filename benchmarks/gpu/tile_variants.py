@@ -24,7 +24,7 @@ import torch  # noqa: E402
 import tclang as tc  # noqa: E402
 from benchmarks.gpu_peers import repeats_for, time_batch  # noqa: E402
 from polyhedral import tile_contraction as T  # noqa: E402
-from tclang import middle_end  # noqa: E402
+from tclang.driver import middle_end  # noqa: E402
 
 VARIANTS = {  # name: (tiles, warp tile of the largest tile, stages, depth of a slice)
     "128x128x32 w64x32 3 stages": (((128, 128),), (64, 32), 3, 32),

@@ -57,7 +57,7 @@ class Gradient:
     """The gradient of one kernel with respect to some of its inputs (see the module doc)."""
 
     def __init__(self, kernel, wrt=None):
-        from tclang.runtime import Kernel, Module
+        from tclang.runtime.kernels import Kernel, Module
         if isinstance(kernel, Gradient):
             # the gradient of a gradient is that of its backward definition (a kernel of
             # inputs, saved values and output gradients): second order, and so on

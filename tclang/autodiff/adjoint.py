@@ -41,6 +41,7 @@ from tclang.lang.affine import Affine, Div
 from tclang.autodiff import derivatives as D
 from tclang.autodiff.source_text import Raw, source
 from tclang.dtypes import DType, promote
+from tclang.autodiff import scans
 from tclang.errors import TCGradError, TCSemanticError
 from tclang.lang.passes.rewrite import rewrite_bottom_up
 from tclang.lang.program_text import type_name
@@ -142,6 +143,7 @@ class _Emitted:
 
 def build(defn: P.Definition, wrt: tuple[str, ...] | None) -> GradientSource:
     try:
+        scans.refuse_unsupported(defn)
         return _Builder(defn, wrt).run()
     except TCGradError as err:
         raise err.with_source(defn.source) from None
@@ -236,7 +238,7 @@ class _Builder:
         for label in current.values():
             self.versions[label].final = True
         self.final_label = current
-        self.rhs = [_rename_reads(s.rhs, self.seen_by[k])
+        self.rhs = [scans.own_reads(s, _rename_reads(s.rhs, self.seen_by[k]), self.made[k])
                     for k, s in enumerate(defn.statements)]
 
     def _activity(self) -> None:
@@ -304,6 +306,8 @@ class _Builder:
         version = self.versions[made]
         g = _read(grad, s.indices, version.dtype, s.span)
         rhs = self.rhs[k]
+        if scans.recurrent(rhs, made):  # the gradient along the chain: a reverse scan
+            g = scans.reverse_scan(self, k, rhs, grad, version)
         if s.op == "=" or s.op == "+":
             weight: P.Expr = g
         elif s.op in ("max", "min") and s.reset:
@@ -317,7 +321,8 @@ class _Builder:
             self._pass_through(k, before, grad)
         groups: dict[tuple, P.Read] = {}
         for r in _value_reads(rhs):
-            if r.tensor in self.active and self.versions[r.tensor].dtype.is_float:
+            if r.tensor in self.active and self.versions[r.tensor].dtype.is_float and \
+                    r.tensor != made:
                 groups.setdefault((r.tensor, r.subscripts), r)
         for (label, subs), read in groups.items():
             try:

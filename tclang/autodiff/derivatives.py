@@ -181,6 +181,9 @@ _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _SQRT_PI_OVER_2 = math.sqrt(math.pi) / 2.0
 _SQRT_2PI = math.sqrt(2.0 * math.pi)
 _STEPS = {"floor", "ceil", "round", "trunc", "logb", "nextafter"}
+_SINGULAR = {"sqrt", "rsqrt", "cbrt", "rcbrt", "log", "log1p", "log2", "log10", "asin",
+             "acos", "acosh", "atanh", "y0", "y1", "erfinv", "erfcinv", "normcdfinv"}
+"""Functions whose derivative is infinite at a finite argument."""
 _NO_DERIVATIVE_HERE = {"lgamma": "its derivative (digamma) is not a builtin",
                        "tgamma": "its derivative (digamma) is not a builtin",
                        "remainder": "it rounds half to even, which no builtin does"}
@@ -294,7 +297,13 @@ def _call(x: P.Call, d) -> P.Expr | None:
         factor = _unary_factor(name, a, x, t, one)
         if factor is None:
             raise NotDifferentiable(f"{name}() has no derivative rule")
-        return mul(da, factor)
+        product = mul(da, factor)
+        if name in _SINGULAR and product is not None and not isinstance(da, P.Const):
+            # f'(a) is infinite where f is singular (cbrt at 0); where the argument does
+            # not move with the leaf there (da == 0: cbrt((i - 1) * B) at i = 1), f does
+            # not either, and the product is 0, not 0 * inf = NaN (TF's multiply_no_nan)
+            product = select(compare("eq", da, const(0, da.dtype.compute)), None, product, t)
+        return product
     if name in ("fmax", "max", "fmin", "min"):
         a, b = args
         op = "ge" if name in ("fmax", "max") else "le"

@@ -39,10 +39,11 @@ from tclang.lang import program as P
 from tclang.dtypes import DType
 from tclang.errors import (TCArgumentError, TCError, TCIndexError, TCScheduleError, TCWarning)
 from tclang.lang.frontend import check_source
+from tclang.lang.recurrences import recurrence_reads
 from tclang.fuzzing.generator import VOLUME_CAP, GeneratedProgram, Model, finish
 from tclang.bfloat16 import NUMPY_HAS_BFLOAT16, bits, is_bfloat16, to_numpy_float32
-from tclang.host_tensors import as_torch, host_view
-from tclang.inputs import random_inputs
+from tclang.runtime.host_tensors import as_torch, host_view
+from tclang.tools.inputs import random_inputs
 
 # the program as written: the passes on the checked program (tclang/passes) are off, so
 # every other configuration, which runs them, is checked against what they must preserve
@@ -143,7 +144,7 @@ def tuner_options(rng: random.Random, defn: P.Definition, sizes: dict[str, int],
     space (tclang/tuning/space.py: per-member tile sizes up to 512, loop orders by index
     name, unroll up to 16, vector widths, register tiles sized for the machine, packing,
     GPU blocks and memory promotion), with the knobs it leaves alone drawn as well."""
-    from tclang.compiler import compile_target
+    from tclang.driver.compiler import compile_target
     from tclang.tuning.space import SearchSpace
     target = compile_target(backend, tclang.Options())
     widest = max((t.dtype.bits // 8 for t in defn.inputs), default=4) or 1
@@ -441,6 +442,8 @@ def tolerance(defn: P.Definition, sizes: dict[str, int]) -> float:
                   if isinstance(n, (P.Cast, P.Call, P.Binary, P.Unary, P.Select))}
         red = [r for r in s.domain if r.name in s.reduction_indices]
         terms += math.prod(max(1, (r.hi - r.lo).evaluate(sizes)) for r in red) if red else 1
+        if recurrence_reads(s):  # a scan carries its rounding along its chains
+            terms += sum(max(1, (r.hi - r.lo).evaluate(sizes)) for r in s.domain)
     stored = {t.dtype for t in defn.outputs + defn.temporaries if t.dtype.is_narrow_float}
     rounded = stored | {n.dtype for s in defn.statements for n in P.walk(s.rhs)
                         if isinstance(n, P.Cast) and n.dtype.is_narrow_float}

@@ -34,7 +34,7 @@ PROGRAM_MEMORY_MB = 1024.0  # and so is one that takes its worker's memory past 
 
 def add_command(sub) -> None:
     """Register `fuzz` on an argparse subparsers object (tclang/cli.py calls this)."""
-    from tclang.inputs import count_argument, positive_argument
+    from tclang.tools.inputs import count_argument, positive_argument
     p = sub.add_parser("fuzz", help="differential fuzzing: random programs on every backend "
                                     "and schedule, checked against the reference")
     p.add_argument("--programs", type=count_argument(1),
@@ -64,7 +64,8 @@ def add_command(sub) -> None:
     p.add_argument("--share", action="append", default=[], metavar="FEATURE=P",
                    help="the share of programs that get a feature (repeatable): "
                         "reduction, module, gradcheck, gradgradcheck (of those with "
-                        "gradcheck), tuner_options, interrupt, grad; e.g. --share module=1")
+                        "gradcheck), tuner_options, interrupt, grad, recurrence; e.g. "
+                        "--share module=1")
     p.add_argument("--plain", action="store_true",
                    help="the generic generator's programs only, with no extra checks")
     p.set_defaults(run=_main)
@@ -460,7 +461,7 @@ def check_define(source: str, rng: random.Random, backend: str = "reference",
     from tclang.errors import (TCArgumentError, TCCompileError, TCError, TCScheduleError,
                                TCSemanticError, TCSyntaxError, TCWarning, source_lines)
     from tclang.fuzzing.generator import pick_sizes
-    from tclang.inputs import random_inputs
+    from tclang.tools.inputs import random_inputs
     stage = "define"
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):

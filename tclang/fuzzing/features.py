@@ -16,6 +16,7 @@ from tclang.fuzzing.generator import GeneratedProgram, generate
 
 SHARES = {
     "reduction": 0.2,  # a guarded, masked or triangular reduction program instead
+    "recurrence": 0.1,  # a recurrence (a scan, a substitution, a cell) instead
     "module": 0.15,  # one definition of a module of several, in random layouts
     "gradcheck": 0.15,  # tclang.torch with torch.autograd.gradcheck
     "gradgradcheck": 0.5,  # of those: gradgradcheck too
@@ -29,8 +30,10 @@ INTERRUPT_WITHIN = 0.8  # seconds: the delay of the Ctrl-C is uniform below this
 
 
 def fuzz_program(rng: random.Random, shares: dict | None = None) -> GeneratedProgram:
-    """The generic program, or a reduction program, with the extra checks drawn."""
+    """The generic program, or a reduction or recurrence program, with the extra checks
+    drawn."""
     from tclang.fuzzing.modules import module_plan
+    from tclang.fuzzing.recurrences import recurrence_program
     from tclang.fuzzing.reductions import reduction_program
     shares = {**SHARES, **(shares or {})}
     program = generate(rng)
@@ -40,6 +43,12 @@ def fuzz_program(rng: random.Random, shares: dict | None = None) -> GeneratedPro
             reduction = reduction_program(extra)
             if reduction is not None:
                 program = reduction
+                break
+    if extra.random() < shares["recurrence"]:
+        for _ in range(20):
+            recurrence = recurrence_program(extra)
+            if recurrence is not None:
+                program = recurrence
                 break
     module = extra.random() < shares["module"]
     gradcheck = extra.random() < shares["gradcheck"]

@@ -130,7 +130,7 @@ def native_grad(program, seed: int = 0):
     float and double together (the others are the float64 form's case)."""
     import tclang
     from tclang.fuzzing.differential import Failure, _describe, _quiet
-    from tclang.inputs import random_inputs
+    from tclang.tools.inputs import random_inputs
     src = program.source
     if not _NATIVE.search(src) and not (re.search(r"\bdouble\b", src) and
                                         re.search(r"\bfloat(32)?\b", src)):
@@ -163,7 +163,7 @@ def native_grad(program, seed: int = 0):
                            f"types: {_describe(err)}", check="grad",
                            repro=_grad_repro(src, program))
     from tclang.dtypes import from_numpy
-    from tclang.host_tensors import host_view
+    from tclang.runtime.host_tensors import host_view
     params = {t.name: t for t in kernel.definition.inputs}
     for x, gx in zip(g.wrt, grads):
         array = gx if isinstance(gx, np.ndarray) else host_view(gx, "a result", "it")
@@ -178,7 +178,7 @@ def _callable(inputs: list) -> list:
     """The inputs as the kernel takes them: torch tensors (the same memory) for a
     bfloat16 program where NumPy has no bfloat16 (differential._call does the same)."""
     from tclang.bfloat16 import NUMPY_HAS_BFLOAT16, is_bfloat16
-    from tclang.host_tensors import as_torch
+    from tclang.runtime.host_tensors import as_torch
     if NUMPY_HAS_BFLOAT16 or not any(is_bfloat16(np.asarray(a).dtype) for a in inputs):
         return inputs
     return [as_torch(a) for a in inputs]
@@ -191,7 +191,7 @@ def _ones_like(x):
 def _check_float64_grad(program, seed: int = 0):
     import tclang
     from tclang.fuzzing.differential import Failure, _describe, _quiet
-    from tclang.inputs import random_inputs
+    from tclang.tools.inputs import random_inputs
     source = float64_source(program.source)
     if source is None:
         return [], ["grad: no float64 form"]
@@ -305,7 +305,7 @@ def _grad_repro(source: str, program) -> str:
     return "\n".join([
         "# tc.grad against central differences (tclang/fuzzing/gradients.py)",
         "import numpy as np, tclang as tc",
-        "from tclang.inputs import random_inputs",
+        "from tclang.tools.inputs import random_inputs",
         f"kernel = tc.define({source!r})[{program.entry!r}]",
         "g = tc.grad(kernel)",
         "print(g.source)",
@@ -338,7 +338,7 @@ def check_torch(program, which: str = "gradcheck", seed: int = 0):
     import tclang
     import tclang.torch as tct
     from tclang.fuzzing.differential import Failure, _describe, _quiet
-    from tclang.inputs import random_inputs
+    from tclang.tools.inputs import random_inputs
     source = float64_source(program.source)
     if source is None:
         return [], [f"{which}: no float64 form"]
@@ -445,7 +445,7 @@ def _torch_repro(source: str, program, name: str) -> str:
     return "\n".join([
         f"# torch.autograd.{name} through tclang.torch (tclang/fuzzing/gradients.py)",
         "import numpy as np, torch, tclang.torch as tct",
-        "from tclang.inputs import random_inputs",
+        "from tclang.tools.inputs import random_inputs",
         f"fn = tct.function({source!r}, {program.entry!r})",
         f"arrays = random_inputs(fn.definition, {program.sizes!r}, np.random.default_rng(0))",
         "xs = tuple(torch.from_numpy(a).requires_grad_(t.name in fn.gradient.wrt)",

@@ -79,7 +79,7 @@ def check_interrupt(program, backend: str, options, inputs, expected, rtol: floa
             failures.append(Failure(label, options, "mismatch", f"after the interrupt, in "
                                     f"the same process: {problem}", check="interrupt"))
     # the next process: the disk cache as the child left it
-    from tclang.compiler import forget_compiled
+    from tclang.driver.compiler import forget_compiled
     from tclang.fuzzing.differential import _call, _describe
     forget_compiled()
     try:
@@ -125,7 +125,7 @@ def _child(conn, program, backend, options, inputs, check_bounds) -> None:
     compiling again in this process."""
     os.setpgid(0, 0)  # a group of its own: the Ctrl-C reaches it and its helpers only
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    from tclang.compiler import forget_compiled
+    from tclang.driver.compiler import forget_compiled
     from tclang.fuzzing.differential import _call, _describe, _quiet
     forget_compiled()  # the fuzz worker's kernels are not this process's
     status: dict = {}

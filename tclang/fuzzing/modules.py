@@ -163,7 +163,7 @@ def _within(rng: random.Random, before: str, within) -> str:
 def fresh_compiles():
     """Compile everything anew: no disk cache, no call records, an empty memory cache
     (emptied again afterwards, so that nothing compiled here answers a later lookup)."""
-    from tclang.compiler import forget_compiled
+    from tclang.driver.compiler import forget_compiled
     from tclang.environment import set_for_a_while
     with set_for_a_while(TCLANG_DISK_CACHE="0", TCLANG_CALL_RECORDS="0"):
         forget_compiled()
@@ -189,7 +189,7 @@ def check_module(plan: ModulePlan, *, seed: int = 0, check_bounds: bool = True):
 
     import tclang
     from tclang.fuzzing.differential import ORACLE, Failure, _checked, _quiet, tolerance
-    from tclang.inputs import random_inputs
+    from tclang.tools.inputs import random_inputs
     options = tclang.Options(check_bounds=check_bounds or None)
     revisions = plan.revisions()
     versions = {_version(d): d for _, _, defs in revisions for d in defs}
@@ -202,7 +202,7 @@ def check_module(plan: ModulePlan, *, seed: int = 0, check_bounds: bool = True):
     with _quiet():
         name, source, defs = revisions[0]
         results[name] = _in_child(source, defs, inputs, plan.backend, options)
-        from tclang.compiler import forget_compiled
+        from tclang.driver.compiler import forget_compiled
         forget_compiled()  # B finds A's kernels on disk only, as a new process would
         for name, source, defs in revisions[1:]:
             results[name] = _run(source, defs, inputs, plan.backend, options)
@@ -299,7 +299,7 @@ def _in_child(source: str, defs, inputs, backend: str, options) -> Calls:
 
 
 def _child(conn, source, defs, inputs, backend, options) -> None:
-    from tclang.compiler import forget_compiled
+    from tclang.driver.compiler import forget_compiled
     forget_compiled()  # the parent's kernels are not this "process's"
     conn.send(_run(source, defs, inputs, backend, options))
     conn.close()
@@ -327,7 +327,7 @@ def _repro(plan: ModulePlan, revision: str, d: GeneratedProgram) -> str:
         f"# python repro.py A; python repro.py B; python repro.py C (one TCLANG_CACHE_DIR):"
         f" {d.entry} of revision {revision} ran a wrong kernel",
         "import sys, numpy as np, tclang as tc",
-        "from tclang.inputs import random_inputs",
+        "from tclang.tools.inputs import random_inputs",
         f"REVISIONS = {revisions!r}",
         f"kernel = tc.define(REVISIONS[sys.argv[1]], backend={plan.backend!r})[{d.entry!r}]",
         f"print(kernel(*random_inputs(kernel.definition, {d.sizes!r}, "

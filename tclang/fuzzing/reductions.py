@@ -24,10 +24,14 @@ from tclang.fuzzing.generator import (STATS, Decl, Features, GeneratedProgram, M
 from tclang.lang.frontend import check_source
 
 NARROW = ("half", "bf16")  # stored in 16 bits, computed in float32
-KINDS = ("triangular", "guarded", "masked", "prefix", "softmax", "ranged", "unbounded")
+KINDS = ("triangular", "guarded", "masked", "prefix", "softmax", "ranged", "unbounded",
+         "permuted")
 # extents near the warp, vector, block and 1024 boundaries, and small odd ones
 EXTENTS = (1, 2, 3, 5, 7, 31, 32, 33, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257,
            511, 1023, 1024, 1025)
+# a permuted contraction's: around one and two AVX2 vectors (the one- and two-vector
+# register tiles, issue 33 item 1), size-1 and small odd ones
+PERMUTED_EXTENTS = (1, 2, 3, 5, 7, 8, 9, 13, 15, 16, 17, 19)
 VOLUME = 40_000  # statement instances: the reference interpreter runs ~150,000 a second
 
 # `where j in lo:hi` with bounds that use i (issue 35 item 4): triangles, bands, a diagonal
@@ -45,7 +49,7 @@ def reduction_program(rng: random.Random) -> GeneratedProgram | None:
                         (60, 15, 15, 10, 5 if bfloat16_callable() else 0))[0]
     model = {"triangular": _triangular, "guarded": _guarded, "masked": _masked,
              "prefix": _prefix, "softmax": _softmax, "ranged": _ranged,
-             "unbounded": _unbounded}[kind](rng, dtype)
+             "unbounded": _unbounded, "permuted": _permuted}[kind](rng, dtype)
     STATS["attempts"] += 1
     source = model.render()
     try:
@@ -56,7 +60,7 @@ def reduction_program(rng: random.Random) -> GeneratedProgram | None:
         STATS["rejected"] += 1
         STATS[f"reject:{kind}: {type(err).__name__}: {str(err).splitlines()[0][:60]}"] += 1
         return None
-    sizes = _sizes(defn, rng)
+    sizes = _sizes(defn, rng, PERMUTED_EXTENTS if kind == "permuted" else EXTENTS)
     if sizes is None:
         STATS["rejected"] += 1
         STATS[f"reject:{kind}: no sizes fit"] += 1
@@ -66,12 +70,12 @@ def reduction_program(rng: random.Random) -> GeneratedProgram | None:
                             Features(family=kind, volume_cap=VOLUME))
 
 
-def _sizes(defn, rng: random.Random) -> dict[str, int] | None:
-    """Extents from EXTENTS within VOLUME; the largest allowed comes down every ten
+def _sizes(defn, rng: random.Random, extents=EXTENTS) -> dict[str, int] | None:
+    """Extents from `extents` within VOLUME; the largest allowed comes down every ten
     attempts, so that a program with three sizes still gets some near 32 or 1024."""
     for attempt in range(60):
-        limit = EXTENTS[-1] >> (attempt // 10)
-        values = [v for v in EXTENTS if v <= limit] or [1]
+        limit = max(extents) >> (attempt // 10)
+        values = [v for v in extents if v <= limit] or [1]
         sizes = {s: rng.choice(values) for s in defn.sizes}
         if fits(defn, sizes, VOLUME):
             return sizes
@@ -239,6 +243,27 @@ def _ranged(rng, dtype: str) -> Model:
     op = _op(rng)
     lhs = pre + rng.choice((("i",), ("i",), ()))
     return _model("ranged", inputs, ["Z"], _statements(rng, "Z", lhs, op, value, where, dtype))
+
+
+def _permuted(rng, dtype: str) -> Model:
+    """A sum of products whose operands and result hold their indices in random orders
+    (issue 33 item 1): 1-2 free indices of each operand and 1-2 reduction indices, so the
+    register tile's lanes, rows and packing meet every layout (a stride-1 index read with
+    a stride, a reduction a row apart, a sliver already contiguous)."""
+    if dtype in NARROW:
+        dtype = "float"
+    counts = [rng.randint(1, 2) for _ in range(3)]
+    names = "ijklmnop"[:sum(counts)]
+    free_a, free_b = names[:counts[0]], names[counts[0]:counts[0] + counts[1]]
+    red = names[counts[0] + counts[1]:]
+    a, b, o = (rng.sample(list(x), len(x)) for x in (free_a + red, free_b + red,
+                                                     free_a + free_b))
+    rhs = f"P({', '.join(a)}) * Q({', '.join(b)})"
+    inputs = [_decl(dtype, "P", tuple(i.upper() for i in a)),
+              _decl(dtype, "Q", tuple(i.upper() for i in b))]
+    op = rng.choice(("+=!", "+=!", "+="))
+    return _model("permuted", inputs, ["Z"], _statements(rng, "Z", tuple(o), op, rhs, (),
+                                                         dtype))
 
 
 def _unbounded(rng, dtype: str) -> Model:

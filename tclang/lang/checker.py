@@ -11,6 +11,7 @@ import dataclasses
 import warnings
 
 from tclang.lang import program as P
+from tclang.lang import recurrences as R
 from tclang.lang import sizes as Z
 from tclang.lang import syntax as S
 from tclang.lang.affine import Affine
@@ -131,7 +132,8 @@ class _DefinitionChecker:
         indices = self._lhs_indices(s)
         lets = self._lets(s, indices)
         later = self.later_targets[position] - set(self.tensors)
-        scope = StatementScope(dict(self.tensors), set(self.sizes), lets, target, later)
+        tensors = self._with_recurrence_target(s, info, len(indices), lets, later)
+        scope = StatementScope(tensors, set(self.sizes), lets, target, later)
         typer = ExpressionTyper(scope)
         for i in s.indices or ():
             scope.index_spans.setdefault(i.name, i.span)
@@ -144,7 +146,7 @@ class _DefinitionChecker:
         self._check_affine_ranges(op, indices, used, affine_ranges)
         self._check_equivalent(s, scope)
         dtype = self._target_dtype(s, info, rhs, op)
-        self._check_self_reads(s, rhs, indices, bool(used), info)
+        self._check_self_reads(s, rhs, indices, bool(used), info, op)
         if op != "=" and not reset and not info.written:
             self._warn(f"`{s.op}` accumulates into {target}, which no earlier statement "
                        "writes: it starts from zeros (or the caller's `out=` values)",
@@ -342,19 +344,36 @@ class _DefinitionChecker:
         return info.dtype
 
     def _check_self_reads(self, s: S.Statement, rhs: P.Expr, indices: tuple[str, ...],
-                          reduces: bool, info: TensorInfo) -> None:
-        same_point = tuple(Affine.index(i) for i in indices)
+                          reduces: bool, info: TensorInfo, op: str) -> None:
         for read in P.reads_of(rhs):
             if read.tensor != info.name:
                 continue
-            if reduces:
-                raise error(f"this statement reduces into {info.name} and also reads it; "
-                            "the result would depend on the order of evaluation", read.span,
-                            hint="read the previous values from another tensor")
-            if read.affine != same_point:
-                raise error(f"this statement writes {info.name} and reads it at another "
-                            "point; the result would depend on the order of evaluation",
-                            read.span, hint="write the result into a new tensor")
+            if reduces or R.is_recurrence_read(read, info.name, indices):
+                R.check_self_read(read, op, reduces, info.name, indices)
+            if not info.written and not R.is_recurrence_read(read, info.name, indices):
+                raise error(f"{info.name} is read at the point this statement writes, "
+                            "before any statement writes it", read.span,
+                            hint="a recurrence reads an earlier point, such as "
+                                 f"{info.name}(i - 1) under `i > 0 ? ... : ...`")
+
+    def _with_recurrence_target(self, s: S.Statement, info: TensorInfo, rank: int,
+                                lets: dict, later: frozenset) -> dict[str, TensorInfo]:
+        """The tensors a statement sees; a recurrence's first statement sees its own target
+        as written, of the type its right side computes (`R.recurrence_dtype`)."""
+        tensors = dict(self.tensors)
+        if info.written or not R.reads_target(s):
+            return tensors
+        dtype = info.dtype
+        if dtype is None:
+            def typed(guess: DType) -> DType:
+                trial = dict(tensors)
+                trial[info.name] = TensorInfo(info.name, guess, rank, info.role, True)
+                scope = StatementScope(trial, set(self.sizes), lets, info.name, later)
+                self._where_ranges(s, scope)
+                return ExpressionTyper(scope).expr(s.rhs).dtype
+            dtype = R.recurrence_dtype(s, tensors, typed)
+        tensors[info.name] = TensorInfo(info.name, dtype, rank, info.role, True)
+        return tensors
 
     def _record_write(self, s: S.Statement, info: TensorInfo, dtype: DType, rank: int) -> None:
         self.tensors[info.name] = TensorInfo(info.name, dtype, rank, info.role, True)
@@ -385,7 +404,7 @@ _warnings_given = 0
 
 def warnings_given() -> int:
     """How many TCWarnings checking has given in this process: a source whose check gave
-    none may skip checking next time (tclang/call_records.py keeps no record of one that
+    none may skip checking next time (tclang/driver/call_records.py keeps no record of one that
     warned, so its warnings come again in every process)."""
     return _warnings_given
 

@@ -217,7 +217,7 @@ def _climb(operands: list, operators: list):
 class _TokenRecorder(PostLex):
     """Hands the parser its tokens unchanged and, while `parse` runs, a copy of them (an
     `itertools.tee`: C code, no Python per token), so that each definition's canonical
-    text (the compile cache's key, tclang/cachekey.py) is the very tokens its parse read:
+    text (the compile cache's key, tclang/driver/cachekey.py) is the very tokens its parse read:
     from its own `def` to its own `}`, whatever shares its lines, however lines end. Per
     thread: the Lark object is shared."""
 

@@ -301,7 +301,7 @@ class Definition:
     source: str = field(compare=False, default="")
     obligations: tuple[Obligation, ...] = ()
     # the definition's own tokens, as its parse read them (syntax.Definition.tokens): what
-    # the compile cache keys it by (tclang/cachekey.py); `source` is the whole text
+    # the compile cache keys it by (tclang/driver/cachekey.py); `source` is the whole text
     tokens: str = field(compare=False, default="")
 
     @cached_property

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from tclang.lang import program as P
 from tclang.lang import sizes as Z
 from tclang.lang.guarded_ranges import region
+from tclang.lang.recurrences import recurrence_reads
 from tclang.lang.affine import (Affine, Compare, Condition, Interval, condition_and,
                                 condition_indices, condition_text)
 from tclang.errors import Span, TCSemanticError
@@ -72,13 +73,15 @@ class _State:
 
     def _bounds(self, s: P.Statement) -> list[_Bound]:
         bounds = []
-        unguarded = [r for r in P.reads_of(s.rhs) if r.guard is None] + list(s.exists)
+        recurrent = {id(r) for r in recurrence_reads(s)}  # they never grow the target
+        reads = [r for r in P.reads_of(s.rhs) if id(r) not in recurrent]
+        unguarded = [r for r in reads if r.guard is None] + list(s.exists)
         for read in unguarded:
             shape = self.shape(read.tensor)
             for dim, affine in enumerate(read.affine):
                 if affine is not None:
                     bounds.append(_Bound(affine, shape[dim], read, dim))
-        for read in P.reads_of(s.rhs):  # guarded reads: the subscripts the guard leaves free
+        for read in reads:  # guarded reads: the subscripts the guard leaves free
             if read.guard is None:
                 continue
             shape = self.shape(read.tensor)

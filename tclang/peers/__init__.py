@@ -23,7 +23,7 @@ An `Operator` carries the NumPy and PyTorch calls that compute the definition's 
 its inputs, and says what they are. Recognition can be wrong where a term only looks like
 an operator (a layer norm's skeleton with another formula inside), so whoever uses a peer
 confirms it on the data: `tclang compare` times a peer only if its result matches the
-automatic schedule's, and the checks (`tclang.checking`) fall back to the reference
+automatic schedule's, and the checks (`tclang.tools.checking`) fall back to the reference
 interpreter where NumPy disagrees.
 """
 

@@ -9,7 +9,7 @@ a convolution with stride, padding, dilation or groups, pooling, cumsum, softmax
 norm, attention with or without a causal mask); the table says "no peer" where it
 recognises nothing. Every schedule runs as a tuning trial does: in its own process, its
 outputs checked against the automatic schedule's, which are checked with a bounded wait
-(tclang.checking: NumPy where a peer computes the operator, else the reference interpreter
+(tclang.tools.checking: NumPy where a peer computes the operator, else the reference interpreter
 on all or a sample of the output points); a peer is timed only if its result matches the
 automatic schedule's; an illegal manual schedule is reported with the dependence it
 breaks, never timed. Rounds are interleaved (one timing of each per round; the median is
@@ -31,9 +31,9 @@ import numpy as np
 
 from tclang.bfloat16 import from_float32, is_bfloat16, to_numpy_float32
 from tclang.errors import TCError
-from tclang.host_tensors import as_torch
+from tclang.runtime.host_tensors import as_torch
 from tclang.options import Options, parse_knobs
-from tclang.tuning import roofline
+from tclang.driver import roofline
 from tclang.tuning import trials as T
 from tclang.tuning.space import candidate_of, describe
 
@@ -292,7 +292,7 @@ def compare(kernel, *args, manual=(), tune: int = 0, peers=("numpy", "torch"),
     spec strings, or (label, Options) pairs), a tuned one (`tune` trials, on `executor`
     or `jobs` local trials at once) and peers. The comparison's own timings run here, one
     after another."""
-    from tclang.arguments import bind_arguments
+    from tclang.runtime.arguments import bind_arguments
     from tclang.tuning.search import autotune, check_seconds, kernel_outputs
 
     if not isinstance(rounds, int) or rounds < 1:
@@ -434,10 +434,10 @@ def _peers(names, operator, inputs, reference, device: bool = False) -> tuple[li
 
 
 def _check_automatic(kernel, inputs, reference, progress: bool) -> str:
-    """Check the automatic schedule's outputs with a bounded wait (tclang.checking: NumPy
+    """Check the automatic schedule's outputs with a bounded wait (tclang.tools.checking: NumPy
     where a peer computes the operator, else the reference interpreter on all or a sample
     of the output points); a difference is a compiler bug."""
-    from tclang.checking import check
+    from tclang.tools.checking import check
     result = check(kernel, inputs, reference, mode="auto", progress=progress)
     if result.ok is False:
         raise TCError(f"the automatic schedule of {kernel.name} {result.text()}; this is a "

@@ -13,7 +13,7 @@ file system): every write is one transaction, WAL journal, a busy timeout, and t
 row is replaced only by a faster one (a conditional upsert), so the file stays valid and
 the best stays the best.
 
-Like the compile cache (tclang/diskcache.py), the database only saves work, so no problem
+Like the compile cache (tclang/driver/diskcache.py), the database only saves work, so no problem
 with it stops a program: a lookup (`options="tuned"`) that meets a damaged file (not
 SQLite, a corrupt page, a foreign schema, a row whose options do not decode or name
 unknown knobs) warns once, sets the file aside (renamed `<name>.damaged-<time>`, with its
@@ -73,7 +73,7 @@ def default_path() -> Path:
     configured = os.environ.get("TCLANG_TUNING_DB")
     if configured:
         return Path(configured)
-    from tclang.diskcache import cache_dir
+    from tclang.driver.diskcache import cache_dir
     return Path(cache_dir()) / "tuning.sqlite"
 
 
@@ -106,7 +106,7 @@ class TuningDatabase:
         self.unusable = None  # why there is no path: the cache directory is refused
         try:
             self.path = Path(path) if path is not None else default_path()
-        except OSError as err:  # including tclang.diskcache.UntrustedCache
+        except OSError as err:  # including tclang.driver.diskcache.UntrustedCache
             self.path, self.unusable = None, str(err)
 
     def record_trials(self, key: str, machine: str, trials) -> bool:
@@ -174,19 +174,6 @@ class TuningDatabase:
                 f"on {' and '.join(others)}, not this one: they are ignored (run "
                 f"tc.autotune here to tune it for this machine)"), stacklevel=3)
         return mine
-
-    def history(self, key: str, machine: str) -> list[dict]:
-        """Every trial stored for this kernel on this machine and version, oldest first
-        ([] after a warning if the database could not be read)."""
-        def work(conn):
-            rows = conn.execute("SELECT options, status, seconds, compile_seconds, message, "
-                                "host, at FROM trials WHERE key = ? AND machine = ? AND "
-                                "version = ? ORDER BY at", (key, machine, version_id()))
-            names = [d[0] for d in rows.description]
-            return [dict(zip(names, r)) for r in rows.fetchall()]
-
-        found = self._use(work, writing=False, what="the tuning history")
-        return [] if found is _FAILED else found
 
     # ---- the guard ----
     def _use(self, work, *, writing: bool, what: str):

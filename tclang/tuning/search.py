@@ -13,13 +13,16 @@ dask.distributed Client; by default a local pool of `jobs` threads, each driving
 trial process, or on a GPU backend one spawned worker per device: tclang.tuning.workers):
 compiles overlap, timings never do (tclang.tuning.trials). The few fastest
 points are timed again at the end, beside the automatic schedule, and the best is chosen
-on those times. Ctrl-C stops the search and keeps what it found.
+on those times; the winner is then timed against the automatic schedule alternately, and
+kept only where it is still faster (else a noisy sample would be stored as the best).
+Ctrl-C stops the search and keeps what it found.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import math
+import statistics
 import time
 from dataclasses import dataclass, field
 
@@ -34,6 +37,8 @@ from tclang.tuning.space import Candidate, SearchSpace, describe
 
 STRATEGIES = ("evolution", "random")
 RETIMED = 3  # the fastest points timed again at the end
+CONFIRM_ROUNDS = 2  # then the winner and the automatic schedule, alternately, this often
+CONFIRM_MARGIN = 1.02  # the winner's median must beat automatic's by this factor
 MODEL_AFTER = 6  # timed points before the cost model ranks candidates
 CHILDREN = 256  # candidates the model ranks for each batch
 
@@ -111,9 +116,9 @@ def autotune(kernel, *args, budget: int = 64, time_limit: float = 60.0,
     (None: no limit): no trial starts after it, and the final re-timing of the best few
     follows (a trial in flight may take up to `time_limit` more).
     """
-    from tclang.arguments import bind_arguments
-    from tclang.cachekey import canonical_source
-    from tclang.compiler import compile_target
+    from tclang.runtime.arguments import bind_arguments
+    from tclang.driver.cachekey import canonical_source
+    from tclang.driver.compiler import compile_target
 
     if strategy not in STRATEGIES:
         raise TCError(f"strategy must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
@@ -162,7 +167,7 @@ def autotune(kernel, *args, budget: int = 64, time_limit: float = 60.0,
                     bar.update(1)
                     bar.set_postfix_str(f"best {search.best_seconds() * 1e3:.3f} ms",
                                         refresh=False)
-        final = _retime(search, runner)
+        final = _confirmed(search, runner, _retime(search, runner))
     except KeyboardInterrupt:
         interrupted = True
         T.kill_running()
@@ -197,7 +202,7 @@ def max_trials() -> int | None:
 def kernel_outputs(source: str, backend: str, entry: str, inputs: tuple) -> tuple:
     """The automatic schedule's outputs (what every candidate is checked against)."""
     import tclang as tc
-    from tclang.host_tensors import call_numpy
+    from tclang.runtime.arguments import call_numpy
     return call_numpy(tc.define(source, backend)[entry], inputs)
 
 
@@ -329,6 +334,28 @@ def _retime(search: _Search, runner: _Runner) -> dict[Candidate, float]:
         if again.ok:
             final[candidate] = again.seconds
     return final or {t.candidate: t.seconds for t in timed[:1]}
+
+
+def _confirmed(search: _Search, runner: _Runner,
+               final: dict[Candidate, float]) -> dict[Candidate, float]:
+    """`final` once its winner has been timed again against the automatic schedule,
+    alternately, CONFIRM_ROUNDS times each: a winner whose median (all its re-timings)
+    is not CONFIRM_MARGIN faster than automatic's won by noise (a loaded machine, one
+    lucky sample), and the automatic schedule stays the best (what gets stored)."""
+    automatic = search.space.automatic()
+    best = min(final, key=final.get) if final else None
+    if best is None or best == automatic or automatic not in final:
+        return final
+    times = {best: [final[best]], automatic: [final[automatic]]}
+    for _ in range(CONFIRM_ROUNDS):
+        for candidate in (best, automatic):
+            again = next(runner.run([candidate]))
+            if again.ok:
+                times[candidate].append(again.seconds)
+    won, auto = statistics.median(times[best]), statistics.median(times[automatic])
+    if won * CONFIRM_MARGIN < auto:
+        return {best: won, automatic: auto}
+    return {automatic: auto}
 
 
 def _count_text(trials) -> str:

@@ -49,7 +49,7 @@ import numpy as np
 
 from tclang.bfloat16 import is_bfloat16, to_numpy_float32
 from tclang.errors import TCWarning
-from tclang.host_tensors import call_numpy
+from tclang.runtime.arguments import call_numpy
 from tclang.locks import fork_safe
 from tclang.tuning.space import Candidate, SearchSpace, describe
 
@@ -215,7 +215,7 @@ def _cold_compile(cold: bool):
     if not cold:
         yield
         return
-    from tclang.compiler import forget_compiled
+    from tclang.driver.compiler import forget_compiled
     from tclang.environment import set_for_a_while
     with set_for_a_while(TCLANG_DISK_CACHE="0"):
         forget_compiled()
@@ -355,7 +355,7 @@ def _reproducer_folder() -> Path:
     """`tuning-bugs` in the user's private cache directory; where that is refused, a fresh
     private temporary directory (never a fixed name in /tmp, which another user could have
     made or pointed elsewhere with a symlink)."""
-    from tclang.diskcache import cache_dir
+    from tclang.driver.diskcache import cache_dir
     try:
         return Path(cache_dir()) / "tuning-bugs"
     except OSError:
@@ -400,13 +400,13 @@ def check_machine_lock() -> None:
 
 
 def _open_lock(name: str = LOCK_NAME) -> int | None:
-    """`timing.lock` in the private cache directory (tclang.diskcache.cache_dir: created
+    """`timing.lock` in the private cache directory (tclang.driver.diskcache.cache_dir: created
     0700, refused if others could write it), opened without following a symlink, not
     inherited by programs a compile runs, and refused unless it is a regular file of this
     user's: a fixed name in /tmp let another user hold the lock (every trial timed out) or
     plant a symlink (tclang created a file where it pointed). None, after one warning,
     when there is no such file: running without the lock is only less exact."""
-    from tclang.diskcache import cache_dir
+    from tclang.driver.diskcache import cache_dir
     path = name
     try:
         path = os.path.join(cache_dir(), name)

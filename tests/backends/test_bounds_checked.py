@@ -17,7 +17,7 @@ import tclang as tc
 from backends.cuda.emulation.build import available
 from polyhedral import loop_ir as L
 from polyhedral.pipeline import schedule_definition
-from tclang.compiler import compile_target, get_backend
+from tclang.driver.compiler import compile_target, get_backend
 from tclang.lang.frontend import check_source
 from tclang.layouts import Layout
 

@@ -11,7 +11,7 @@ import pytest
 
 import tclang as tc
 from backends.llvm import elf_loader, loading, threads
-from tclang import compiler
+from tclang.driver import compiler
 from tests.corpus import CASES_BY_NAME, assert_close, check_call, define, make_inputs
 
 pytestmark = pytest.mark.skipif(not elf_loader.supported_host(),
@@ -49,7 +49,7 @@ def test_both_loaders_run_the_corpus_alike(case, loader, monkeypatch, tmp_path):
 
 def _object_of(src: str, *args):
     compiled = tc.define(src).f.compile(*args)
-    return compiled._c.artifact.blobs
+    return compiled.compiled.artifact.blobs
 
 
 def test_the_default_loader_is_the_elf_one(monkeypatch):

@@ -17,7 +17,7 @@ import pytest
 
 import tclang as tc
 from backends.cuda.emulation import build
-from tclang.compiler import forget_compiled
+from tclang.driver.compiler import forget_compiled
 
 pytestmark = pytest.mark.skipif(not build.available(), reason="needs g++")
 

@@ -215,6 +215,20 @@ def test_a_zero_inner_derivative_through_hypot_gives_zero_not_nan():
     np.testing.assert_array_equal(dA, [0.0, 0.0])
 
 
+@pytest.mark.parametrize("fn", ["cbrt", "sqrt", "log", "rsqrt", "acosh"])
+def test_a_zero_inner_derivative_through_a_singular_function_gives_zero_not_nan(fn):
+    """f((i - 1) * B(i)) at i = 1: the argument does not move with B, so neither does
+    f, even where f' is infinite (fuzz seed 2026, program 61: cbrt's 1 / (3 f^2) = inf
+    times 0 gave NaN where the central differences gave the derivative)."""
+    src = (f"def f(double(N) B) -> (O) {{ O(i) = {fn}(double(i - 1) * B(i) + "
+           f"(i == 1 ? {1.0 if fn == 'acosh' else 0.0} : 3.0)) }}")
+    g = tc.grad(tc.define(src).f)
+    B = np.array([0.5, 2.0, 1.5])
+    dB = g(B, np.ones(3))
+    assert np.all(np.isfinite(dB)), dB
+    assert dB[1] == 0.0
+
+
 def test_wrt_selects_inputs_and_is_checked():
     mod = tc.define(MATMUL)
     g = tc.grad(mod.mm, wrt="B")

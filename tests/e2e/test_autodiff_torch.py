@@ -65,7 +65,7 @@ def test_a_module_holds_parameters_and_trains():
 
 
 def test_inputs_are_not_copied(monkeypatch):
-    import tclang.runtime as runtime
+    import tclang.runtime.kernels as runtime
     f = tct.function(MLP, "mlp")
     x = torch.randn(4, 5, dtype=torch.float64)
     w = torch.randn(3, 5, dtype=torch.float64)

@@ -98,7 +98,7 @@ def test_type_names_promotion_and_literals():
 
 
 def test_numpy_callers_without_ml_dtypes_are_refused_before_running(monkeypatch):
-    import tclang.host_tensors as H
+    import tclang.runtime.host_tensors as H
     monkeypatch.setattr(H, "NUMPY_HAS_BFLOAT16", False)
     k = tc.define("def f(float(N) X) -> (Y) { Y(i) = bfloat16(X(i)) }").f
     with pytest.raises(tc.TCArgumentError, match="bfloat16") as raised:

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import tclang as tc
-from tclang.cachekey import canonical_source
+from tclang.driver.cachekey import canonical_source
 from tclang.tuning.database import kernel_key
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""Call records (tclang/call_records.py): a fresh process whose first call looks exactly like
+"""Call records (tclang/driver/call_records.py): a fresh process whose first call looks exactly like
 one checked in full before runs it with no compiler work at all (no parse, no Lark, no
 LLVM, no isl), and gets the same results and the same errors as the full path; anything
 that would change the code or the checks finds no record."""
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import tclang as tc
-from tclang import call_records, compiler, diskcache
+from tclang.driver import call_records, compiler, diskcache
 
 ROOT = Path(__file__).resolve().parents[2]
 MM = "def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }"
@@ -34,8 +34,8 @@ assert mm.mm(a, b, out=out) is out and np.array_equal(out, a @ b)
 big = np.ones((67, 61), np.float32), np.ones((61, 71), np.float32)  # parallel loops
 ok = np.allclose(c, a @ b) and np.allclose(mm.mm(*big), 61.0)
 heavy = sorted(m for m in sys.modules if m.split(".")[0] in ("lark", "islpy", "llvmlite",
-               "polyhedral") or m in ("tclang.lang.program", "tclang.compiler", "tclang.lang.parser",
-                                      "tclang.arguments"))
+               "polyhedral") or m in ("tclang.lang.program", "tclang.driver.compiler", "tclang.lang.parser",
+                                      "tclang.runtime.arguments"))
 print(json.dumps(dict(ok=ok, heavy=heavy)))
 """
 

@@ -1,4 +1,4 @@
-"""Checks with a bound (tclang.checking, `tclang run --check`, `tc.compare`'s check):
+"""Checks with a bound (tclang.tools.checking, `tclang run --check`, `tc.compare`'s check):
 NumPy where a peer computes the operator, else the reference interpreter on every point
 or on a sample of output points with their full reductions; a planted wrong result is
 caught, and a big problem never means a silent wait."""
@@ -10,7 +10,7 @@ import pytest
 
 import tclang as tc
 from tclang.cli import main
-from tclang.inputs import random_inputs
+from tclang.tools.inputs import random_inputs
 
 # |x + bias| after a contraction: no library operator tclang recognises (the interpreter
 # checks it)
@@ -38,7 +38,7 @@ def _run(source: str, sizes: dict, seed: int = 0):
     (MM, dict(M=12, K=9, N=7), "NumPy (einsum"),
 ])
 def test_a_point_perturbed_is_caught_with_check_full(source, sizes, against):
-    from tclang.checking import check
+    from tclang.tools.checking import check
     kernel, inputs, out = _run(source, sizes)
     assert check(kernel, inputs, out, mode="full", progress=False).ok
     bad = out[0].copy()
@@ -55,7 +55,7 @@ def test_a_wrong_row_is_caught_by_a_sample():
     first chunk alone is ~100 random points (each with its full reduction), which meet a
     given wrong row with probability 1 - (19/20)^100 > 99%; the points are drawn from a
     fixed seed, so the test is deterministic."""
-    from tclang.checking import check
+    from tclang.tools.checking import check
     kernel, inputs, out = _run(MLP, dict(B=20, I=64, O=50))
     for row in (3, 11, 17):
         bad = out[0].copy()
@@ -68,8 +68,8 @@ def test_a_wrong_row_is_caught_by_a_sample():
 
 
 def test_the_sampled_program_links_temporaries_to_their_rows():
-    from tclang.checking import check
-    from tclang.sampling import Sampler
+    from tclang.tools.checking import check
+    from tclang.tools.sampling import Sampler
     kernel, inputs, out = _run(SOFTMAX, dict(N=6, D=5))
     sampler = Sampler(kernel.definition, dict(N=6, D=5))
     text = sampler.source(3)
@@ -83,7 +83,7 @@ def test_the_sampled_program_links_temporaries_to_their_rows():
 def test_numpy_disagreeing_is_settled_by_the_interpreter(monkeypatch):
     """A recognised operator whose NumPy call is wrong (a recognition bug) does not make a
     right kernel look wrong: the interpreter decides, and the result says both."""
-    from tclang.checking import check
+    from tclang.tools.checking import check
     import tclang.peers as peers
     real = peers.recognise
 
@@ -99,7 +99,7 @@ def test_numpy_disagreeing_is_settled_by_the_interpreter(monkeypatch):
 
 
 def test_an_output_that_cannot_be_sampled_is_said_not_checked():
-    from tclang.checking import check
+    from tclang.tools.checking import check
     total = "def total(float(N, M) A) -> (s) {\n  s +=! A(i, j) * A(i, j)\n}"
     kernel, inputs, out = _run(total, dict(N=300, M=300))
     result = check(kernel, inputs, out, mode="sample", budget=0.01, limit=0.05,
@@ -110,8 +110,10 @@ def test_an_output_that_cannot_be_sampled_is_said_not_checked():
 @pytest.mark.parametrize("mode", ["full", "sample"])
 def test_a_wait_shows_a_progress_bar(mode, monkeypatch, capsys):
     """Never a silent wait: past BAR_DELAY seconds (2 s; 0 here) a check shows a bar."""
-    import tclang.checking as checking
-    monkeypatch.setattr(checking, "BAR_DELAY", 0.0)
+    import tclang.tools.checking as checking
+    import tclang.tools.sampling as sampling
+    monkeypatch.setattr(checking, "BAR_DELAY", 0.0)  # the whole-program check's bar
+    monkeypatch.setattr(sampling, "BAR_DELAY", 0.0)  # the sample's
     kernel, inputs, out = _run(MLP, dict(B=20, I=30, O=10))
     assert checking.check(kernel, inputs, out, mode=mode, budget=0.5).ok
     err = capsys.readouterr().err
@@ -146,7 +148,7 @@ def test_tclang_run_check_modes(tmp_path, capsys):
 
 
 def test_tclang_run_fails_on_a_wrong_result(tmp_path, capsys, monkeypatch):
-    from tclang.runtime import CompiledKernel
+    from tclang.runtime.kernels import CompiledKernel
     real = CompiledKernel.__call__
 
     def perturbed(self, *args, out=None):

@@ -23,7 +23,7 @@ import pytest
 
 import tclang as tc
 from tclang import budget as compile_budget
-from tclang import diskcache
+from tclang.driver import diskcache
 
 MLP = ("def {name}(float(B,I) X, float(O,I) W, float(O) b) -> (Y) {{\n"
        "  Y(i,o) +=! X(i,k) * W(o,k)\n  Y(i,o) = fmax(Y(i,o) + b(o), 0)\n}}")
@@ -55,9 +55,9 @@ def spend_the_budget(module, name: str, monkeypatch, after: bool = False) -> Non
 @pytest.fixture(autouse=True)
 def middle_end_here(monkeypatch):
     """The middle end in this process, as where no helper can be forked (the way
-    tclang/middle_end.py takes then): these tests patch its stages and read the bar from
+    tclang/driver/middle_end.py takes then): these tests patch its stages and read the bar from
     this process's stderr. The tests that end this file go through the helper."""
-    from tclang import middle_end
+    from tclang.driver import middle_end
     from tclang.forked_server import ServerUnavailable
 
     def unavailable(request):
@@ -110,10 +110,10 @@ def test_a_kernel_degraded_again_at_its_retry_waits_twice_as_long(monkeypatch):
     from polyhedral.scheduler import RETRY_AFTER
     spend_the_budget(pipeline, "compute_dependences", monkeypatch, after=True)
     _, kernel, args, expected = fresh_mlp(compile_budget=0.3)
-    first = kernel.compile(*args)._c
+    first = kernel.compile(*args).compiled
     assert first.retry_at - first.made_at == pytest.approx(RETRY_AFTER, abs=1)
     first.retry_at = time.monotonic() - 1  # its retry has come: compiled again
-    second = kernel.compile(*args)._c
+    second = kernel.compile(*args).compiled
     assert second is not first and second.retry_at is not None
     assert second.retry_at - second.made_at == pytest.approx(2 * RETRY_AFTER, abs=1)
     assert np.allclose(kernel(*args), expected, rtol=1e-5)
@@ -132,7 +132,7 @@ def test_a_budget_spent_in_the_transforms_keeps_the_schedule_untransformed(
     assert "neither tiled nor transformed" in compiled.fallback
     assert not any(dict(k).get("entry") == name for k in stored if isinstance(k[0], tuple))
     assert f"compiling {name}: transform" in capsys.readouterr().err
-    assert compiled._c.retry_at > time.monotonic()  # compiled in full again after it
+    assert compiled.compiled.retry_at > time.monotonic()  # compiled in full again after it
 
 
 def test_a_budget_spent_once_the_schedule_is_made_finishes_it(monkeypatch, stored):
@@ -229,7 +229,7 @@ def test_explain_timings_of_a_cached_kernel_times_a_compile(tmp_path, capsys):
         for stage in ("passes", "scop", "dependences", "schedule", "transform", "loops",
                       "code"):
             assert f"{stage}:" in out, out
-    # explain compiles afresh (tools2, tclang/commands.py _explain): the second run, whose
+    # explain compiles afresh (tools2, tclang/tools/commands.py _explain): the second run, whose
     # kernel both caches hold, times a whole compile too, never a cache's load
     assert "cache load" not in out.split("== compile time")[1]
 
@@ -319,7 +319,7 @@ def test_a_grouped_program_past_its_budget_schedules_its_later_groups_in_program
     loops = [n for n in L.walk_nodes(compiled.loop_ir.body) if isinstance(n, L.For)]
     assert len(loops) <= 2  # isl's loop of the first group, one for the rest
     assert not any(dict(k).get("entry") == name for k in stored if isinstance(k[0], tuple))
-    assert compiled._c.retry_at > time.monotonic()
+    assert compiled.compiled.retry_at > time.monotonic()
     assert f"compiling {name}: schedule" in capsys.readouterr().err
 
 

@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 import tclang as tc
-from tclang import ctrl_c, middle_end
+from tclang import ctrl_c
+from tclang.driver import middle_end
 from tclang.forked_server import ForkedServer
 
 _IN_THE_NEXT_FORK: list[str] = []  # which process gets a Ctrl-C inside its at-fork hooks
@@ -115,7 +116,7 @@ def test_a_users_handler_runs_once_and_regions_nest():
 def test_ctrl_c_dropped_during_a_compile_raises_and_the_next_compile_is_right(
         monkeypatch, tmp_path):
     monkeypatch.setenv("TCLANG_CACHE_DIR", str(tmp_path))
-    from tclang.compiler import forget_compiled
+    from tclang.driver.compiler import forget_compiled
     forget_compiled()
     real = middle_end.schedule
 

@@ -120,7 +120,7 @@ def test_repeat_torch_calls_skip_the_checks(monkeypatch):
     checks: bind_arguments is made to fail), with new tensors, with and without out=; what
     depends on the pointers or on autograd is still refused."""
     torch = pytest.importorskip("torch")
-    from tclang import runtime
+    from tclang.runtime import kernels as runtime
     kernel = tclang.define(MM, backend="cuda").mm
     compiled = None
     for _ in range(2):  # Kernel calls, then CompiledKernel calls
@@ -168,7 +168,7 @@ def test_torch_inputs_are_not_copied():
     """The kernel reads the tensor's own device memory: a probe kernel returns an element
     the host never saw after it was written on the device."""
     torch = pytest.importorskip("torch")
-    from tclang.arguments import as_array
+    from tclang.runtime.arguments import as_array
     t = torch.arange(12.0, device="cuda").reshape(3, 4)
     seen = as_array(t, "A", 1, device=True)
     assert seen.device_pointer == t.data_ptr()

@@ -25,7 +25,7 @@ import pytest
 
 import tclang as tc
 from polyhedral import scheduler
-from tclang import diskcache
+from tclang.driver import diskcache
 
 ROOT = Path(__file__).resolve().parents[2]
 MLP = ("def mlp(float(B,I) X, float(O,I) W, float(O) b) -> (Y) {\n"
@@ -36,7 +36,7 @@ COMPILE = """
     import numpy as np
     import tclang as tc
     from polyhedral import scheduler
-    from tclang import diskcache
+    from tclang.driver import diskcache
 
     stored, real_store = [], diskcache.store
 
@@ -95,8 +95,8 @@ def test_a_timed_out_schedule_is_not_stored_and_the_next_process_schedules_in_fu
 def fresh_scheduler():
     """A scheduling process forked after the test's patches, and none of their answers
     (nor the process) left for the next test; the same for the middle end's process
-    (tclang/middle_end.py), which compiles with the code it was forked with."""
-    from tclang import middle_end
+    (tclang/driver/middle_end.py), which compiles with the code it was forked with."""
+    from tclang.driver import middle_end
 
     def reset():
         middle_end.stop()

@@ -1,4 +1,4 @@
-"""`tclang demo` and benchmarks/run.py time with one implementation (tclang.timing):
+"""`tclang demo` and benchmarks/run.py time with one implementation (tclang.tools.timing):
 interleaved rounds, warm-up, a rest after every sample, medians with their spread."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_interleaved_takes_turns_and_rests_after_every_sample(monkeypatch):
-    import tclang.timing as timing
+    import tclang.tools.timing as timing
     events = []
     monkeypatch.setattr(timing.time, "sleep", lambda s: events.append(("rest", s)))
     calls = {"a": lambda: events.append("a"), "b": lambda: events.append("b")}
@@ -26,8 +26,19 @@ def test_interleaved_takes_turns_and_rests_after_every_sample(monkeypatch):
     assert [len(t.samples) for t in result.values()] == [3, 3]
 
 
+def test_interleaved_reads_the_clock_it_is_given():
+    """benchmarks/generality.py times the calling thread's CPU time (time.thread_time)."""
+    import itertools
+
+    import tclang.tools.timing as timing
+    ticks = itertools.count()
+    result = timing.interleaved({"a": lambda: None}, rounds=2, gap=0.0, least=0.0,
+                                warm=0.0, clock=lambda: float(next(ticks)))
+    assert result["a"].samples == [1.0, 1.0]  # one call a sample, one tick between reads
+
+
 def test_spread_and_median():
-    import tclang.timing as timing
+    import tclang.tools.timing as timing
     t = timing.Timing([1.0, 2.0, 3.0, 4.0, 100.0])
     assert t.median == 3.0 and abs(t.spread - 2 / 3) < 1e-12  # (4 - 2) / 3
     assert t.text(scale=1, digits=1) == "3.0 ±67%"
@@ -35,7 +46,7 @@ def test_spread_and_median():
 
 
 def test_benchmarks_use_the_package_timing():
-    import tclang.timing as timing
+    import tclang.tools.timing as timing
     sys.path.insert(0, str(ROOT))
     try:
         from benchmarks import run as bench

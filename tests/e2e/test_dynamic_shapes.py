@@ -277,7 +277,7 @@ def test_the_variants_come_from_the_disk_cache(monkeypatch):
     specialized one's. (Without call records: a call one answers never parses the
     definition, so it is not counted as a value seen, and the next value gets a
     specialized kernel.)"""
-    from tclang import compiler
+    from tclang.driver import compiler
     monkeypatch.setenv("TCLANG_CALL_RECORDS", "0")
     source = MLP.replace("mlp_layer", "mlp_disk")
     W, bias = f32(12, 20), f32(12)

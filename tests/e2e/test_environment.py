@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 import tclang as tc
-from tclang import compiler, diskcache, environment
+from tclang.driver import compiler, diskcache
+from tclang import environment
 from tclang.machine import available_cores
 
 ROOT = Path(__file__).resolve().parents[2]

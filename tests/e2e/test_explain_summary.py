@@ -1,5 +1,5 @@
 """`tclang explain` opens with a one-screen summary of the schedule's decisions, read from
-the loop IR and the tiling's reports (tclang/summary.py): each decision it states is
+the loop IR and the tiling's reports (tclang/driver/summary.py): each decision it states is
 checked here against the loop IR itself. And `--stage timings` times every stage, also
 for a kernel the caches already hold (it is compiled afresh)."""
 
@@ -92,7 +92,10 @@ def test_a_softmax_summary_reports_its_contracted_temporaries_and_vector_loops()
 
 
 def test_a_guarded_reduction_summary_names_the_guard_left_in_its_inner_loop():
-    ck = compiled(PREFIX, "prefix", (100,))
+    # the reset fused into the sum's nest (isl's strategy alone) and no vector loop, so
+    # polyhedral/guard_splitting.py leaves its test where isl put it
+    ck = compiled(PREFIX, "prefix", (100,),
+                  options=tc.Options(fusion="preserve_parallel", vectorize=False))
     summary, kernel = ck.summary(), ck.loop_ir
     inner = [(n, f) for f, _ in loops_of(kernel) for n in L.walk_nodes(f.body)
              if isinstance(n, L.If) and not any(isinstance(m, L.For)
@@ -108,7 +111,8 @@ def test_a_guarded_reduction_summary_names_the_guard_left_in_its_inner_loop():
     assert f"guards      if ({guard.condition}) in {guard.loop}, around the reset of O" \
         in summary.text()
     manual = compiled(PREFIX, "prefix", (100,), options=tc.Options(tile=(16, 16)))
-    assert [b.reason for b in manual.summary().bands] == ["manual (Options tile)"]
+    # one band per nest (the reset has its own: polyhedral/guard_splitting.py)
+    assert {b.reason for b in manual.summary().bands} == {"manual (Options tile)"}
 
 
 def test_explain_times_every_stage_of_a_kernel_the_caches_hold(tmp_path, capsys):
@@ -127,7 +131,7 @@ def test_explain_times_every_stage_of_a_kernel_the_caches_hold(tmp_path, capsys)
 
 def test_explain_measures_the_machine_for_its_roofline_unless_told_not_to(
         tmp_path, capsys, monkeypatch):
-    import tclang.tuning.roofline as roofline
+    import tclang.driver.roofline as roofline
     monkeypatch.setattr(roofline, "machine_limits",
                         lambda **_: {"sgemm_gflops": 100.0, "triad_gbs": 10.0})
     path = tmp_path / "k.tc"

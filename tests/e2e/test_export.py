@@ -23,7 +23,7 @@ STATUS = {"ok": 0, "bad_argument": 1, "bad_sizes": 2, "index_error": 3}
 def driver_source(defn, inputs, strides=None) -> str:
     """A C program that reads the inputs from in<k>.bin, asks the library for each output's
     shape, calls it and writes out<k>.bin; it prints the status and the error message."""
-    from tclang.c_text import C_TYPES
+    from tclang.export.c_text import C_TYPES
     name = defn.name
     lines = ["#include <stdio.h>", "#include <stdlib.h>", "#include <string.h>",
              f'#include "{name}.h"',

@@ -12,7 +12,7 @@ import pytest
 
 import tclang as tc
 from backends.llvm import fast_calls
-from tclang import runtime
+from tclang.runtime import kernels as runtime
 
 pytestmark = pytest.mark.skipif(not fast_calls.AVAILABLE,
                                 reason="no native entry on this interpreter")
@@ -153,7 +153,7 @@ def test_a_kernel_of_many_arrays_takes_the_fastest_path_too():
 def test_the_native_entry_refuses_a_wrong_count_of_arrays():
     a = np.arange(4, dtype=np.float32)
     compiled = kernel().compile(a, a)
-    call = compiled._c.artifact.bind((a, a))
+    call = compiled.compiled.artifact.bind((a, a))
     out = np.empty(4, np.float32)
     assert call(a, a, out) == 0 and np.array_equal(out, a + a)
     assert call(a, a) != 0 and call(a, a, out, out) != 0  # nothing ran

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import tclang as tc
-from tclang import middle_end
+from tclang.driver import middle_end
 
 from .interrupting import interrupt_next_wait
 
@@ -51,7 +51,7 @@ def run_script(code: str, timeout: float = 120) -> str:
 def test_ctrl_c_while_scheduling_leaves_no_stale_reply(monkeypatch):
     """The interrupted request's reply must not become the next program's schedule (it
     did: every later compile got the previous request's schedule). Compiles schedule in
-    the middle end's process (tclang/middle_end.py), which runs the scheduling one."""
+    the middle end's process (tclang/driver/middle_end.py), which runs the scheduling one."""
     ones = np.ones((2, 3), np.float32), np.ones((3, 4), np.float32)
     tc.define(MATMUL).mm(*ones)  # the middle end's process is running
     conn = middle_end._helper.conn
@@ -105,7 +105,7 @@ CTRL_C_IN_AST_BUILD = """
     import os, signal, tempfile
     os.environ["TCLANG_DISK_CACHE"] = "0"  # compiled here, not found
     # a polyhedral stage dumped: the middle end runs in this process (as for explain and
-    # export), not in its helper (tclang/middle_end.py), so the Ctrl-C lands inside isl here
+    # export), not in its helper (tclang/driver/middle_end.py), so the Ctrl-C lands inside isl here
     os.environ["TCLANG_DUMP"], os.environ["TCLANG_DUMP_DIR"] = "loops", tempfile.mkdtemp()
     import numpy as np
     import tclang as tc

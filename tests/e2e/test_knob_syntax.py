@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import tclang as tc
-from tclang import commands
+from tclang.tools import commands
 from tclang.cli import _parser, main
 from tclang.options import KNOBS, FUSIONS, Options, format_knob, format_knobs, parse_knobs
 
@@ -138,9 +138,9 @@ def test_a_bad_knob_flag_is_a_usage_error_with_the_message(capsys):
 
 def store_tuned(kernel, inputs, options: Options, database: Path) -> None:
     """What tc.autotune stores for `kernel` at the shapes of `inputs`, without tuning."""
-    from tclang.arguments import bind_arguments
-    from tclang.cachekey import canonical_source
-    from tclang.compiler import compile_target
+    from tclang.runtime.arguments import bind_arguments
+    from tclang.driver.cachekey import canonical_source
+    from tclang.driver.compiler import compile_target
     from tclang.tuning.database import TuningDatabase, kernel_key, machine_id
     shapes = bind_arguments(kernel.definition, inputs, False).shape_key()
     key = kernel_key(canonical_source(kernel.definition), kernel.name, shapes, "cpu")

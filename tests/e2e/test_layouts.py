@@ -9,7 +9,7 @@ import pytest
 
 import tclang as tc
 from backends.cuda.emulation.build import available as emulation_available
-from tclang import compiler
+from tclang.driver import compiler
 from tclang.layouts import OFFSET_BOUND, Layout, layout_key
 
 MATMUL = "def mm(float(M,K) A, float(K,N) B) -> (C) {\n  C(m, n) +=! A(m, k) * B(k, n)\n}"
@@ -85,7 +85,7 @@ def test_four_layouts_compile_three_times(compile_keys):
 def test_contiguous_kernels_keep_constant_strides():
     a, b = f32(6, 4), f32(4, 3)
     kernel = tc.define(MATMUL).mm
-    static = {name: kernel.compile(layouts(a)[name], b)._c.artifact.blobs["static"]
+    static = {name: kernel.compile(layouts(a)[name], b).compiled.artifact.blobs["static"]
               for name in ("C", "Fortran", "padded rows")}
     assert static == {"C": b"1", "Fortran": b"0", "padded rows": b"0"}
 

@@ -76,7 +76,7 @@ def test_cold_compiles_keep_rss_bounded(tmp_path):
 
 def test_compiling_distinct_kernels_keeps_the_compilers_rss_flat(tmp_path):
     """Issue 31, item 14: 300 distinct two-statement kernels, each compiled cold. islpy
-    leaks 32 bytes of heap per isl object a compile hands to isl (tclang/middle_end.py):
+    leaks 32 bytes of heap per isl object a compile hands to isl (tclang/driver/middle_end.py):
     with the middle end in the compiler's process it grew 0.7 MB from the 150th kernel to
     the 300th (4.3 KB a kernel, for ever); in its helper process, replaced every 200
     compiles, 0.0 MB."""

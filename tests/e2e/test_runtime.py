@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import tclang as tc
-from tclang import compiler
+from tclang.driver import compiler
 
 MATMUL = "def mm(float(M,K) A, float(K,N) B) -> (C) {\n  C(m, n) +=! A(m, k) * B(k, n)\n}"
 rng = np.random.default_rng(0)

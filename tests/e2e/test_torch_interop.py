@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tclang as tc
-from tclang.arguments import as_array
+from tclang.runtime.arguments import as_array
 
 torch = pytest.importorskip("torch")
 

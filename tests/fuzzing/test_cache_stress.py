@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tclang.diskcache import MAGIC, TAG_BYTES
+from tclang.driver.diskcache import MAGIC, TAG_BYTES
 
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = r'''

@@ -25,8 +25,8 @@ import numpy as np
 import pytest
 
 import tclang as tc
-from tclang import compiler, diskcache
-from tclang.cachekey import key_digest
+from tclang.driver import compiler, diskcache
+from tclang.driver.cachekey import key_digest
 
 ROOT = Path(__file__).resolve().parents[2]
 ADD = "def f(float(N) A) -> (B) {{ B(i) = A(i) + {} }}"
@@ -115,8 +115,8 @@ def test_an_entry_signed_with_another_key_is_rejected(cache, tmp_path, monkeypat
 BAD_OBJECT = r'''
 import sys, warnings
 import numpy as np, tclang as tc
-from tclang import compiler, diskcache
-from tclang.cachekey import key_digest
+from tclang.driver import compiler, diskcache
+from tclang.driver.cachekey import key_digest
 SOURCE = "def f(float(N) A) -> (B) { B(i) = A(i) + 1 }"
 x = np.arange(6, dtype=np.float32)
 tc.define(SOURCE).f(x)
@@ -262,7 +262,7 @@ def test_parents_are_created_private(tmp_path, monkeypatch, cache):
 RACE = r'''
 import sys
 from pathlib import Path
-from tclang import diskcache
+from tclang.driver import diskcache
 print(diskcache.secret_key(Path(sys.argv[1])).hex())
 '''
 

@@ -266,7 +266,7 @@ def test_overlapping_out_is_refused():
     ((4, 3), (-3, 1), False),   # rows reversed
 ])
 def test_overlap_is_decided_exactly(shape, strides, overlaps):
-    from tclang.arguments import _overlaps_itself
+    from tclang.runtime.arguments import _overlaps_itself
     base = np.zeros(64, np.float32)[32:]
     view = as_strided(base, shape, tuple(4 * s for s in strides))
     assert _overlaps_itself(view) is overlaps

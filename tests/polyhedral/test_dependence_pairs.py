@@ -17,7 +17,7 @@ import pytest
 
 from polyhedral.dependences import compute_dependences
 from polyhedral.scop import Scop, build_scop
-from tclang.arguments import bind_arguments
+from tclang.runtime.arguments import bind_arguments
 from tclang.lang.frontend import check_source
 from benchmarks.einsum_networks import network
 from benchmarks.many_statements import source as many_source

@@ -68,23 +68,24 @@ def test_the_operand_read_along_the_lanes_is_packed(name, tensor):
     assert not outside
 
 
-@pytest.mark.parametrize("source,sizes,tensor,lane_dim", [
+@pytest.mark.parametrize("source,sizes,tensor,lane_dim,dot_form", [
     # x @ w.T: W(o, i) moves its first subscript with the lanes o
     ("def mlp(float(B,I) X, float(O,I) W) -> (Y) { Y(n, o) +=! X(n, i) * W(o, i) }",
-     dict(B=96, I=40, O=48), "W", 0),
+     dict(B=96, I=40, O=48), "W", 0, True),
     # attention's scores: K(t, d) across the lanes t
     ("def s(float(S,D) Q, float(T,D) K) -> (Sc) { Sc(s, t) +=! Q(s, d) * K(t, d) }",
-     dict(S=64, D=24, T=37), "K", 0),
-    # a 3-d operand, lanes in the middle
+     dict(S=64, D=24, T=37), "K", 0, True),
+    # a 3-d operand, lanes in the middle; W is not contiguous along i: no dot form
     ("def c(float(N,I) X, float(I,O,J) W) -> (Y) { Y(n, o) +=! X(n, i) * W(i, o, 2) }",
-     dict(N=64, I=20, O=33, J=3), "W", 1),
+     dict(N=64, I=20, O=33, J=3), "W", 1, False),
 ])
 def test_an_operand_the_lanes_read_with_a_stride_is_packed_lanes_first(source, sizes, tensor,
-                                                                     lane_dim):
+                                                                     lane_dim, dot_form):
     """With pack=True, packed whatever the reuse (unpacked, the outer-product tile would
     gather), into a buffer whose dimension along the lanes is contiguous; the copy is not
     vectorized. With pack=False (the dot form), not packed; by default, packed with
-    AVX-512 only (the dot form's strided lanes ran 20x slower there)."""
+    AVX-512 (the dot form's strided lanes ran 20x slower there), and with AVX2 only
+    where no dot form exists (no reduction every operand is contiguous along: W(i, o, 2))."""
     kernel = scheduled(source, sizes, tc.Options(pack=True))
     found = scratches(kernel)
     assert found
@@ -100,7 +101,7 @@ def test_an_operand_the_lanes_read_with_a_stride_is_packed_lanes_first(source, s
     assert {s: sorted(v) for s, v in packed.items()} == {s: sorted(v) for s, v in plain.items()}
     assert all(len(set(v)) == len(v) for v in packed.values())
     assert not scratches(scheduled(source, sizes, tc.Options(pack=False)))
-    assert not scratches(scheduled(source, sizes))
+    assert bool(scratches(scheduled(source, sizes))) != dot_form
     assert scratches(scheduled(source, sizes, target=AVX512))
     assert not scratches(scheduled(source, sizes, tc.Options(pack=False), target=AVX512))
 
@@ -141,3 +142,57 @@ def test_the_sliver_fits_half_of_l1():
             for d in b.shape:
                 volume *= d.value
             assert volume <= 1024
+
+
+# issue 33 item 1: contractions of any layout
+REGRESSION = "def c3(float(A,K,C) X, float(K,B) W) -> (O) { O(a,b,c) +=! X(a,k,c) * W(k,b) }"
+
+
+def packed_buffers(kernel: L.Kernel) -> dict[str, L.Buffer]:
+    return {b.name.split("_packed")[0]: b for s in scratches(kernel) for b in s.buffers}
+
+
+def test_the_rows_operand_read_a_row_apart_is_packed_reduction_innermost_with_avx2():
+    """W(k, b) of O(a, b, c) +=! X(a, k, c) * W(k, b): each reduction step of the tile read
+    a new line of W a row apart; its block (256 x 256, a model-sized one) once had the
+    sliver's budget, half of L1, and was never packed with AVX2. Now it is, k innermost
+    (strides (1, 272): a row of the block per b, padded off 1 KiB)."""
+    sizes = dict(A=64, K=256, C=64, B=256)
+    w = packed_buffers(scheduled(REGRESSION, sizes))["W"]
+    assert [d.value for d in w.shape] == [256, 256] and w.strides == (1, 256 + 16)
+
+
+@pytest.mark.parametrize("c,packed", [(16, False), (64, True)])
+def test_a_lane_sliver_already_contiguous_is_not_copied(c, packed):
+    """X(a, k, c) with C = 16 (the tile's nr): the sliver X[a][0:kc][0:16] is one run of
+    memory already, a copy would only duplicate it; with C = 64 its rows are 256 B apart
+    and it is packed."""
+    kernel = scheduled(REGRESSION, dict(A=8, K=64, C=c, B=64))
+    assert ("X" in packed_buffers(kernel)) == packed
+
+
+def test_in_layout_boxes():
+    """Ones, then one partial dimension, then whole ones: one run of memory."""
+    from polyhedral.packing import in_layout
+    from polyhedral.scop import build_scop
+    scop = build_scop(check_source(REGRESSION).definitions[0], dict(A=8, K=64, C=64, B=64))
+    assert in_layout(scop, "X", (1, 64, 64)) and in_layout(scop, "X", (1, 4, 64))
+    assert in_layout(scop, "X", (1, 1, 16)) and in_layout(scop, "X", (8, 64, 64))
+    assert not in_layout(scop, "X", (1, 64, 16)) and not in_layout(scop, "X", (2, 1, 64))
+
+
+def test_a_result_stride_one_index_no_operand_is_contiguous_along_gets_a_packed_tile():
+    """O(a, d, c, b) +=! P(f, c, e, b, a) * Q(f, d, e): the lanes b are read a stride apart
+    in P and no reduction is contiguous in both operands (no dot form). Before, no register
+    tile at all (scalar loops, the init's guard in the innermost one: 0.02x of np.einsum);
+    now the outer-product tile, P packed lanes-first, as with AVX-512."""
+    source = ("def f(float(F,C,E,B,A) P, float(F,D,E) Q) -> (O) { O(a,d,c,b) +=! "
+              "P(f,c,e,b,a) * Q(f,d,e) }")
+    sizes = dict(F=9, C=4, E=13, B=20, A=3, D=18)
+    kernel = scheduled(source, sizes)
+    p = packed_buffers(kernel)["P"]
+    assert p.shape[3] == L.Int(16) and p.strides[3] == 1
+    assert any(isinstance(n, L.For) and n.unrolled for n in L.walk_nodes(kernel.body))
+    plain = executed_instances(scheduled(source, sizes, tc.Options(register_tile=False)))
+    assert {s: sorted(v) for s, v in executed_instances(kernel).items()} == \
+        {s: sorted(v) for s, v in plain.items()}

@@ -315,3 +315,12 @@ def test_cache_sizes_come_from_the_os(tmp_path):
     big = register_tiles.cache_tiles(
         band, register_tiles.RegisterTile(0, 1, (2,), 4, 16, "S0", 4), big_target)
     assert big[2] == 2 * small[2]
+
+
+def test_a_stride_one_index_of_8_to_15_values_gets_a_one_vector_tile():
+    """With 16 registers a tile is two vectors wide, 16 float32 lanes: a permuted
+    contraction whose result's stride-1 index has 8-15 values got no tile at all. Now one
+    vector a row, 7 rows (7 accumulators, 7 broadcasts, one operand vector)."""
+    assert register_tiles.shape_for(AVX2, 4, lane_extent=10) == (7, 8)
+    assert register_tiles.shape_for(AVX2, 4, lane_extent=16) == (4, 16)
+    assert register_tiles.shape_for(AVX2, 4) == (4, 16)

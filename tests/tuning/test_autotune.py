@@ -72,9 +72,9 @@ def test_options_tuned_elsewhere_are_ignored_with_a_warning(tmp_path, monkeypatc
     db = TuningDatabase(tmp_path / "t.sqlite")
     A, B = inputs()
     mod = tc.define(MATMUL)
-    from tclang.cachekey import canonical_source
+    from tclang.driver.cachekey import canonical_source
     from tclang.tuning.database import kernel_key
-    from tclang.arguments import bind_arguments
+    from tclang.runtime.arguments import bind_arguments
     key = kernel_key(canonical_source(mod.mm.definition), "mm",
                      bind_arguments(mod.mm.definition, (A, B)).shape_key(), "cpu")
     db.offer_best(key, "another-machine", "mm", (), tc.Options(unroll=2), 1e-3, 2e-3, 5)
@@ -95,7 +95,7 @@ def test_a_wrong_result_is_a_reported_compiler_bug_never_the_winner(tmp_path, mo
 
     A, B = inputs()
     kernel = tc.define(MATMUL).mm
-    from tclang.arguments import bind_arguments
+    from tclang.runtime.arguments import bind_arguments
     automatic = SearchSpace.of(kernel.definition, dict(bind_arguments(
         kernel.definition, (A, B)).sizes), "cpu").automatic()
     monkeypatch.setattr(trials, "_measure", wrong_unless_automatic)
@@ -111,7 +111,7 @@ def test_a_crashing_and_a_hanging_candidate_cost_one_trial_each(monkeypatch):
     real_measure, real_run = trials._measure, trials.run_trial
     A, B = inputs()
     kernel = tc.define(MATMUL).mm
-    from tclang.arguments import bind_arguments
+    from tclang.runtime.arguments import bind_arguments
     automatic = SearchSpace.of(kernel.definition, dict(bind_arguments(
         kernel.definition, (A, B)).sizes), "cpu").automatic()
     roles: dict = {}  # candidate -> its fate, decided in the tuner before the fork

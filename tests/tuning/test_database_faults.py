@@ -18,15 +18,15 @@ ADD = "def add(float(N) A) -> (B) { B(i) = A(i) + 1 }"
 
 
 def key_of(kernel, *args) -> str:
-    from tclang.arguments import bind_arguments
-    from tclang.cachekey import canonical_source
+    from tclang.runtime.arguments import bind_arguments
+    from tclang.driver.cachekey import canonical_source
     return database.kernel_key(canonical_source(kernel.definition), kernel.name,
                                bind_arguments(kernel.definition, args).shape_key(),
                                kernel.module.backend)
 
 
 def this_machine() -> str:
-    from tclang.compiler import compile_target
+    from tclang.driver.compiler import compile_target
     return database.machine_id(compile_target("cpu", tc.Options()))
 
 

@@ -20,7 +20,7 @@ def _check(source: str, sizes: dict, expected: str, entry: str | None = None):
     assert op is not None, f"not recognised: {source}"
     assert expected in op.name, op.name
     rng = np.random.default_rng(0)
-    from tclang.inputs import random_inputs
+    from tclang.tools.inputs import random_inputs
     inputs = random_inputs(kernel.definition, sizes, rng)
     got = kernel(*inputs)
     want = op.numpy([a.astype(np.float64) for a in inputs])

@@ -82,7 +82,7 @@ def test_a_refused_cache_directory_means_no_lock_and_one_warning(dirs):
 
 
 def test_a_wrong_result_is_saved_in_the_private_cache_directory(dirs):
-    from tclang.arguments import bind_arguments
+    from tclang.runtime.arguments import bind_arguments
     from tclang.tuning.space import SearchSpace
     cache, temporary = dirs
     source = "def add(float(N) A) -> (B) { B(i) = A(i) + 1 }"

@@ -100,21 +100,16 @@ def _compiler_identity(cxx: str) -> str:
     return f"{os.path.realpath(path)}\n{out.stdout.strip()}"
 
 
-def default_cache_dir() -> Path:
-    """cuda-emulation/ in tclang's cache directory (tclang.diskcache.cache_dir: TCLANG_CACHE_DIR
-    or the user cache), or a fresh private temporary directory for this process when that
-    is not usable. What is built here becomes code in the process, so a directory someone
-    else could write is never used, nor a fixed name in /tmp (another user could have made
-    it, or a symlink there pointing anywhere)."""
-    from tclang.diskcache import cache_dir, require_private
-    try:
-        path = Path(cache_dir()) / "cuda-emulation"
-        path.mkdir(exist_ok=True, mode=0o700)
-        require_private(path, "emulation build directory", "")
-        if os.access(path, os.W_OK):
-            return path
-    except OSError:  # including an untrusted cache directory
-        pass
+def default_cache_dir(store=None) -> Path:
+    """cuda-emulation/ beside the entries of `store` (backends/contract.py SealedStore's
+    `directory`: tclang's cache directory, private to the user), or a fresh private
+    temporary directory for this process when there is none. What is built here becomes
+    code in the process, so a directory someone else could write is never used, nor a
+    fixed name in /tmp (another user could have made it, or a symlink there pointing
+    anywhere)."""
+    found = store.directory("cuda-emulation") if store is not None else None
+    if found is not None:
+        return Path(found)
     global _fallback_dir
     if _fallback_dir is None or not _fallback_dir.is_dir():
         _fallback_dir = Path(tempfile.mkdtemp(prefix="tclang-cuda-emulation-"))
@@ -209,7 +204,7 @@ def compile_emulated(source: str, *, cache_dir: str | os.PathLike | None = None,
         except OSError:  # authentic, but it does not load here any more: built again
             lib = None
     if lib is None:
-        cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+        cache = Path(cache_dir) if cache_dir is not None else default_cache_dir(store)
         cache.mkdir(parents=True, exist_ok=True)
         header_path = HEADER
         if not extra and switch("TCLANG_EMULATION_PCH", True):

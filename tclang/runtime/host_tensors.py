@@ -96,22 +96,6 @@ def refuse_numpy_bfloat16(defn, args: tuple, out) -> None:
                                       "NumPy arrays of ml_dtypes.bfloat16")
 
 
-def call_numpy(kernel, inputs: tuple) -> tuple:
-    """kernel(*inputs) for tclang's own NumPy callers (`tclang run` and its checks), as a
-    tuple. Where NumPy has no bfloat16, bfloat16 outputs are written into zeroed arrays of
-    tclang's storage passed as out= (the zeros tclang would allocate), which only tclang's
-    own code reads (tclang/bfloat16.py converts them)."""
-    defn = kernel.definition
-    if NUMPY_HAS_BFLOAT16 or not any(t.dtype.value == "bfloat16" for t in defn.outputs):
-        result = kernel(*inputs)
-        return result if isinstance(result, tuple) else (result,)
-    from tclang.arguments import bind_arguments, output_shapes
-    shapes = output_shapes(defn, bind_arguments(defn, tuple(inputs)).sizes)
-    outs = tuple(np.zeros(shape, t.dtype.numpy) for t, shape in zip(defn.outputs, shapes))
-    kernel(*inputs, out=outs if len(outs) > 1 else outs[0])
-    return outs
-
-
 def like_the_caller(result, args: tuple, out):
     """`result` as the caller's kind: the out= tensors themselves, or tensors sharing the
     NumPy results' memory when an input was a CPU tensor; else unchanged."""

@@ -11,7 +11,7 @@ wrong result:
   formula that only looks like a layer norm), so the interpreter decides, and the report
   says both.
 - *The interpreter on a sample of output points*, with their full reductions: the
-  definition is rewritten to compute only sampled points (tclang.sampling), points chosen at
+  definition is rewritten to compute only sampled points (tclang.tools.sampling), points chosen at
   random (plus the first and last, where tiling bugs live), as many as fit in `budget`
   seconds. A wrong row of a matmul is found with high probability; a single wrong point
   only with `full`.
@@ -35,15 +35,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from tclang.bfloat16 import is_bfloat16, to_numpy_float32
-from tclang.host_tensors import call_numpy
 from tclang.lang import program as P
+from tclang.runtime.arguments import call_numpy
+from tclang.tools.sampling import BAR_DELAY, INTERPRETER_RATE
 
 MODES = ("auto", "full", "sample", "none")
-#: statement instances a second of the reference interpreter, a cautious figure (150,000
-#: on a quiet machine, 30,000-50,000 on the loaded 2-core test machine): for estimates
-#: only; a sample measures its own rate as it goes
-INTERPRETER_RATE = 50_000.0
-BAR_DELAY = 2.0  # seconds before a progress bar is shown
 
 
 @dataclass
@@ -124,7 +120,7 @@ def check(kernel, inputs: tuple, outputs: tuple, mode: str = "auto", budget: flo
     """Check `outputs` (what `kernel` returned for `inputs`) as `mode` says (module
     docstring). `full_options`: the options the whole-program interpreter runs with
     (default the kernel's: it then runs the same schedule)."""
-    from tclang.arguments import bind_arguments
+    from tclang.runtime.arguments import bind_arguments
     from tclang.errors import TCArgumentError
     if mode not in MODES:
         raise TCArgumentError(f"--check is one of {', '.join(MODES)}, not {mode!r}")
@@ -221,7 +217,7 @@ def _with_progress(work, estimate: float, what: str, shown: bool):
 def _sampled(kernel, definition, sizes, inputs, outputs, names, dtypes, budget, limit,
              progress, seed, estimate, mode) -> CheckResult:
     from tclang.errors import TCError
-    from tclang.sampling import Sampler
+    from tclang.tools.sampling import Sampler
     sampler = Sampler(definition, sizes)
     if not sampler.sliced:
         if estimate <= limit or mode == "full":

@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from tclang.errors import TCArgumentError, TCError
-from tclang.inputs import (check_input_memory, check_sizes, count_argument, input_bytes,
+from tclang.tools.inputs import (check_input_memory, check_sizes, count_argument, input_bytes,
                            parse_sizes, positive_argument, random_inputs, read_source)
 from tclang.options import FUSIONS, KNOBS, Options, knobs_options, parse_knob, parse_knobs
 
@@ -251,7 +251,7 @@ def _entry_and_inputs(args, module):
 
 def _export(args) -> int:
     import tclang
-    from tclang.inputs import read_source
+    from tclang.tools.inputs import read_source
     if args.backend != "cpu":
         raise TCArgumentError(f"tclang export takes --target (cpu or cuda), not --backend "
                               f"{args.backend}")
@@ -296,9 +296,9 @@ def _explain(args) -> int:
         print(f"note: the requested schedule was replaced ({compiled.fallback})")
     limits = None
     if not args.no_limits and args.backend == "cpu":
-        from tclang.tuning.roofline import machine_limits
+        from tclang.driver.roofline import machine_limits
         limits = machine_limits(gap=0.1, n=1024, triad_elements=4_000_000)
-    from tclang.arguments import bind_arguments
+    from tclang.runtime.arguments import bind_arguments
     sizes = bind_arguments(kernel.definition, inputs, False).sizes  # also when generic
     _section("summary", compiled.summary(sizes, limits).text())
     for stage in chosen:
@@ -455,12 +455,12 @@ def _section(title: str, text: str) -> None:
 
 
 def _run(args) -> int:
-    """Compile, run once, check the result with a bounded wait (tclang.checking: NumPy
+    """Compile, run once, check the result with a bounded wait (tclang.tools.checking: NumPy
     where it computes the operator, else the reference interpreter on all or a sample of
     the output points, a progress bar past ~2 s), then time --repeat runs."""
-    from tclang.checking import check
-    from tclang.host_tensors import call_numpy
-    from tclang.timing import spread
+    from tclang.tools.checking import check
+    from tclang.runtime.arguments import call_numpy
+    from tclang.tools.timing import spread
     _, kernel, inputs = _kernel_and_inputs(args)
     start = time.perf_counter()
     compiled = kernel.compile(*inputs)
@@ -504,12 +504,12 @@ def softmax(float(N, D) X) -> (Y) {
 
 def _demo(args) -> int:
     """Each operator compiled (or loaded from a cache: said so), checked against NumPy in
-    float64, then timed against NumPy by tclang.timing: interleaved rounds with rests,
+    float64, then timed against NumPy by tclang.tools.timing: interleaved rounds with rests,
     medians with their spread, both writing into preallocated outputs. The speed column is
     the median over the rounds of NumPy's time over tclang's in the same round, so load
     that comes and goes between rounds cancels out of it."""
     import tclang
-    from tclang.timing import interleaved, spread
+    from tclang.tools.timing import interleaved, spread
     n = args.size
     rng = np.random.default_rng(0)
     f32 = np.float32

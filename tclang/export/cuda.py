@@ -2,7 +2,7 @@
 and cubin, and a shared library, all made by nvcc (no GPU is needed to export).
 
 The .cu file is the backend's generated kernels followed by `tclang_E(...)`, the same C
-ABI as a CPU library (tclang/export_abi.py) with device data pointers and a `cudaStream_t`
+ABI as a CPU library (tclang/export/abi.py) with device data pointers and a `cudaStream_t`
 last: it binds and checks the sizes on the host, allocates temporaries and the error
 record on the device, zeroes what no statement writes, makes the launches of the GPU
 mapping (each under its condition on the sizes, grids from the sizes) on the stream, waits
@@ -17,9 +17,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from tclang.c_text import index_c, size_variable
+from tclang.export.c_text import index_c, size_variable
 from tclang.errors import TCError
-from tclang.export_abi import Wrapper, parameters
+from tclang.export.abi import Wrapper, parameters
 from backends.cuda.launches import STATIC_SHARED as LT_STATIC_SHARED
 
 
@@ -116,9 +116,8 @@ def schedule_for_gpu(kernel, sizes: dict[str, int] | None):
     import dataclasses
 
     from backends.cuda.codegen import generate
-    from polyhedral.pipeline import schedule_definition
-    from tclang.compiler import KernelInfo, compile_target
-    from tclang.export import contiguous_views
+    from tclang.driver.compiler import Signature, schedule_kernel
+    from tclang.export.common import contiguous_views
     from tclang.layouts import layout_key
     from tclang.lang.parser import recursion_room
     options = dataclasses.replace(kernel.module.options, specialize=sizes is not None)
@@ -126,22 +125,17 @@ def schedule_for_gpu(kernel, sizes: dict[str, int] | None):
     if sizes is not None:
         layouts = tuple(layout_key(a.shape, [s // a.itemsize for s in a.strides])
                         for a in contiguous_views(kernel.definition, sizes))
+    info, loops, retry_at = schedule_kernel(kernel.definition, "cuda-emulated", options,
+                                            Signature((), sizes, layouts))
     with recursion_room():
-        scheduled = schedule_definition(kernel.definition, sizes, options,
-                                        compile_target("cuda-emulated", options), layouts)
-        source = generate(scheduled.kernel)
-    k = scheduled.kernel
-    info = KernelInfo(k.name, k.sizes, k.buffers, k.zero_fill,
-                      tuple((s.id, s.text, s.line) for s in k.statements), "",
-                      scheduled.schedule, scheduled.strategy, scheduled.fallback,
-                      scheduled.bounds)
-    return info, source, scheduled.retry_at
+        source = generate(loops)
+    return info, source, retry_at
 
 
 def write_cuda(wrapper: Wrapper, kernel_source, folder: Path, arch: str, header: Path):
     """The .cu, .ptx, .cubin and shared library of one export, made by nvcc in parallel."""
     from backends.cuda.launches import table
-    from tclang.export import ExportedLibrary
+    from tclang.export.common import ExportedLibrary
     name = wrapper.name
     source = folder / f"{name}.cu"
     source.write_text(cuda_source(wrapper, kernel_source.text, table(kernel_source)))

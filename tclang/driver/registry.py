@@ -29,7 +29,7 @@ def get_backend(name: str):
         backend = module.backend()
         attach = getattr(backend, "attach_store", None)
         if attach is not None:  # its own build products, authenticated like the kernels
-            from tclang.diskcache import SealedEntries
+            from tclang.driver.diskcache import SealedEntries
             attach(SealedEntries())
         _loaded[name] = backend
     return _loaded[name]

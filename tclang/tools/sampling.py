@@ -1,7 +1,7 @@
 """A definition rewritten to compute only sampled output points, for checks with a bound.
 
 The reference interpreter runs a definition statement instance by statement instance, far
-too slowly for a big problem (tclang.checking). This rewrite makes it compute a random
+too slowly for a big problem (tclang.tools.checking). This rewrite makes it compute a random
 sample of output points instead, each with its full reductions, so that a check costs
 about what the caller allows, whatever the problem's size: `Sampler(definition,
 sizes).source(points)` is the rewritten definition, `run` runs it in chunks of points on
@@ -16,11 +16,16 @@ from dataclasses import replace
 
 import numpy as np
 
-from tclang import checking
 from tclang.bfloat16 import is_bfloat16, to_numpy_float32
-from tclang.host_tensors import call_numpy
 from tclang.dtypes import DType
 from tclang.lang import program as P
+from tclang.runtime.arguments import call_numpy
+
+#: statement instances a second of the reference interpreter, a cautious figure (150,000
+#: on a quiet machine, 30,000-50,000 on the loaded 2-core test machine): for estimates
+#: only; a sample measures its own rate as it goes
+INTERPRETER_RATE = 50_000.0
+BAR_DELAY = 2.0  # seconds before a progress bar is shown
 
 
 class Sampler:
@@ -126,7 +131,7 @@ class Sampler:
     def run(self, inputs, rng, budget: float, limit: float, progress: bool):
         """({class: coordinates}, sampled outputs) or None when even one point is over
         `limit`. Chunks of points run until `budget` seconds are spent (at least one)."""
-        rate = checking.INTERPRETER_RATE
+        rate = INTERPRETER_RATE
         per_point = self.cost(2) - self.cost(1)
         fixed = self.cost(1) - per_point  # tensors with no sampled dimension, per call
         if (fixed + per_point) / rate > limit:
@@ -142,7 +147,7 @@ class Sampler:
         done = 0
         from tqdm.auto import tqdm
         bar = tqdm(total=len(next(iter(points.values()))), unit="point", leave=False,
-                   delay=checking.BAR_DELAY, disable=not progress,
+                   delay=BAR_DELAY, disable=not progress,
                    desc="checking sampled points on the reference interpreter")
         begun = time.perf_counter()
         try:

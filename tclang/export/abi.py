@@ -9,7 +9,7 @@ a kernel call, as C that needs no Python.
 - `tclang_E` itself: the arguments' extents and strides (NULL strides: C-contiguous), the
   outputs' shapes checked, every argument's element count and byte span checked for 64-bit
   overflow (before the NULL check: 2^62 x 4 elements must not count as none), the outputs
-  checked as tclang/arguments.py checks `out=` (no element shared within one, nor with an
+  checked as tclang/runtime/arguments.py checks `out=` (no element shared within one, nor with an
   input or another output), then the target's part: on the CPU (`cpu_source`), temporaries
   allocated, outputs zeroed where no statement writes, `tclang_main` called with the native
   thread pool; on CUDA (`cuda_source`), the same on the device around the launches.
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tclang.c_text import C_TYPES, PRELUDE, c_string, index_c, size_c, size_variable
+from tclang.export.c_text import C_TYPES, PRELUDE, c_string, index_c, size_c, size_variable
 from tclang.errors import TCError
 from tclang.lang.program import Definition
 
@@ -182,7 +182,7 @@ class Wrapper:
         return out
 
     def _overlap_checks(self) -> list[str]:
-        """The outputs as tclang/arguments.py's check_out takes them: no two points of one
+        """The outputs as tclang/runtime/arguments.py's check_out takes them: no two points of one
         output in the same memory (a stride of 0), and no output sharing memory with an
         input (inputs are never modified, and a kernel reads them after it has begun to
         write) or with another output."""
@@ -315,7 +315,7 @@ static int tc_fail(int status, const char *format, ...) {{
     return status;
 }}
 
-/* An argument as the checks of tclang/arguments.py see it: its elements' byte range
+/* An argument as the checks of tclang/runtime/arguments.py see it: its elements' byte range
    [lo, hi) in the address space, and how many there are. */
 typedef struct {{
     const char *data;
@@ -365,7 +365,7 @@ static inline int tc_compare(const void *x, const void *y) {{
 }}
 
 /* The sorted addresses of an array's elements, or NULL (too many to list: over 2^24, as
-   tclang/arguments.py decides; or no memory). */
+   tclang/runtime/arguments.py decides; or no memory). */
 static inline int64_t *tc_addresses(const tc_array *a) {{
     int64_t index[32] = {{0}}, *out;
     if (a->count > ((int64_t)1 << 24) || a->rank > 32) return NULL;
@@ -386,7 +386,7 @@ static inline int64_t *tc_addresses(const tc_array *a) {{
 }}
 
 /* Whether two elements of `a` share memory (a stride of 0, interleaving strides), as
-   tclang/arguments.py's _overlaps_itself: the dimensions sorted by stride must each step
+   tclang/runtime/arguments.py's _overlaps_itself: the dimensions sorted by stride must each step
    over all that the smaller ones span (every layout NumPy makes); else the addresses are
    listed and compared (too many to list counts as overlapping). */
 static inline int tc_overlaps_itself(const tc_array *a) {{
@@ -417,7 +417,7 @@ static inline int tc_overlaps_itself(const tc_array *a) {{
     return overlaps;
 }}
 
-/* Whether `a` and `b` have a byte in common, as tclang/arguments.py's shares_memory:
+/* Whether `a` and `b` have a byte in common, as tclang/runtime/arguments.py's shares_memory:
    disjoint byte ranges do not; where the ranges meet, the elements' addresses are compared
    (interleaved views such as base[0::2] and base[1::2] do not share), and arrays too
    large to list count as sharing. */

@@ -11,7 +11,7 @@ no user holds is freed, machine code included.
 
 A call that looks exactly like one checked in full before takes the hot path (HotCalls):
 no checks, no lookups beyond one map. In a fresh process, the first such call is answered
-by the disk cache's call records (tclang/call_records.py), and a source checked before is
+by the disk cache's call records (tclang/driver/call_records.py), and a source checked before is
 not parsed again until something needs its definitions: this module is on that path, so it
 imports only NumPy and light modules at the top; the compiler, the argument checks and the
 loop IR load on the first call that needs them.
@@ -20,22 +20,24 @@ loop IR load on the first call that needs them.
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from tclang import call_records
+from tclang.driver import call_records
+from tclang.driver.call_records import Prepared
 from tclang.bfloat16 import dtype_key
 from tclang.errors import TCArgumentError, TCError, api_boundary, hide_internal_frames
-from tclang.host_tensors import like_the_caller, modified_in_place, refuse_numpy_bfloat16
+from tclang.runtime.host_tensors import like_the_caller, modified_in_place, refuse_numpy_bfloat16
 from tclang.locks import fork_safe
 from tclang.recent import Recent, max_variants
-from tclang.registry import get_backend
+from tclang.driver.registry import get_backend
 
 if TYPE_CHECKING:
     from polyhedral import loop_ir as L
-    from tclang.arguments import Binding, DeviceArray
-    from tclang.compiler import Compiled
+    from tclang.runtime.arguments import Binding, DeviceArray
+    from tclang.driver.compiler import Compiled
     from tclang.options import Options
     from tclang.lang.program import Definition, Program
 
@@ -50,9 +52,9 @@ PARTLY_GENERIC_BACKENDS = frozenset(("cpu", "reference"))
 
 
 def bind_arguments(definition: Definition, args, device: bool) -> Binding:
-    """The full checks of a call (tclang/arguments.py), loaded on the first call that
+    """The full checks of a call (tclang/runtime/arguments.py), loaded on the first call that
     needs them: a call a record answers never does."""
-    from tclang.arguments import bind_arguments as bind
+    from tclang.runtime.arguments import bind_arguments as bind
     return bind(definition, args, device)
 
 
@@ -61,11 +63,9 @@ class CompiledKernel:
 
     def __init__(self, compiled: Compiled, definition: Definition, backend: str,
                  options: Options, sizes: dict[str, int] | None, shape_key: tuple | None,
-                 target=None, layouts=None, fixed: tuple | None = None,
+                 fixed: tuple | None = None,
                  generic: tuple[str, ...] = ()):
         self._c = compiled
-        self._target = target  # the Target it was compiled for, and the inputs' strides
-        self._layouts = layouts
         self._device = get_backend(backend).device_arrays
         self._texts: dict[str, str] | None = None  # the polyhedral stages' texts, if asked
         self.definition = definition
@@ -86,6 +86,11 @@ class CompiledKernel:
         self._checked_sizes = Recent(limit)  # sizes whose bounds a shape-generic call checked
         self._hot = HotCalls.of(definition)  # hot key -> (self, prepared)
         self._device_hot = _device_hot_calls() if self._device else None
+
+    @property
+    def compiled(self) -> Compiled:
+        """The driver's record of this compile (its KernelInfo, artifact and request)."""
+        return self._c
 
     # ---- what users read ----
     @property
@@ -108,17 +113,8 @@ class CompiledKernel:
         """The loop IR itself (frozen dataclasses), for tools and tests. After a disk-cache
         hit it is read from the entry (no isl); only an entry without a readable one is
         scheduled again (the object code is not rebuilt)."""
-        kernel = self._c.loop_ir()
-        if kernel is None:
-            from polyhedral.pipeline import schedule_definition
-            from tclang.compiler import compile_target
-            from tclang.lang.parser import recursion_room
-            target = self._target or compile_target(self.backend, self.options)
-            with recursion_room():
-                kernel = schedule_definition(self.definition, self.sizes, self.options,
-                                             target, self._layouts).kernel
-            (self._c.shares or self._c).kernel = kernel
-        return kernel
+        from tclang.driver.compiler import loop_ir
+        return loop_ir(self._c)
 
     @property
     def stages(self) -> dict[str, str]:
@@ -140,26 +136,19 @@ class CompiledKernel:
             raise TCError(f"the {self.backend} backend has no {name!r} stage; its stages are "
                           f"{', '.join(list(STAGES)[:6] + list(self._c.artifact.stages))}")
         if self._texts is None:
-            from polyhedral.pipeline import schedule_definition
-            from tclang.compiler import compile_target
-            from tclang.lang.parser import recursion_room
-            texts: dict[str, str] = {}
-            target = self._target or compile_target(self.backend, self.options)
-            with recursion_room():
-                schedule_definition(self.definition, self.sizes, self.options, target,
-                                    self._layouts, collect=texts)
-            self._texts = texts
+            from tclang.driver.compiler import stage_texts
+            self._texts = stage_texts(self._c)
         return self._texts[name]
 
     def summary(self, sizes: dict[str, int] | None = None, limits: dict | None = None):
-        """The schedule's decisions on one screen (tclang/summary.py; `.text()` prints
+        """The schedule's decisions on one screen (tclang/driver/summary.py; `.text()` prints
         it): fusion, tiles and why, register tile, packing, threads, vector loops, guards
         left in innermost loops, temporaries, and a roofline estimate for `sizes` (default:
-        the sizes it was compiled for) against `limits` (tclang.tuning.roofline.
+        the sizes it was compiled for) against `limits` (tclang.driver.roofline.
         machine_limits(), or None). Tile reasons are known after a compile in this
         process: `Kernel.compile(..., fresh=True)` makes one."""
-        from tclang.summary import summarize
-        from tclang.tuning.roofline import kernel_work
+        from tclang.driver.summary import summarize
+        from tclang.driver.roofline import kernel_work
         if sizes is None and self.sizes is not None and not self.generic:
             sizes = self.sizes
         flops, moved = kernel_work(self.definition, sizes) if sizes is not None else (0, 0)
@@ -187,12 +176,8 @@ class CompiledKernel:
         """Seconds per stage of a compile of this kernel: this one's, or, when it came
         from a cache (which times only its load), those of a compile made now for the
         asking, that reads and writes neither cache (explain --stage timings)."""
-        if self._c.cache == "compiled":
-            return dict(self._c.timings)
-        from tclang.compiler import compile_target, compile_uncached
-        target = self._target or compile_target(self.backend, self.options)
-        return compile_uncached(self.definition, self.sizes, self.options, self.backend,
-                                target, self._layouts).timings
+        from tclang.driver.compiler import compile_timings
+        return compile_timings(self._c)
 
     @property
     def cache(self) -> str:
@@ -232,7 +217,7 @@ class CompiledKernel:
         """`given`: out= arrays already checked; `checked`: the binding is known to suit
         this kernel (both from the device hot path, whose key this kernel was run on)."""
         from polyhedral import loop_ir as L
-        from tclang.arguments import DeviceArray, check_out
+        from tclang.runtime.arguments import DeviceArray, check_out
         if not checked:
             self._check_applies(binding)
         sizes = binding.sizes
@@ -275,7 +260,7 @@ class CompiledKernel:
         return results[0] if len(results) == 1 else tuple(results)
 
     # ---- the hot path: a call whose dtypes, shapes and strides were checked before ----
-    def prepare(self, binding: Binding) -> tuple:
+    def prepare(self, binding: Binding) -> Prepared:
         """What a repeat of this call needs: each new array's dtype, shape and whether it
         starts zeroed, and the size values."""
         from polyhedral import loop_ir as L
@@ -284,15 +269,15 @@ class CompiledKernel:
         new = tuple((np.zeros if buf.name in self._zero else np.empty,
                      tuple(L.evaluate(d, sizes) for d in buf.shape), buf.dtype.numpy)
                     for buf in self._outputs + self._scratch)
-        return new, [sizes[s] for s in self._c.info.sizes], len(self._outputs)
+        return Prepared(new, [sizes[s] for s in self._c.info.sizes], len(self._outputs))
 
-    def run_prepared(self, arrays: tuple, prepared: tuple, outs: tuple | None = None):
+    def run_prepared(self, arrays: tuple, prepared: Prepared, outs: tuple | None = None):
         """`outs`: the caller's out= arrays, already known to be C-contiguous, writeable and
         apart from every other argument (HotCalls checks): written in place."""
         try:
             return run_prepared(self._c.artifact.run, arrays, prepared, outs)
         except _AllocationFailed as failed:  # say which array, as the checked path does
-            new = prepared[0]
+            new = prepared.new
             buffers = self._outputs + self._scratch
             k = next(k for k, (make, shape, dtype) in enumerate(new)
                      if not _allocates(make, shape, dtype))
@@ -300,7 +285,7 @@ class CompiledKernel:
 
     def _allocator(self, binding: Binding):
         """NumPy arrays, or device arrays like the inputs when they live on the GPU."""
-        from tclang.arguments import DeviceArray
+        from tclang.runtime.arguments import DeviceArray
         like = next((a for a in binding.arrays if isinstance(a, DeviceArray)), None)
         if like is None:
             return self._allocate
@@ -311,7 +296,7 @@ class CompiledKernel:
     def _device_copy(self, target: DeviceArray) -> DeviceArray:
         """A C-contiguous copy of a strided device out= array (points no statement writes
         keep their values), of the same library: the kernel writes outputs contiguously."""
-        from tclang.arguments import DeviceArray
+        from tclang.runtime.arguments import DeviceArray
         backend = get_backend(self.backend)
         array = backend.allocate(target.shape, target.dtype, False, target.obj)
         backend.copy(array, target.obj)
@@ -320,7 +305,7 @@ class CompiledKernel:
     def _allocate(self, buf: L.Buffer, shape: tuple[int, ...], zero: bool) -> np.ndarray:
         """A new host array; one too big for memory is the caller's error, located at the
         statement whose ranges gave it that shape (NumPy's MemoryError says neither)."""
-        from tclang.compiler import allocate
+        from tclang.driver.compiler import allocate
         try:
             return allocate(buf, shape, zero)
         except (MemoryError, ValueError) as err:
@@ -421,24 +406,24 @@ class HotCalls:
                 return None
             key = (key, tuple(o.shape for o in outs))
         entry = self._entries.get(key)
-        if entry is not None and entry[2] is not None:  # now the most recent of its kind
+        if entry is not None and entry.fastest is not None:  # now the most recent of its kind
             if outs is None:
-                self.fastest = entry[2]
+                self.fastest = entry.fastest
             else:
-                self.fastest_out = entry[2]
+                self.fastest_out = entry.fastest
         return _HotCall(key, arrays, outs, entry)
 
     def remember(self, call: "_HotCall", args, binding: Binding, compiled,
-                 fastest: bool = True) -> tuple | None:
+                 fastest: bool = True) -> Prepared | None:
         """Keep the entry of a call checked in full; its `prepared` part, or None when the
         call is not one the hot path may repeat."""
         if not _bound_as_given(args, binding):
             return None
         prepared = compiled.prepare(binding)
-        self.keep(call, compiled, prepared, compiled._c.artifact, fastest)
+        self.keep(call, compiled, prepared, compiled.compiled.artifact, fastest)
         return prepared
 
-    def keep(self, call: "_HotCall", runner, prepared: tuple, artifact,
+    def keep(self, call: "_HotCall", runner, prepared: Prepared, artifact,
              fastest_path: bool = True) -> None:
         """Keep the entry of this call (`runner.run_prepared` runs it; a CompiledKernel,
         or a call record's runner), for its repeats; with `fastest_path`, also as the
@@ -447,13 +432,13 @@ class HotCalls:
         if fastest_path and artifact.bind is not None:
             strides = _bound_strides(call, prepared)
             if call.outs is None:
-                fastest = _fastest(artifact.bind(call.arrays, sizes=prepared[1],
+                fastest = _fastest(artifact.bind(call.arrays, sizes=prepared.sizes,
                                                  strides=strides), prepared)
             else:
                 fastest = _fastest_out(artifact.bind(call.arrays + call.outs,
-                                                     sizes=prepared[1], strides=strides),
+                                                     sizes=prepared.sizes, strides=strides),
                                        prepared)
-        entry = (runner, prepared, fastest)
+        entry = HotEntry(runner, prepared, fastest)
         self._entries.put(call.key, entry)
         call.entry = entry
         if fastest is not None:
@@ -463,13 +448,13 @@ class HotCalls:
                 self.fastest_out = fastest
 
 
-def _bound_strides(call: "_HotCall", prepared: tuple) -> list[int]:
+def _bound_strides(call: "_HotCall", prepared: Prepared) -> list[int]:
     """Every array's strides in elements for a bound call: the inputs' (and out='s) as
     they are, the arrays the runtime makes row-major (`prepared`)."""
     from tclang.layouts import row_major
     given = call.arrays + (call.outs or ())
     strides = [s // a.itemsize for a in given for s in a.strides]
-    for _, shape, _ in prepared[0][len(call.outs or ()):]:
+    for _, shape, _ in prepared.new[len(call.outs or ()):]:
         strides.extend(row_major(shape))
     return strides
 
@@ -477,18 +462,18 @@ def _bound_strides(call: "_HotCall", prepared: tuple) -> list[int]:
 def _retry_due(runner) -> bool:
     """Whether a hot entry's runner is a degraded kernel whose retry has come (then the
     checked path compiles again, and its call replaces the entry)."""
-    compiled = getattr(runner, "_c", None)
+    compiled = getattr(runner, "compiled", None)
     return compiled is not None and compiled.due()
 
 
-def _fastest(call, prepared: tuple):
+def _fastest(call, prepared: Prepared):
     """`fastest(args)` over a bound native call (Artifact.bind): allocate the outputs, run
     if the arrays look like the bound ones; the result, or None when they do not (or the
     kernel reported an error, or the outputs cannot be allocated: the checked path, taken
     next, runs the call again and says why)."""
     if call is None:
         return None
-    new, _, n_outputs = prepared
+    new, n_outputs = prepared.new, prepared.outputs
     if len(new) == 1:
         make, shape, dtype = new[0]
 
@@ -511,6 +496,17 @@ def _fastest(call, prepared: tuple):
     return fastest_many
 
 
+@dataclass(frozen=True, slots=True)
+class HotEntry:
+    """A call checked in full, kept for its repeats: `runner.run_prepared` runs it (a
+    CompiledKernel, or a call record's runner), `prepared` says what it allocates, and
+    `fastest` is its native call bound to those very arrays (Artifact.bind), or None."""
+
+    runner: object
+    prepared: Prepared
+    fastest: object = None
+
+
 class _HotCall:
     __slots__ = ("key", "arrays", "outs", "entry")
 
@@ -518,18 +514,18 @@ class _HotCall:
         self.key, self.arrays, self.outs, self.entry = key, arrays, outs, entry
 
     def run(self):
-        runner, prepared, _ = self.entry
-        return runner.run_prepared(self.arrays, prepared, self.outs)
+        entry = self.entry
+        return entry.runner.run_prepared(self.arrays, entry.prepared, self.outs)
 
 
-def _fastest_out(call, prepared: tuple):
+def _fastest_out(call, prepared: Prepared):
     """`fastest_out(args, out)` over a native call bound to a call with out= (its outputs
     among the bound arrays): what _hot_outs checks of the out= arrays that depends on more
     than their type, dtype, shape and strides (writeable, sharing no memory with another
     argument) is checked here, the rest by the bound call."""
     if call is None:
         return None
-    new, _, n_outputs = prepared
+    new, n_outputs = prepared.new, prepared.outputs
     scratch = new[n_outputs:]
 
     def fastest_out(args, out):
@@ -605,7 +601,7 @@ def hot_key(args, expected):
 
 
 def _device_hot_calls():
-    from tclang.device_calls import DeviceHotCalls
+    from tclang.runtime.device_calls import DeviceHotCalls
     return DeviceHotCalls()
 
 
@@ -683,7 +679,7 @@ class Kernel:
             if hot is not None:
                 if hot.entry is None and self.module.records:
                     self._recorded(hot)
-                if hot.entry is not None and not _retry_due(hot.entry[0]):
+                if hot.entry is not None and not _retry_due(hot.entry.runner):
                     try:
                         return hot.run()
                     except _AllocationFailed:
@@ -813,11 +809,8 @@ class Kernel:
     def _compile(self, binding: Binding, fast: tuple, generic: tuple | None = None,
                  fresh: bool = False) -> CompiledKernel:
         """`generic`: the sizes a partly generic kernel takes at run time (`_route`)."""
-        from tclang.cachekey import cache_key, canonical_source
-        from tclang.compiler import compile_definition, compile_target
-        options, backend = self.module.options, self.module.backend
-        if self.module.tuned:
-            options = self._tuned_options(fast) or options
+        from tclang.driver.compiler import Signature, compile_kernel
+        backend = self.module.backend
         specialize = self._policy() is not False
         fixed = None
         if generic:
@@ -826,16 +819,14 @@ class Kernel:
         else:
             sizes = dict(binding.sizes) if specialize else None
         layouts = tuple(strides for _, _, strides in fast) if specialize else None
-        target = compile_target(backend, options)
-        key = cache_key(canonical_source(self.definition), self.name, fast, options,
-                        backend, target)
-        compiled = compile_definition(self.definition, sizes, options, backend, target, key,
-                                      layouts, fresh)
+        compiled = compile_kernel(self.definition, backend, self.module.options,
+                                  Signature(fast, sizes, layouts), tuned=self.module.tuned,
+                                  fresh=fresh)
         self.compile_stats["generic" if generic or not specialize else "specialized"] += 1
         if compiled.cache == "compiled":
             self.compile_stats["compiled"] += 1
-        return CompiledKernel(compiled, self.definition, backend, options, sizes,
-                              fast if specialize else None, target, layouts, fixed,
+        return CompiledKernel(compiled, self.definition, backend, compiled.request.options,
+                              sizes, fast if specialize else None, fixed,
                               generic or ())
 
     @api_boundary
@@ -844,9 +835,9 @@ class Kernel:
         """Write a shared library with a plain C ABI and its header into `directory`, for
         `sizes` (C-contiguous arguments of exactly those extents) or, with None, for every
         size; it runs without Python. target="cuda" also writes the .cu, PTX and cubin
-        (for `arch`) and the library launches the kernels (tclang/export.py,
+        (for `arch`) and the library launches the kernels (tclang/export/library.py,
         docs/export.md)."""
-        from tclang.export import export_kernel
+        from tclang.export.library import export_kernel
         return export_kernel(self, directory, sizes, target, arch)
 
     @api_boundary
@@ -855,20 +846,10 @@ class Kernel:
         (inputs) on this machine, or None where it stored none (what `options="tuned"`
         compiles with, and `tclang compare --tuned` times). `database`: a path, default
         TCLANG_TUNING_DB or the cache directory's tuning.sqlite."""
+        from tclang.driver.compiler import tuned_options
         binding = bind_arguments(self.definition, args, self.module.on_device)
-        return self._tuned_options(binding.shape_key(), database)
-
-    def _tuned_options(self, shapes: tuple, database=None) -> Options | None:
-        """What tc.autotune stored for these shapes on this machine, or None."""
-        from tclang.cachekey import canonical_source
-        from tclang.compiler import compile_target
-        from tclang.options import Options
-        from tclang.tuning.database import TuningDatabase, kernel_key, machine_id
-        key = kernel_key(canonical_source(self.definition), self.name, shapes,
-                         self.module.backend)
-        machine = machine_id(compile_target(self.module.backend, Options()))
-        found = TuningDatabase(database).best(key, machine)
-        return found["options"] if found else None
+        return tuned_options(self.definition, self.module.backend, binding.shape_key(),
+                             database)
 
     @property
     def signature(self) -> str:
@@ -886,10 +867,10 @@ class _AllocationFailed(Exception):
         self.error = error
 
 
-def run_prepared(run, arrays: tuple, prepared: tuple, outs: tuple | None = None):
+def run_prepared(run, arrays: tuple, prepared: Prepared, outs: tuple | None = None):
     """Run a hot entry: allocate what `prepared` (CompiledKernel.prepare) says beyond the
     out= arrays `outs`, call `run` (an Artifact's), return the outputs."""
-    new, sizes, n_outputs = prepared
+    new, sizes, n_outputs = prepared.new, prepared.sizes, prepared.outputs
     given = list(outs or ())
     try:
         made = given + [make(shape, dtype) for make, shape, dtype in new[len(given):]]
@@ -907,7 +888,7 @@ class _Recorded:
     def __init__(self, artifact):
         self._run = artifact.run
 
-    def run_prepared(self, arrays: tuple, prepared: tuple, outs: tuple | None = None):
+    def run_prepared(self, arrays: tuple, prepared: Prepared, outs: tuple | None = None):
         return run_prepared(self._run, arrays, prepared, outs)
 
 

@@ -20,7 +20,7 @@ cannot be interrupted in a call; now the compile can). The work stays in this pr
 where no process can be forked, where TCLANG_DUMP names a polyhedral stage (the dumps go
 to this process's stderr), and where the request or the answer cannot be pickled (computed
 here again: the exact result or exception); explain and export schedule here too, once
-for the asking (tclang/runtime.py, tclang/export_cuda.py).
+for the asking (tclang/runtime/kernels.py, tclang/export/cuda.py).
 
 The helper is forked from this process: it runs the code this process had at that moment.
 A test that patches a polyhedral module stops it before and after (`stop`).

@@ -27,31 +27,14 @@ machine's CPU (the header says which).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from tclang.errors import TCArgumentError, TCCompileError, TCError
-from tclang.export_abi import STATUS, Wrapper, parameters, shape_parameters
+from tclang.export.common import ExportedLibrary, contiguous_views  # noqa: F401 (API)
+from tclang.export.abi import STATUS, Wrapper, parameters, shape_parameters
 from tclang.lang.program import Definition
-
-
-@dataclass(frozen=True)
-class ExportedLibrary:
-    """What `export` wrote: the library, its header, the wrapper's source (.c or .cu) and
-    the other files: the object files it was linked from (CPU), or the PTX and cubin."""
-
-    library: Path
-    header: Path
-    wrapper: Path
-    parts: tuple[Path, ...]
-    entry: str
-    sizes: dict | None  # None: shape-generic
-
-    @property
-    def function(self) -> str:
-        return f"tclang_{self.entry}"
 
 
 def export_kernel(kernel, directory, sizes: dict[str, int] | None, target: str = "cpu",
@@ -64,14 +47,14 @@ def export_kernel(kernel, directory, sizes: dict[str, int] | None, target: str =
         raise TCError(f"export targets are 'cpu' and 'cuda', not {target!r}")
     defn = kernel.definition
     if target == "cuda":
-        from tclang.export_cuda import schedule_for_gpu
+        from tclang.export.cuda import schedule_for_gpu
         info, kernel_source, retry_at = schedule_for_gpu(kernel, sizes)
         static = sizes is not None  # specialized CUDA code has the strides as constants
     else:
         compiled = _compile(kernel, sizes)
-        info = compiled._c.info
-        retry_at = compiled._c.retry_at
-        static = compiled._c.artifact.blobs.get("static") == b"1"
+        info = compiled.info
+        retry_at = compiled.retry_at
+        static = compiled.artifact.blobs.get("static") == b"1"
     if retry_at is not None:
         _refuse_degraded(defn.name, info.fallback)
     for condition in info.bounds:
@@ -85,14 +68,14 @@ def export_kernel(kernel, directory, sizes: dict[str, int] | None, target: str =
     wrapper = Wrapper(defn, info, sizes, static)
     header = folder / f"{name}.h"
     if target == "cuda":
-        from tclang.export_cuda import write_cuda
+        from tclang.export.cuda import write_cuda
         header.write_text(header_text(defn, sizes, f"CUDA, {arch}", cuda=True))
         return write_cuda(wrapper, kernel_source, folder, arch, header)
     from backends.llvm import export as llvm_export
-    blobs = compiled._c.artifact.blobs  # the kernel and the thread pool, as the JIT links them
+    blobs = compiled.artifact.blobs  # the kernel and the thread pool, as the JIT links them
     (folder / f"{name}.o").write_bytes(blobs["object"])
     (folder / "tclang_runtime.o").write_bytes(blobs["runtime"])
-    header.write_text(header_text(defn, sizes, compiled._target.arch))
+    header.write_text(header_text(defn, sizes, compiled.request.target.arch))
     source = folder / f"{name}.c"
     source.write_text(wrapper.cpu_source())
     library = llvm_export.link_library(folder, f"libtclang_{name}.so", [source.name],
@@ -116,21 +99,22 @@ def _refuse_degraded(name: str, fallback: str | None) -> None:
 
 
 def _compile(kernel, sizes: dict[str, int] | None):
-    """The kernel compiled generic (from its inputs' ranks and dtypes alone), or for
-    `sizes` with C-contiguous inputs (checked as a call with those shapes would be)."""
-    from tclang.arguments import Binding
-    from tclang.runtime import Module
+    """The kernel compiled by the driver's door for the CPU: generic (from its inputs'
+    ranks and dtypes alone), or for `sizes` with C-contiguous inputs (checked as a call
+    with those shapes would be)."""
+    from tclang.bfloat16 import dtype_key
+    from tclang.driver.compiler import Signature, compile_kernel
+    from tclang.runtime.arguments import bind_arguments
     module = kernel.module
     if module.tuned and sizes is None:
         raise TCArgumentError("tuned options are stored per shape: export them for the "
                               "sizes they were tuned for, not for every size",
                               hint="e.g. --sizes M=512,K=512,N=512 --tuned")
     options = dataclasses.replace(module.options, specialize=sizes is not None)
-    alone = Module(module.program, "cpu", options, tuned=module.tuned)[kernel.name]
     defn = kernel.definition
     if sizes is None:
-        empty = tuple(np.zeros((0,) * t.rank, dtype=t.dtype.numpy) for t in defn.inputs)
-        return alone._for(Binding(empty, {}))
+        ranks = tuple((t.rank, dtype_key(np.dtype(t.dtype.numpy))) for t in defn.inputs)
+        return compile_kernel(defn, "cpu", options, Signature(ranks, None, None))
     unknown = sorted(set(sizes) - set(defn.sizes))
     if unknown:
         raise TCArgumentError(f"{defn.name} has no size{'s' if len(unknown) > 1 else ''} "
@@ -142,23 +126,10 @@ def _compile(kernel, sizes: dict[str, int] | None):
                               f"{'s' if len(missing) > 1 else ''} {', '.join(missing)}",
                               hint="give every size, e.g. --sizes " +
                                    ",".join(f"{n}=64" for n in missing))
-    return alone.compile(*contiguous_views(defn, sizes))
-
-
-def contiguous_views(defn: Definition, sizes: dict[str, int]) -> list[np.ndarray]:
-    """Views of one element with the shapes and C-contiguous strides a call with `sizes`
-    would have: compiling reads only shapes, dtypes and strides, never the data."""
-    arrays = []
-    for t in defn.inputs:
-        shape = tuple(d.evaluate(sizes) for d in t.shape)
-        one = np.zeros(1, dtype=t.dtype.numpy)
-        strides, step = [], one.itemsize
-        for extent in reversed(shape):
-            strides.append(step)
-            step *= max(extent, 1)
-        arrays.append(np.lib.stride_tricks.as_strided(one, shape, tuple(reversed(strides)),
-                                                      writeable=False))
-    return arrays
+    binding = bind_arguments(defn, contiguous_views(defn, sizes), False)
+    shapes = binding.shape_key()
+    signature = Signature(shapes, dict(binding.sizes), tuple(s for _, _, s in shapes))
+    return compile_kernel(defn, "cpu", options, signature, tuned=module.tuned)
 
 
 # ---- the header ----------------------------------------------------------------------------

@@ -13,7 +13,7 @@ installed code. A *source record* says that a source text was checked without er
 warning, and gives what the hot path compares (each input's dtype and rank, each output's
 dtype), so `tc.define` need not parse it.
 
-Records are disk-cache entries like any other (tclang/diskcache.py: private directory,
+Records are disk-cache entries like any other (tclang/driver/diskcache.py: private directory,
 authenticated with the user's key, size-capped, evicted least recently used first), so a
 record is as trusted as the object code the full path would load. What invalidates them:
 - tclang, NumPy, llvmlite, islpy or Python changing (file sizes and times, versions);
@@ -28,14 +28,15 @@ import hashlib
 import json
 import os
 import sys
+from dataclasses import dataclass
 from functools import lru_cache
 from types import SimpleNamespace
 
 import numpy as np
 
-from tclang import diskcache
+from tclang.driver import diskcache
 from tclang.bfloat16 import dtype_key, dtype_of_key
-from tclang.cachekey import installed_files, key_digest as _digest
+from tclang.driver.cachekey import installed_files, key_digest as _digest
 
 FORMAT = 1  # bump when a record's layout changes
 
@@ -122,6 +123,17 @@ def remember_source(source: str, program) -> None:
 
 # ---- call records ---------------------------------------------------------------------
 
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """What repeating a call checked in full needs (CompiledKernel.prepare, or a call
+    record): the arrays to make beyond the inputs, outputs first, each as (np.zeros or
+    np.empty, shape, dtype); the size values the kernel takes; how many are outputs."""
+
+    new: tuple
+    sizes: list
+    outputs: int
+
+
 def load_call(source: str, entry: str, backend, backend_name: str, options_key: tuple,
               hot_key):
     """(artifact, prepared) of a recorded call, or None; `prepared` as
@@ -134,7 +146,7 @@ def load_call(source: str, entry: str, backend, backend_name: str, options_key: 
         call = json.loads(blobs.pop("call").decode())
         new = tuple((np.zeros if zero else np.empty, tuple(shape), dtype_of_key(dtype))
                     for zero, shape, dtype in call["new"])
-        prepared = (new, [int(s) for s in call["sizes"]], int(call["outputs"]))
+        prepared = Prepared(new, [int(s) for s in call["sizes"]], int(call["outputs"]))
         # what a backend's restore reads of the kernel summary: buffer names, statements
         info = SimpleNamespace(buffers=tuple(SimpleNamespace(name=n) for n in call["buffers"]),
                                statements=tuple(tuple(s) for s in call["statements"]))
@@ -148,18 +160,18 @@ def remember_call(source: str, entry: str, backend, backend_name: str, options_k
     """Write the record of a call that was checked in full and ran (`compiled`: its
     CompiledKernel, `prepared`: what running it again needs)."""
     wanted = getattr(backend, "call_blobs", ())
-    blobs = compiled._c.artifact.blobs
+    blobs = compiled.compiled.artifact.blobs
     if not wanted or not all(name in blobs for name in wanted):
         return
     key = _call_key(source, entry, backend_name, options_key, hot_key)
     digest = _digest(key)
     if _exists(digest):
         return
-    new, sizes, outputs = prepared
-    info = compiled._c.info
+    info = compiled.compiled.info
     call = dict(new=[[make is np.zeros, list(shape), dtype_key(dtype)]
-                     for make, shape, dtype in new],
-                sizes=list(sizes), outputs=outputs, buffers=[b.name for b in info.buffers],
+                     for make, shape, dtype in prepared.new],
+                sizes=list(prepared.sizes), outputs=prepared.outputs,
+                buffers=[b.name for b in info.buffers],
                 statements=[list(s) for s in info.statements])
     stored = {"call": json.dumps(call).encode()}
     stored.update((name, blobs[name]) for name in wanted if name in blobs)

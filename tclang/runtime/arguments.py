@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from tclang.lang import program as P
-from tclang.bfloat16 import STORAGE as BF16_STORAGE, dtype_key
+from tclang.bfloat16 import NUMPY_HAS_BFLOAT16, STORAGE as BF16_STORAGE, dtype_key
 from tclang.dtypes import DType, from_numpy
 from tclang.errors import TCArgumentError
-from tclang.host_tensors import host_view, is_host_tensor, refuse_grad
+from tclang.runtime.host_tensors import host_view, is_host_tensor, refuse_grad
 from tclang.layouts import layout_key, partial_layout_key
 
 
@@ -392,3 +392,17 @@ def _overlaps_itself(array: np.ndarray) -> bool:
     flat = np.sort(offsets.ravel())
     return bool(np.any(np.diff(flat) < array.itemsize))
 
+
+def call_numpy(kernel, inputs: tuple) -> tuple:
+    """kernel(*inputs) for tclang's own NumPy callers (`tclang run` and its checks), as a
+    tuple. Where NumPy has no bfloat16, bfloat16 outputs are written into zeroed arrays of
+    tclang's storage passed as out= (the zeros tclang would allocate), which only tclang's
+    own code reads (tclang/bfloat16.py converts them)."""
+    defn = kernel.definition
+    if NUMPY_HAS_BFLOAT16 or not any(t.dtype.value == "bfloat16" for t in defn.outputs):
+        result = kernel(*inputs)
+        return result if isinstance(result, tuple) else (result,)
+    shapes = output_shapes(defn, bind_arguments(defn, tuple(inputs)).sizes)
+    outs = tuple(np.zeros(shape, t.dtype.numpy) for t, shape in zip(defn.outputs, shapes))
+    kernel(*inputs, out=outs if len(outs) > 1 else outs[0])
+    return outs

@@ -18,7 +18,7 @@ the cache can run code as the user. The cache therefore trusts nothing it reads:
   where each blob lies, then the blobs (object code, generated source, stage texts, the
   kernel summary). Writes go to a temporary file in the same directory, then `os.replace`:
   readers never see half an entry. A truncated, corrupted, unreadable, malformed or foreign
-  entry is discarded with a `TCWarning` and rebuilt (tclang.compiler also discards one its
+  entry is discarded with a `TCWarning` and rebuilt (tclang.driver.compiler also discards one its
   backend cannot load); a full disk or read-only directory only costs a warning. Nothing
   is unpickled.
 - The directory is kept under `TCLANG_CACHE_MAX_BYTES` (default 512 MiB): after each store
@@ -308,6 +308,17 @@ class SealedEntries:
 
     def store(self, name: str, data: bytes) -> None:
         store(_sealed_digest(name), ("sealed", name), {"data": data})
+
+    def directory(self, name: str) -> str | None:
+        """`name` in the cache directory, made private to this user, or None where that
+        is not usable (an untrusted cache directory, say)."""
+        try:
+            path = os.path.join(cache_dir(), name)
+            os.makedirs(path, mode=0o700, exist_ok=True)
+            require_private(path, "build directory", "")
+            return path if os.access(path, os.W_OK) else None
+        except OSError:  # including an untrusted cache directory
+            return None
 
 
 def _sealed_digest(name: str) -> str:

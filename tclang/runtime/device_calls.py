@@ -12,7 +12,7 @@ list, a CPU tensor in the mix) takes the checked path.
 
 from __future__ import annotations
 
-from tclang.arguments import Binding, DeviceArray
+from tclang.runtime.arguments import Binding, DeviceArray
 from tclang.recent import Recent, max_variants
 
 

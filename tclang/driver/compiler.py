@@ -1,5 +1,12 @@
-"""The compile driver: the only place that sees the front end's output, the polyhedral
-layer and a backend together.
+"""The compile driver and its one door: the only place that sees the front end's output,
+the polyhedral layer and a backend together.
+
+    compiled = compile_kernel(defn, backend, options, Signature(shapes, sizes, layouts))
+
+`compile_kernel` owns the rest: the tuned-options lookup, the target, the key, both caches,
+the pipeline and the backend; `loop_ir`, `stage_texts`, `compile_timings` and
+`schedule_kernel` answer from the request a compile recorded (`Compiled.request`), so the
+runtime, export, explain and the tools never build a target, a key or a KernelInfo.
 
     target = compile_target(backend, options)                      # once per compile
     scheduled = schedule_definition(defn, sizes, options, target, layouts)  # middle end
@@ -13,7 +20,7 @@ were the full one: never to disk (the next process tries the full schedule), and
 memory only until its `retry_at` (then the next lookup compiles again). Backends are
 imported on first use, so a machine without CUDA imports tclang fine and only
 `backend="cuda"` needs PyCUDA. The middle end runs in a helper process that
-is replaced every 200 compilations (tclang/middle_end.py: islpy leaks on every compile).
+is replaced every 200 compilations (tclang/driver/middle_end.py: islpy leaks on every compile).
 """
 
 from __future__ import annotations
@@ -27,10 +34,11 @@ import numpy as np
 
 from backends.contract import Artifact, Backend
 from polyhedral import loop_ir as L
-from tclang import budget as compile_budget, ctrl_c, diskcache
-from tclang.registry import BACKENDS, get_backend  # noqa: F401 (BACKENDS: for the CLI)
+from tclang import budget as compile_budget, ctrl_c
+from tclang.driver import diskcache
+from tclang.driver.registry import BACKENDS, get_backend  # noqa: F401 (BACKENDS: for the CLI)
 from tclang.bfloat16 import dtype_of_key
-from tclang.cachekey import key_digest
+from tclang.driver.cachekey import cache_key, canonical_source, key_digest
 from tclang.dtypes import DType
 from tclang.errors import Span
 from tclang.options import Options
@@ -110,6 +118,9 @@ class Compiled:
     retry_at: float | None = None
     made_at: float = dataclasses.field(default_factory=time.monotonic)
     retry_after: float | None = None  # a degraded one's wait before its retry, in seconds
+    #: what the door compiled it from (set by `compile_kernel`): loop_ir and the stage
+    #: texts are made again from it when no cache kept them
+    request: "Request | None" = None
 
     def __post_init__(self) -> None:
         if self.retry_at is not None and self.retry_after is None:
@@ -138,6 +149,118 @@ class Compiled:
                 source.kernel = kernel
             source.kernel_blob = None
         return source.kernel
+
+
+@dataclass(frozen=True)
+class Signature:
+    """What a compile depends on besides the definition and options: the call's shape key
+    (shapes, dtypes and layout keys: `Binding.shape_key()`; ranks and dtypes when
+    shape-generic; `Binding.partial_key` when partly generic), the sizes the code is
+    specialized for (None: shape-generic) and each input's layout (None: generic)."""
+
+    shapes: tuple
+    sizes: dict[str, int] | None
+    layouts: tuple | None
+
+
+@dataclass(frozen=True)
+class Request:
+    """One compile as the door saw it: enough to schedule it again (loop IR, stage texts,
+    timings) with the same target and options, without a key or a cache."""
+
+    definition: Definition
+    backend: str
+    options: Options
+    signature: Signature
+    target: Target
+
+
+def compile_kernel(defn: Definition, backend: str, options: Options, signature: Signature,
+                   *, tuned: bool = False, fresh: bool = False) -> Compiled:
+    """THE compile door: `defn` for `signature` on `backend`, through the memory and disk
+    caches. `tuned`: the options tc.autotune stored for these shapes on this machine, where
+    it stored any (else `options`). `fresh`: compile even when a cache has it (explain
+    times every stage). The result's `request` says what was compiled."""
+    if tuned:
+        options = tuned_options(defn, backend, signature.shapes) or options
+    target = compile_target(backend, options)
+    key = cache_key(canonical_source(defn), defn.name, signature.shapes, options, backend,
+                    target)
+    compiled = compile_definition(defn, signature.sizes, options, backend, target, key,
+                                  signature.layouts, fresh)
+    compiled.request = Request(defn, backend, options, signature, target)
+    return compiled
+
+
+def tuned_options(defn: Definition, backend: str, shapes: tuple,
+                  database=None) -> Options | None:
+    """What tc.autotune stored for these shapes on this machine, or None. `database`: a
+    path, default TCLANG_TUNING_DB or the cache directory's tuning.sqlite."""
+    from tclang.tuning.database import TuningDatabase, kernel_key, machine_id
+    key = kernel_key(canonical_source(defn), defn.name, shapes, backend)
+    machine = machine_id(compile_target(backend, Options()))
+    found = TuningDatabase(database).best(key, machine)
+    return found["options"] if found else None
+
+
+def loop_ir(compiled: Compiled) -> L.Kernel:
+    """The loop IR of a compile: kept, read back from the disk cache's bytes (no isl), or,
+    for an entry without a readable one, scheduled again (the object code is not rebuilt)."""
+    kernel = compiled.loop_ir()
+    if kernel is None:
+        from polyhedral.pipeline import schedule_definition
+        r = compiled.request
+        with recursion_room():
+            kernel = schedule_definition(r.definition, r.signature.sizes, r.options,
+                                         r.target, r.signature.layouts).kernel
+        (compiled.shares or compiled).kernel = kernel
+    return kernel
+
+
+def stage_texts(compiled: Compiled) -> dict[str, str]:
+    """The polyhedral stages' texts of a compile, made again for the asking (scheduling is
+    deterministic): passes, scop, dependences, schedule, transform, loops."""
+    from polyhedral.pipeline import schedule_definition
+    r = compiled.request
+    texts: dict[str, str] = {}
+    with recursion_room():
+        schedule_definition(r.definition, r.signature.sizes, r.options, r.target,
+                            r.signature.layouts, collect=texts)
+    return texts
+
+
+def compile_timings(compiled: Compiled) -> dict[str, float]:
+    """Seconds per stage of a compile of this kernel: its own, or, when it came from a
+    cache, those of a compile made now that reads and writes neither cache."""
+    if compiled.cache == "compiled":
+        return dict(compiled.timings)
+    r = compiled.request
+    return compile_uncached(r.definition, r.signature.sizes, r.options, r.backend,
+                            r.target, r.signature.layouts).timings
+
+
+def schedule_kernel(defn: Definition, backend: str, options: Options,
+                    signature: Signature) -> tuple[KernelInfo, L.Kernel, float | None]:
+    """(KernelInfo, loop IR, retry_at) of `defn` scheduled for `backend`'s target in this
+    process, nothing compiled and no cache read: what `export --target cuda` prints as
+    CUDA C (retry_at not None: a degraded schedule)."""
+    from polyhedral.pipeline import schedule_definition
+    target = compile_target(backend, options)
+    with recursion_room():
+        scheduled = schedule_definition(defn, signature.sizes, options, target,
+                                        signature.layouts)
+    return kernel_info(scheduled, ""), scheduled.kernel, scheduled.retry_at
+
+
+def kernel_info(scheduled, loops: str) -> KernelInfo:
+    """The KernelInfo of a scheduled kernel (polyhedral.pipeline's result), `loops` its
+    pseudo-C: the one place one is made from a schedule."""
+    k = scheduled.kernel
+    return KernelInfo(
+        name=k.name, sizes=k.sizes, buffers=k.buffers, zero_fill=k.zero_fill,
+        statements=tuple((s.id, s.text, s.line) for s in k.statements),
+        loops=loops, schedule=scheduled.schedule,
+        strategy=scheduled.strategy, fallback=scheduled.fallback, bounds=scheduled.bounds)
 
 
 # key -> Compiled: two modules defining the same source share one compilation; one nobody
@@ -294,7 +417,7 @@ def _check_buffer(buffer: L.Buffer, shape: tuple) -> None:
 def _compile(defn: Definition, sizes, options: Options, backend: Backend, target: Target,
              layouts) -> Compiled:
     from polyhedral.loop_format import format_kernel
-    from tclang import middle_end  # isl loads on the first compile
+    from tclang.driver import middle_end  # isl loads on the first compile
 
     # one budget for the whole compile (tclang/budget.py): scheduling (in the middle end's
     # helper process, replaced now and then: islpy leaks on every compile) and code generation
@@ -311,13 +434,8 @@ def _compile(defn: Definition, sizes, options: Options, backend: Backend, target
             stages.show(name, text)
         loops = format_kernel(kernel)
     timings = {**scheduled.timings, **stages.timings}
-    info = KernelInfo(
-        name=kernel.name, sizes=kernel.sizes, buffers=kernel.buffers,
-        zero_fill=kernel.zero_fill,
-        statements=tuple((s.id, s.text, s.line) for s in kernel.statements),
-        loops=loops, schedule=scheduled.schedule,
-        strategy=scheduled.strategy, fallback=scheduled.fallback, bounds=scheduled.bounds)
-    return Compiled(info, artifact, kernel, timings, "compiled", bands=scheduled.bands,
+    return Compiled(kernel_info(scheduled, loops), artifact, kernel, timings, "compiled",
+                    bands=scheduled.bands,
                     retry_at=scheduled.retry_at)
 
 

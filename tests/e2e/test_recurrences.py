@@ -1,0 +1,184 @@
+"""Issue 35 item 2: recurrences (scans). A `=` statement reads its own target at points it
+wrote earlier in the lexicographic order of its left-side indices: prefix sums, running
+maxima, per-row scans, a forward substitution, an RNN-style cell; on every backend against
+NumPy at size-1, odd and prime extents. The scheduler keeps the carrying loop sequential and
+the others parallel; a read at a later point, or at one nothing wrote, is a located error."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tclang as tc
+from polyhedral import loop_ir as L
+from tclang.errors import TCSemanticError
+
+BACKENDS = ["cpu", "reference", "cuda-emulated"]
+EXTENTS = [1, 2, 5, 7, 13]
+EMULATED = [1, 2, 7]  # g++ builds each specialized kernel: fewer shapes keep this fast
+
+SOURCE = """
+def cumsum(float(N) X) -> (O) { O(i) = (i == 0) ? X(0) : O(i - 1) + X(i) }
+def runmax(float(N) X) -> (O) { O(i) = (i == 0) ? X(0) : fmax(O(i - 1), X(i)) }
+def rowscan(float(R, N) X) -> (O) { O(r, i) = (i == 0) ? X(r, 0) : O(r, i - 1) + X(r, i) }
+def colscan(float(N, R) X) -> (O) { O(i, r) = (i == 0) ? X(0, r) : O(i - 1, r) + X(i, r) }
+def fib(float(N) X) -> (O) { O(i) = (i < 2) ? X(i) : O(i - 1) + 0.5 * O(i - 2) where i in 0:N }
+def after(float(N) X) -> (O) {
+    O(i) = X(i)
+    O(i) = O(i - 1) * 0.5 + X(i) where i in 1:N
+}
+def icount(int32(N) X) -> (O) { O(i) = (i == 0) ? X(0) : O(i - 1) + X(i) }
+def trsv(float(N, N) L, float(N) b) -> (x) {
+    P(i, j) = (j == 0) ? b(i) : P(i, j - 1) - L(i, j - 1) * P(j - 1, j - 1) / L(j - 1, j - 1)
+        where j in 0:i + 1
+    x(i) = P(i, i) / L(i, i)
+}
+def rnn(float(T, H) X, float(H, H) W) -> (S) {
+    S(t, h) = (t == 0) ? tanh(X(0, h))
+        : tanh(X(t, h) + S(t - 1, 0) * W(h, 0) + S(t - 1, H - 1) * W(h, H - 1))
+}
+"""
+
+
+def _numpy_fib(x):
+    o = x.astype(np.float64).copy()
+    for i in range(2, len(x)):
+        o[i] = o[i - 1] + 0.5 * o[i - 2]
+    return o
+
+
+def _numpy_after(x):
+    o = x.astype(np.float64).copy()
+    for i in range(1, len(x)):
+        o[i] = o[i - 1] * 0.5 + x[i]
+    return o
+
+
+def _numpy_rnn(x, w):
+    s = np.zeros_like(x, dtype=np.float64)
+    s[0] = np.tanh(x[0])
+    for t in range(1, len(x)):
+        s[t] = np.tanh(x[t] + s[t - 1, 0] * w[:, 0] + s[t - 1, -1] * w[:, -1])
+    return s
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def backend_module(request):
+    return request.param, tc.define(SOURCE, backend=request.param)
+
+
+@pytest.fixture
+def module(backend_module, n):
+    backend, defined = backend_module
+    if backend == "cuda-emulated" and n not in EMULATED:
+        pytest.skip("the emulated GPU runs the size-1, even and odd-prime extents")
+    return defined
+
+
+def _close(actual, expected):
+    np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("n", EXTENTS)
+def test_one_dimensional_scans(module, n):
+    x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+    _close(module.cumsum(x), np.cumsum(x))
+    np.testing.assert_array_equal(module.runmax(x), np.maximum.accumulate(x))
+    _close(module.fib(x), _numpy_fib(x))
+    _close(module.after(x), _numpy_after(x))
+    ints = np.arange(n, dtype=np.int32) - 3
+    counted = module.icount(ints)
+    assert counted.dtype == np.int32
+    np.testing.assert_array_equal(counted, np.cumsum(ints))
+
+
+@pytest.mark.parametrize("n", EXTENTS)
+def test_scans_along_rows_and_columns(module, n):
+    x = np.random.default_rng(n + 1).standard_normal((3, n)).astype(np.float32)
+    _close(module.rowscan(x), np.cumsum(x, 1))
+    _close(module.colscan(np.ascontiguousarray(x.T)), np.cumsum(x.T, 0))
+
+
+@pytest.mark.parametrize("n", EXTENTS)
+def test_forward_substitution_and_rnn(module, n):
+    rng = np.random.default_rng(n + 2)
+    lower = (np.tril(rng.standard_normal((n, n))) + 4 * np.eye(n)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    np.testing.assert_allclose(module.trsv(lower, b), np.linalg.solve(lower, b), rtol=1e-3,
+                               atol=1e-4)
+    x = rng.standard_normal((n, 3)).astype(np.float32)
+    w = (0.5 * rng.standard_normal((3, 3))).astype(np.float32)
+    _close(module.rnn(x, w), _numpy_rnn(x, w))
+
+
+@pytest.mark.parametrize("specialize", [True, False])
+def test_shape_generic_and_specialized_agree(specialize):
+    fn = tc.define(SOURCE, options=tc.Options(specialize=specialize)).rowscan
+    for shape in [(1, 1), (4, 9), (2, 1000)]:
+        x = np.random.default_rng(shape[1]).standard_normal(shape).astype(np.float32)
+        _close(fn(x), np.cumsum(x, 1))
+
+
+def _loops(kernel):
+    return [n for n in L.walk_nodes(kernel.body) if isinstance(n, L.For)]
+
+
+def _loop_of(kernel, index_of_statement: int):
+    """The loops whose variable the statement's given left-side index reads."""
+    found = []
+    for loop in _loops(kernel):
+        for run in L.walk_nodes(loop.body):
+            if isinstance(run, L.Run) and loop.var in _vars(run.indices[index_of_statement]):
+                found.append(loop)
+                break
+    return found
+
+
+def _vars(expr) -> set[str]:
+    if isinstance(expr, L.Var):
+        return {expr.name}
+    return set().union(*(_vars(a) for a in getattr(expr, "args", ()))) if \
+        hasattr(expr, "args") else set()
+
+
+def test_rows_parallel_and_the_scan_loop_sequential():
+    """Per-row scans run rows in parallel; the loops of the scanned index stay sequential."""
+    compiled = tc.define(SOURCE).rowscan.compile(np.zeros((64, 101), np.float32))
+    assert "coincident: [ 1, 0 ]" in compiled.schedule  # isl: r parallel, i carries
+    kernel = compiled.loop_ir
+    assert any(loop.parallel for loop in _loop_of(kernel, 0))
+    assert _loop_of(kernel, 1) and not any(loop.parallel or loop.vectorize
+                                           for loop in _loop_of(kernel, 1))
+
+
+def test_column_scans_vectorize_across_columns():
+    """A scan down the columns: the row loop sequential, the stride-1 column loop parallel
+    and vectorized (and its tiles spread over threads)."""
+    kernel = tc.define(SOURCE).colscan.compile(np.zeros((101, 256), np.float32)).loop_ir
+    assert not any(loop.parallel for loop in _loop_of(kernel, 0))
+    columns = _loop_of(kernel, 1)
+    assert any(loop.vectorize for loop in columns) and any(loop.parallel for loop in columns)
+
+
+ERRORS = [
+    ("def f(float(N) X) -> (O) {\n  O(i) = O(i - 1) + X(i)\n}", 2, 10,
+     "no statement writes (at i = 0)"),
+    ("def f(float(N, N) L) -> (P) {\n  P(i, j) = (i == 0 || j == 0) ? L(i, j)\n"
+     "    : P(j, j - 1) + L(i, j) where j in 0:N\n}", 3, 7,
+     "at the same time or later (at "),
+    ("def f(float(N) X) -> (O) {\n  O(i) = (i < 1) ? X(i) : O(i - 1) + O(i - 2) "
+     "where i in 0:N\n}", 2, 38, "no statement writes (at i = 1)"),
+    ("def f(float(N) X) -> (O) {\n  O(i) = X(i)\n  O(i) = O(N - 1 - i)\n}", 3, 10,
+     "at the same time or later (at i = "),
+]
+
+
+@pytest.mark.parametrize("source,line,column,words", ERRORS)
+def test_refused_recurrences_point_at_the_read(source, line, column, words):
+    """Refusals found only on the scop (isl): located at the read, with what to write."""
+    with pytest.raises(TCSemanticError) as info:
+        tc.define(source).f(np.ones(5, np.float32) if "N, N" not in source
+                            else np.ones((5, 5), np.float32))
+    err = info.value
+    assert (err.line, err.column) == (line, column), str(err)
+    assert words in err.message and err.hint and "^" in str(err)
