@@ -60,6 +60,10 @@ def main(n: int = 257, t: int = 129) -> None:
     ours = timed(mod.causal_softmax, S)
     theirs = timed(_causal_softmax, S)
     print(f"causal softmax {t}x{t}: tclang {ours * 1e3:.2f} ms, NumPy {theirs * 1e3:.2f} ms")
+    ours = timed(mod.conv_pad1, I, Wt)
+    theirs = timed(_conv_pad1, I, Wt)
+    print(f"padded 3x3 convolution {I.shape} by {Wt.shape}: tclang {ours * 1e3:.2f} ms, "
+          f"NumPy (pad, then nine einsums) {theirs * 1e3:.2f} ms")
 
 
 if __name__ == "__main__":

@@ -117,7 +117,8 @@ def grad(kernel, wrt=None):
     """The gradient of `kernel` (a definition of a module) with respect to the inputs named
     in `wrt` (default: every floating-point input), generated as comprehensions and
     compiled like any kernel: `g(*inputs, *output_gradients)` returns the gradients;
-    `g.source` is the backward definition (docs/autodiff.md)."""
+    `g.source` is the backward definition (docs/autodiff.md). `grad(g)` of a gradient is
+    the gradient of its backward definition: second derivatives."""
     from tclang.autodiff import Gradient
     return Gradient(kernel, wrt)
 

@@ -40,34 +40,61 @@ def _shape(shape, sizes) -> tuple | None:
         return None
 
 
+def _check_type(name: str, want, grad) -> None:
+    """An output gradient (a NumPy array) of its output's type: said here, in the caller's
+    terms, not as argument k of the generated backward (its other arguments are saved
+    values the caller never passed). Other array kinds are checked by the backward's call."""
+    import numpy as np
+
+    from tclang.dtypes import from_numpy
+    got = from_numpy(grad.dtype) if isinstance(grad, np.ndarray) else None
+    if got is not None and got is not want:
+        raise TCArgumentError(f"the gradient of output {name} is {got.value}, but {name} is "
+                              f"{want.value}", hint=f"tclang never converts silently: pass "
+                              f"it as {want.value}, like {name}")
+
+
 class Gradient:
     """The gradient of one kernel with respect to some of its inputs (see the module doc)."""
 
     def __init__(self, kernel, wrt=None):
         from tclang.runtime.kernels import Kernel, Module
+        if isinstance(kernel, Gradient):
+            # the gradient of a gradient is that of its backward definition (a kernel of
+            # inputs, saved values and output gradients): second order, and so on
+            kernel = kernel.backward_kernel
         if not isinstance(kernel, Kernel):
-            raise TypeError(f"tc.grad takes a kernel (a definition of a module: mod.name), "
-                            f"not {type(kernel).__name__}")
+            raise TypeError(f"tc.grad takes a kernel (a definition of a module: mod.name) or a "
+                            f"gradient, not {type(kernel).__name__}")
         self.kernel = kernel
         self.definition = kernel.definition
         self.plan: GradientSource = build(self.definition, wrt)
         module = kernel.module
         from tclang.lang.frontend import check_source
 
-        def kernel_of(text: str, name: str):
+        def kernel_of(text: str, name: str, what: str):
             if text == self.definition.source and name == self.definition.name:
                 return kernel
             try:
                 program = check_source(text)
-            except TCError as err:  # generated text that does not check is tclang's fault
-                raise TCGradError(f"the training forward of {self.definition.name} does not "
-                                  f"check ({getattr(err, 'message', err)}); please report it "
+            except TCError as err:  # generated text that does not check is tclang's fault:
+                # said at the user's definition, never at a line they did not write
+                raise TCGradError(f"{what} of {self.definition.name} does not check "
+                                  f"({getattr(err, 'message', err)}); please report it "
                                   "with the definition", self.definition.span,
                                   self.definition.source) from None
             return Module(program, module.backend, module.options)[name]
 
-        self._forward = kernel_of(self.plan.forward, self.plan.forward_name)
-        self._backward = kernel_of(self.plan.backward, self.plan.backward_name)
+        self._forward = kernel_of(self.plan.forward, self.plan.forward_name,
+                                  "the training forward")
+        self._backward = kernel_of(self.plan.backward, self.plan.backward_name,
+                                   "the backward")
+
+    @property
+    def backward_kernel(self):
+        """The backward definition as a kernel: inputs, saved values (`saved`'s order),
+        output gradients -> the gradients of `wrt`. `tc.grad(g)` differentiates it."""
+        return self._backward
 
     @property
     def wrt(self) -> tuple[str, ...]:
@@ -121,6 +148,7 @@ class Gradient:
                 raise TCArgumentError(f"the gradient of output {name} has shape {got}, but "
                                       f"{name} has shape {want}",
                                       hint="pass one gradient per output, shaped like it")
+            _check_type(name, outputs[name].dtype, grad)
         values = [saved[s.name] for s in self.plan.saved]
         grads = self._backward(*inputs, *values, *output_grads)
         return grads if isinstance(grads, tuple) else (grads,)

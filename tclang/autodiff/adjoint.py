@@ -148,17 +148,26 @@ class _Emitted:
 def build(defn: P.Definition, wrt: tuple[str, ...] | None) -> GradientSource:
     try:
         scans.refuse_unsupported(defn)
-        for s in defn.statements:
-            if s.affine_ranges:
-                name, lo, hi = s.affine_ranges[0]
-                raise TCGradError(
-                    f"cannot differentiate `{s.text.strip()}`: tc.grad does not yet handle a "
-                    f"range bounded by other indices (`{name} in {lo}:{hi}`)", s.span,
-                    hint=f"range {name} over sizes and mask the terms with a guard, e.g. "
-                         f"`({name} >= {lo} && {name} < {hi}) ? ... : 0`")
         return _Builder(defn, wrt).run()
     except TCGradError as err:
         raise err.with_source(defn.source) from None
+
+
+def _range_bounds(s: P.Statement, sigma: dict[str, Affine]) -> list[tuple[str, str]]:
+    """The bounds of statement s's `where j in lo:hi` ranges that use other indices, as
+    (condition, its negation) texts with solved indices substituted (`sigma`): the
+    backward runs over the hull of such a range (its domain) under these conditions, as
+    the forward does (range inference adds them to the statement's condition)."""
+    out = []
+    for name, lo, hi in s.affine_ranges:
+        index = _affine_text(_substitute(Affine.index(name), sigma))
+        if lo.terms:
+            bound = _affine_text(_substitute(lo, sigma))
+            out.append((f"{index} >= {bound}", f"{index} < {bound}"))
+        if hi.terms:
+            bound = _affine_text(_substitute(hi, sigma))
+            out.append((f"{index} < {bound}", f"{index} >= {bound}"))
+    return out
 
 
 class _Builder:
@@ -358,8 +367,10 @@ class _Builder:
         t = version.dtype.compute if version.dtype.is_float else DType.FLOAT32
         self.versions[ties] = _Version(ties, f"ties_{s.target}", None, t, version.extent)
         ranges = {r.name: (r.lo, r.hi) for r in s.domain}
+        count = _guarded([c for c, _ in _range_bounds(s, {})],
+                         D.select(hit, D.const(1, t), None, t))
         self.emitted.append(_Emitted(
-            ties, s.indices, D.select(hit, D.const(1, t), None, t), {}, ranges, frozenset(),
+            ties, s.indices, count, {}, ranges, frozenset(),
             bool(s.reduction_indices), op="+=!" if s.reduction_indices else "=",
             comment=f"# how many candidates tie for the {s.op} of statement {k + 1}"))
         return D.select(hit, D.div(g, _read(ties, s.indices, t, s.span)), None, t)
@@ -388,15 +399,18 @@ class _Builder:
         s = self.defn.statements[k]
         old = self.versions[before]
         overwrites = s.reset or s.op == "="
-        if overwrites and all(r.lo.constant == 0 and (r.hi - e).constant == 0 for r, e in
+        if overwrites and not any(n in s.indices for n, _, _ in s.affine_ranges) and \
+                all(r.lo.constant == 0 and (r.hi - e).constant == 0 for r, e in
                               zip((s.range_of(i) for i in s.indices), old.extent)):
             return  # overwritten everywhere: its old value has no gradient
         names = [self.fresh(f"i{d}") for d in range(len(old.extent))]
         expr = _read(grad, tuple(names), old.dtype, s.span)
         if overwrites:
             outside = " || ".join(
-                f"{n} < {s.range_of(i).lo} || {n} >= {s.range_of(i).hi}"
-                for n, i in zip(names, s.indices))
+                [f"{n} < {s.range_of(i).lo} || {n} >= {s.range_of(i).hi}"
+                 for n, i in zip(names, s.indices)] +
+                [negated for _, negated in _range_bounds(
+                    s, {i: Affine.index(n) for n, i in zip(names, s.indices)})])
             expr = D.select(Raw(outside, 1), expr, None, old.dtype.compute)
         self._emit(_adjoint_label(before), tuple(names), expr, {},
                    {n: (Z.const(0), e) for n, e in zip(names, old.extent)},
@@ -485,9 +499,8 @@ class _Builder:
             gathers = []
         for y, _ in gathers:
             del out_ranges[y]
-        if guards:
-            expr = D.select(Raw(" && ".join(guards), 2 if len(guards) > 1 else 3), expr,
-                            None, expr.dtype)
+        guards += [c for c, _ in _range_bounds(s, sigma)]
+        expr = _guarded(guards, expr)
         mentioned = _mentions(expr, index_text).union(
             *(_mentions(sub, index_text) for _, sub in gathers))
         for i in [i for i in reduction if i not in mentioned]:
@@ -536,7 +549,8 @@ class _Builder:
         and the gradient arrives unrouted (not through a max). Returns (contribution,
         index texts of the flipped indices, the solved indices now unguarded) or None."""
         s = self.defn.statements[k]
-        if not isinstance(weight, P.Read) or not weight.tensor.startswith("d:"):
+        if not isinstance(weight, P.Read) or not weight.tensor.startswith("d:") or \
+                s.affine_ranges:  # (a window whose range uses other indices: guarded)
             return None
         ranges = {r.name: (r.lo, r.hi) for r in s.domain}
         pads: dict[str, tuple[str, str, Z.SizeExpr, Z.SizeExpr]] = {}  # v -> (y, u, K-1, E)
@@ -691,7 +705,11 @@ class _Builder:
             if label not in self.written:
                 t = defn.tensor(x)
                 idx = [self.fresh(f"i{d}") for d in range(t.rank)]
-                self.emitted.append(_Emitted(label, tuple(idx), D.const(0, t.dtype.compute),
+                # a half or bfloat16 zero is written as a cast: a literal 0.0 is float32,
+                # which the language will not narrow into the gradient by itself
+                zero = D.const(0, t.dtype) if not t.dtype.is_narrow_float else \
+                    Raw(f"{type_name(t.dtype)}(0.0)", 7, t.dtype)
+                self.emitted.append(_Emitted(label, tuple(idx), zero,
                                              {}, {i: (Z.const(0), e) for i, e in
                                                   zip(idx, t.shape)},
                                              frozenset(idx), False, op="="))
@@ -751,8 +769,7 @@ class _Builder:
             if k in candidates:  # T(I) max=! e  ->  C(I, R) = e;  T(I) max=! C(I, R)
                 s = defn.statements[k]
                 every = ", ".join(s.all_indices)
-                where = ", ".join(f"{r.name} in {r.lo}:{r.hi}"
-                                  for r in (s.range_of(i) for i in s.all_indices))
+                where = ", ".join(_range_text(s, i) for i in s.all_indices)
                 target = f"{s.target}({', '.join(s.indices)})" if s.indices else s.target
                 # the type said (a reprinted literal may type otherwise): the backward
                 # declares the saved tensor with it
@@ -858,8 +875,13 @@ class _Backward:
             for k, (e, st) in enumerate(zip(self.b.emitted, checked.statements)):
                 for r in st.domain:
                     want = e.ranges.get(r.name)
+                    # an inferred bound with a min or max in it is given as a where
+                    # range too, even where it equals the intended one: the backward of
+                    # this backward (second order) writes its ranges into where clauses,
+                    # whose bounds must be affine
                     if want is not None and r.name not in wheres[k] and \
-                            not self._same(want, (r.lo, r.hi)):
+                            (not self._same(want, (r.lo, r.hi)) or
+                             any(f in str(b) for b in (r.lo, r.hi) for f in ("min(", "max("))):
                         wheres[k].add(r.name)
                         changed = True
             if not changed:
@@ -900,6 +922,14 @@ class _Backward:
 
 
 # ---- helpers -----------------------------------------------------------------------------
+
+def _guarded(guards: list[str], expr: P.Expr) -> P.Expr:
+    """`expr` where every guard (conditions on indices, as text) holds, else 0."""
+    if not guards:
+        return expr
+    return D.select(Raw(" && ".join(guards), 2 if len(guards) > 1 else 3), expr, None,
+                    expr.dtype)
+
 
 def _read(tensor: str, indices, dtype: DType, span) -> P.Read:
     return P.Read(tensor, tuple(P.IndexValue(i) for i in indices),
@@ -1011,6 +1041,16 @@ def _statement_texts(defn: P.Definition) -> list[str]:
             text = text[:text.index("}")]
         texts.append(" ".join(text.split()).rstrip(";").rstrip())
     return texts
+
+
+def _range_text(s: P.Statement, index: str) -> str:
+    """`index in lo:hi` as statement s ranges it: its `where` range where that uses other
+    indices (`j in 0:i + 1`), else its inferred range."""
+    for name, lo, hi in s.affine_ranges:
+        if name == index:
+            return f"{name} in {_affine_text(lo)}:{_affine_text(hi)}"
+    r = s.range_of(index)
+    return f"{index} in {r.lo}:{r.hi}"
 
 
 def _without_comments(text: str) -> str:

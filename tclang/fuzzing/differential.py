@@ -56,22 +56,15 @@ ORACLE = ("reference", tclang.Options(fusion="min", tile=(), reorder_reductions=
 # the signature is counted as the known bug: fuzzing keeps looking for new ones. Remove an
 # entry when its bug is fixed. (name, applies(defn, backend, options, sizes), signature)
 KNOWN_BUGS: list = [
-    # The second derivative of a windowed read (`O(i) +=! A(j + i) where j in 0:3`): tc.grad
-    # of its backward writes a `where` range whose bound is a `max`/`min` of sizes
-    # (`i03 in 0:max(Q - 2, min(Q - 3, S0 - 1) + 1)`), which a range bound cannot be (it
-    # may be affine in sizes, literals and other indices since issue 35 item 4), so
-    # tclang.torch refuses the double backward with a TCGradError that says "please
-    # report". Found by the gradgradcheck share (fuzz seed 0, program 51). Regression:
-    # test_fuzz_features.py::test_open_second_derivative_of_a_window
-    ("gradgrad-window-range-bound",
-     lambda defn, backend, options, sizes: backend == "torch",
-     "a range bound must be affine in sizes, integer literals and other indices"),
     # The four found before (no-loop-at-all, llvm-abort-unrolled-min-max,
     # tiled-reduction-out-of-order, cuda-block-reduction-rank) are fixed, and so are
-    # grad-training-forward-drops-where and guarded-sum-factor-scop (issue 31's fixes); their programs are
-    # in tests/fuzzing/regressions.py. grad-shifted-diagonal-keyerror (tc.grad of
-    # `O(i) = B(i - 1, i - 1)` raised a bare KeyError) is fixed too: its regression is
-    # test_fuzz_features.py::test_grad_of_a_shifted_diagonal. An entry looked like this:
+    # grad-training-forward-drops-where and guarded-sum-factor-scop (issue 31's fixes);
+    # their programs are in tests/fuzzing/regressions.py. grad-shifted-diagonal-keyerror
+    # (tc.grad of `O(i) = B(i - 1, i - 1)` raised a bare KeyError) is fixed too: its
+    # regression is test_fuzz_features.py::test_grad_of_a_shifted_diagonal; and
+    # gradgrad-window-range-bound (the second derivative of `O(i) +=! A(j + i) where j in
+    # 0:3` wrote a where bound with a min in it): test_second_derivative_of_a_window.
+    # An entry looked like this:
     # ("cuda-block-reduction-rank",
     #  lambda defn, backend, options, sizes: backend.startswith("cuda") and any(
     #      s.reduction_indices and len(s.indices) > 1 for s in defn.statements),

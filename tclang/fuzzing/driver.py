@@ -213,7 +213,13 @@ def feature_summary(features: Counter) -> str:
     kinds = ", ".join(f"{x[7:]} {features[x]}" for x in families)
     styles = ", ".join(f"{x[14:]} {features[x]}" for x in sorted(features)
                        if x.startswith("module layout "))
+    forms = ", ".join(f"{x[len('grad of '):]} {features[x]}" for x in sorted(features)
+                      if x.startswith("grad of "))
+    torch_forms = ", ".join(f"{x[len('gradcheck of '):]} {features[x]}" for x in
+                            sorted(features) if x.startswith("gradcheck of "))
     return "\n".join([
+        f"gradients of where clauses and guards: tc.grad: {forms or 'none'}; torch "
+        f"gradcheck: {torch_forms or 'none'}",
         f"features: multi-def modules: {n('module')} ({styles or 'none'}), guarded "
         f"reductions: {reductions} (cuda-emulated {on_gpu}; {kinds or 'none'}), "
         f"grad: {n('grad', 'grad (a point not smooth)')} "

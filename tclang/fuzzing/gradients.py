@@ -79,8 +79,116 @@ def _noise(defn, sizes, outputs, seeds) -> float:
     return tolerance(defn, sizes) * max(total, 1e-300)
 
 
+def grad_forms(source: str, entry: str) -> list[str]:
+    """The forms of `where` clause and guard the definition has, as the summary counts
+    them under "grad of ...": what the gradient checks reach (issue 35 item 5)."""
+    from tclang.lang import program as P
+    from tclang.lang.frontend import check_source
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        defn = check_source(source)[entry]
+    clauses = " ".join(m.group(1) for m in re.finditer(r"\bwhere\b([^;}\n]*)", source))
+    forms = {
+        "a where-local": re.search(r"(?<![=!<>])=(?!=)", clauses) is not None,
+        "a where range": re.search(r"\bin\b", clauses) is not None,
+        "a range bounded by an index": any(s.affine_ranges for s in defn.statements),
+        "where exists": any(s.exists for s in defn.statements),
+        "a guarded read": any(isinstance(x, P.Read) and x.guard is not None
+                              for s in defn.statements for x in P.walk(s.rhs)),
+    }
+    return [f"grad of {name}" for name, found in forms.items() if found]
+
+
 def check_grad(program, seed: int = 0):
-    """(failures, notes) of `tc.grad` against central differences (module docstring)."""
+    """(failures, notes) of `tc.grad` against central differences (module docstring),
+    and of `tc.grad` in the program's own types where they are not all double
+    (`native_grad`)."""
+    native = native_grad(program, seed)
+    if native is not None:
+        return [native], ["grad"]
+    failures, notes = _check_float64_grad(program, seed)
+    if notes and notes[0].startswith("grad") and ":" not in notes[0]:
+        notes = notes + grad_forms(program.source, program.entry)
+    return failures, notes
+
+
+def tclang_fault(err) -> bool:
+    """Whether a TCGradError says tc.grad's own text does not check ("please report it"):
+    tclang's bug, not a program without a gradient."""
+    return "please report" in str(err)
+
+
+# half, bfloat16, or float and double together: where tc.grad has to round or widen
+_NATIVE = re.compile(r"\b(half|float16|bfloat16|bf16)\b")
+
+
+def native_grad(program, seed: int = 0):
+    """A Failure if `tc.grad` of the program in its own types fails where its float64
+    form has a gradient, or gives a gradient of another type than its input; else None.
+    The float64 check cannot see this: a half input's backward failed its own type check
+    ("would narrow it"), for any program. Only programs with a narrow float type or with
+    float and double together (the others are the float64 form's case)."""
+    import tclang
+    from tclang.fuzzing.differential import Failure, _describe, _quiet
+    from tclang.tools.inputs import random_inputs
+    src = program.source
+    if not _NATIVE.search(src) and not (re.search(r"\bdouble\b", src) and
+                                        re.search(r"\bfloat(32)?\b", src)):
+        return None
+    with _quiet():
+        kernel = tclang.define(src)[program.entry]
+        try:
+            g = tclang.grad(kernel)
+        except tclang.TCGradError as err:
+            if not tclang_fault(err):
+                return None  # (its float64 form says whether that is right)
+            return Failure("grad", None, "crash", f"tc.grad in the program's own types: "
+                           f"{_describe(err)}", check="grad", repro=_grad_repro(src, program))
+        except Exception as err:  # noqa: BLE001 - a crash or a type check of its own text
+            return Failure("grad", None, "crash", f"tc.grad in the program's own types: "
+                           f"{_which_text(kernel)}{_describe(err)}", check="grad",
+                           repro=_grad_repro(src, program))
+        rng = np.random.default_rng(seed)
+        inputs = _callable(list(random_inputs(kernel.definition, program.sizes, rng)))
+        try:
+            outs, saved = g.forward(*inputs)
+        except (tclang.TCIndexError, tclang.TCArgumentError):
+            return None
+        try:
+            names = [t.name for t in kernel.definition.outputs]
+            seeds = tuple(_ones_like(outs[names.index(n)]) for n in g.output_names)
+            grads = g.backward(tuple(inputs), saved, seeds)
+        except Exception as err:  # noqa: BLE001
+            return Failure("grad", None, "crash", f"the backward in the program's own "
+                           f"types: {_describe(err)}", check="grad",
+                           repro=_grad_repro(src, program))
+    from tclang.dtypes import from_numpy
+    from tclang.runtime.host_tensors import host_view
+    params = {t.name: t for t in kernel.definition.inputs}
+    for x, gx in zip(g.wrt, grads):
+        array = gx if isinstance(gx, np.ndarray) else host_view(gx, "a result", "it")
+        want, got = params[x].dtype, from_numpy(array.dtype)
+        if got is not want:
+            return Failure("grad", None, "grad-mismatch", f"d/d{x} is {got}, but {x} is "
+                           f"{want.value}", check="grad", repro=_grad_repro(src, program))
+    return None
+
+
+def _callable(inputs: list) -> list:
+    """The inputs as the kernel takes them: torch tensors (the same memory) for a
+    bfloat16 program where NumPy has no bfloat16 (differential._call does the same)."""
+    from tclang.bfloat16 import NUMPY_HAS_BFLOAT16, is_bfloat16
+    from tclang.runtime.host_tensors import as_torch
+    if NUMPY_HAS_BFLOAT16 or not any(is_bfloat16(np.asarray(a).dtype) for a in inputs):
+        return inputs
+    return [as_torch(a) for a in inputs]
+
+
+def _ones_like(x):
+    return x.new_ones(x.shape) if hasattr(x, "new_ones") else np.ones_like(x)
+
+
+def _check_float64_grad(program, seed: int = 0):
     import tclang
     from tclang.fuzzing.differential import Failure, _describe, _quiet
     from tclang.tools.inputs import random_inputs
@@ -91,7 +199,10 @@ def check_grad(program, seed: int = 0):
         kernel = tclang.define(source, options=tclang.Options(check_bounds=True))[program.entry]
         try:
             g = tclang.grad(kernel)
-        except tclang.TCGradError:
+        except tclang.TCGradError as err:
+            if tclang_fault(err):
+                return [Failure("grad", None, "crash", f"tc.grad: {_describe(err)}",
+                                check="grad", repro=_grad_repro(source, program))], ["grad"]
             return [], ["grad: not differentiable"]
         except Exception as err:  # noqa: BLE001 - anything else from tc.grad is a bug
             return [Failure("grad", None, "crash", f"tc.grad: {_which_text(kernel)}"
@@ -252,8 +363,9 @@ def check_torch(program, which: str = "gradcheck", seed: int = 0):
             return [], [f"{which}: inputs out of range"]
         check = getattr(torch.autograd, which)
         try:
-            check(fn, xs, eps=STEP, atol=1e-5, rtol=1e-3, fast_mode=True)
-            return [], [which]
+            check(_float_outputs(fn), xs, eps=STEP, atol=1e-5, rtol=1e-3, fast_mode=True)
+            return [], [which] + [f"{which} of {form[len('grad of '):]}" for form in
+                                  grad_forms(program.source, program.entry)]
         except GradcheckError as err:
             said = str(err).splitlines()[0][:200]
         except Exception as err:  # noqa: BLE001 - an error from the backward itself
@@ -313,6 +425,16 @@ def _confirm(fn, xs, rng, second: bool) -> str | None:
         if what is not None:
             return what
     return None
+
+
+def _float_outputs(fn):
+    """fn with its floating-point outputs only: gradcheck takes differences of every
+    output, and a bool one has none (PyTorch: "Subtraction ... with two bool tensors is
+    not supported"; seed 36, program 40)."""
+    def call(*args):
+        kept = tuple(o for o in _as_tuple(fn(*args)) if o.dtype.is_floating_point)
+        return kept[0] if len(kept) == 1 else kept
+    return call
 
 
 def _as_tuple(x) -> tuple:
