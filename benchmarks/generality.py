@@ -34,9 +34,10 @@ from __future__ import annotations
 
 import os
 
-for _var in ("TCLANG_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-             "MKL_NUM_THREADS"):  # read when the libraries load: before numpy is imported
-    os.environ.setdefault(_var, "1")
+if __name__ == "__main__":  # run as the benchmark (not imported by a test: no side effects)
+    for _var in ("TCLANG_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                 "MKL_NUM_THREADS"):  # read when the libraries load: before numpy is imported
+        os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
 import json  # noqa: E402
@@ -103,8 +104,16 @@ def run(seed: int = 0, quick: bool = False, families=FAMILIES, rounds: int = 5,
     one thread), which other processes on a shared machine disturb far less than the
     wall clock; "wall" the wall clock."""
     import torch
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    torch.set_grad_enabled(False)
+    try:  # the caller's torch state given back (a test imports this in its process)
+        with torch.no_grad():
+            return _run(seed, quick, families, rounds, gap, time_it, log, partial, clock)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(seed, quick, families, rounds, gap, time_it, log, partial, clock) -> dict:
     result = {"seed": seed, "quick": quick, "commit": commit(), "load_before": os.getloadavg(),
               "threads": 1, "clock": clock, "rows": []}
     result["limits"] = machine_limits(gap=gap, n=512 if quick else 2048,
