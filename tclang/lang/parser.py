@@ -525,7 +525,8 @@ def _hint(found: str, expected: set[str]) -> str | None:
         return "the source ends in the middle of a definition"
     if expected & _ASSIGN_TERMINALS and found in ("'=='", "'-'", "'+'"):
         return "a statement is `T(i, j) OP expr` with OP one of =, +=!, +=, *=!, min=!, max=!"
-    if expected == {"RPAR", "COMMA"} and found in ("'+'", "'-'", "'*'", "'/'", "'%'"):
+    if {"RPAR", "COMMA"} <= expected <= {"RPAR", "COMMA", "LPAR"} and \
+            found in ("'+'", "'-'", "'*'", "'/'", "'%'"):  # (LPAR: a scatter's H(Ids(i)))
         return ("a left side's subscripts (and a declaration's dimensions) are names or "
                 "integer constants, C(i, 0), or on the left a tensor read, H(Ids(i)) (a "
                 "scatter): shift the reads on the right instead, C(i) = A(i - 1)")

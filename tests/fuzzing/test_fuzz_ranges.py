@@ -13,7 +13,7 @@ from tclang.fuzzing.reductions import reduction_program
 
 def _programs(family, count):
     found = []
-    for k in range(400):
+    for k in range(800):  # (one kind in 9 since "permuted" came)
         p = reduction_program(random.Random(f"ranges:{k}"))
         if p is not None and p.features.family == family:
             found.append(p)
