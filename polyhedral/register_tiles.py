@@ -226,6 +226,8 @@ def plan(node: isl.ScheduleNode, scop: Scop, target: Target,
     if best is None:
         return None
     if kind == "lanes" and any(_uses(r.affine, index_of[best.position]) for r in strided):
+        if not pack:  # unpacked lanes-first is chosen again where no dot form exists
+            return None
         return plan(node, scop, target, shape, pack=False)  # not one sliver per mr rows
     if shape is not None:
         check_shape(shape, kind, target, element_bytes, st.source.span,

@@ -83,3 +83,22 @@ def test_packed_layouts_match_einsum_on_the_cpu(case, how):
 @pytest.mark.parametrize("case", range(len(LAYOUTS)))
 def test_packed_layouts_match_einsum_on_the_reference_backend(case):
     check(*LAYOUTS[case], "reference", seed=case)
+
+
+def test_a_strided_lane_read_that_moves_with_the_rows_gets_no_endless_plan(tmp_path,
+                                                                            monkeypatch):
+    """The register-tile plan retried without packing chose the unpacked lanes-first
+    form again where no dot form exists, and again: a RecursionError after ~50 s in the
+    middle end's process (source fuzzer, a max=! over A(m - 1, 2*l - 4, m + 1, l) whose
+    second call compiled the variant generic in M, Q and L)."""
+    monkeypatch.setenv("TCLANG_CACHE_DIR", str(tmp_path))
+    source = ("def helper(float32(M, Q, M, L) A, float16(M, M, Q, M) B) -> (O0) {\n"
+              "    O0(j, m, k) max=! ((A(i, j, k, l) * 0.25 + (double(L) + ((!(m - 1 < 0 || "
+              "m - 1 >= M) && 2*l - 4 >= 0 && 2*l - 4 <= Q - 1 && m + 1 >= 0 && m + 1 < M)"
+              " ? A(m - 1, 2*l - 4, m + 1, l) : 1))) - B(i, k, j, m));\n}\n")
+    from tclang.tools.inputs import random_inputs
+    kernel = tc.define(source).helper
+    oracle = tc.define(source, backend="reference").helper
+    for sizes in ({"M": 3, "Q": 5, "L": 4}, {"M": 1, "Q": 1, "L": 1}, {"M": 2, "Q": 3, "L": 3}):
+        inputs = random_inputs(kernel.definition, sizes, np.random.default_rng(0))
+        np.testing.assert_allclose(kernel(*inputs), oracle(*inputs), rtol=1e-5, atol=1e-5)
