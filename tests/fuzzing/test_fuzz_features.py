@@ -571,6 +571,17 @@ def test_second_derivative_of_a_window(cache):
     assert gradients.check_torch(program, "gradgradcheck")[0] == []
 
 
+@pytest.mark.xfail(strict=True, reason="OPEN grad-scan-extent-max-bound "
+                   "(tclang.fuzzing.differential.KNOWN_BUGS)")
+def test_open_grad_of_a_scan_whose_extent_is_a_max(cache):
+    """The reverse scan writes its target's inferred extent, max(N - 1, min(1, N - 1)) + 1,
+    into a `where` range (seed 2027, program 8)."""
+    program = GeneratedProgram("def scan(float(N) X) -> (O) {\n"
+                               "    O(i) = (i >= 2) ? tanh(0.5 * O(i - 2) + X(i)) : X(i)\n}\n",
+                               "scan", {"N": 9})
+    assert gradients.check_grad(program)[0] == []
+
+
 # ---- a run of many ------------------------------------------------------------------------
 
 @pytest.mark.slow
