@@ -195,6 +195,35 @@ class _Builder:
             i for s in defn.statements for i in s.all_indices}
         self.emitted: list[_Emitted] = []
         self.written: set[str] = set()  # adjoint labels with a statement already
+        # size names the backward adds, each standing for a forward size expression
+        # (GradientSource.added_sizes); `named_extents` those statements were written with
+        self.added: dict[str, Z.SizeExpr] = {}
+        self.named_extents: set[str] = set()
+
+    def named(self, e: Z.SizeExpr) -> Z.SizeExpr:
+        """`e` as the size name a statement already runs over in its place (`size_name`),
+        so a guard against it and a tensor of that extent read the same name."""
+        for known in self.named_extents:
+            if (self.added[known] - e).constant == 0:
+                return Z.size(known)
+        return e
+
+    def size_name(self, e: Z.SizeExpr) -> Z.SizeExpr:
+        """The size name the backward's header gives `e` (added where it is new), or `e`
+        itself where it is already a polynomial in the sizes. A reverse scan runs over its
+        target's inferred extent, which may hold a max, min or floor division
+        (`max(0, N - 2) + 1` for `O(i - 1) ... X(i + 1)`), and a where range must be affine in
+        the sizes: the added name is (the header binds it through the target's shape)."""
+        if isinstance(e, Z.Poly):
+            return e
+        for known, expr in self.added.items():
+            if (expr - e).constant == 0:
+                self.named_extents.add(known)
+                return Z.size(known)
+        name = self.fresh(f"S{len(self.added)}")
+        self.added[name] = e
+        self.named_extents.add(name)
+        return Z.size(name)
 
     # -- naming
     def fresh(self, base: str) -> str:
@@ -475,7 +504,7 @@ class _Builder:
             contribution, flipped, done = padded
             sigma = {v: f for v, f in sigma.items() if v not in done}
         for v, f in sigma.items():
-            lo, hi = ranges[v]
+            lo, hi = (self.named(e) for e in ranges[v])
             text = _affine_text(f)
             guards.append(f"{text} >= {lo}")
             guards.append(f"{text} < {hi}")
@@ -713,7 +742,7 @@ class _Builder:
                                              {}, {i: (Z.const(0), e) for i, e in
                                                   zip(idx, t.shape)},
                                              frozenset(idx), False, op="="))
-        added: dict[str, Z.SizeExpr] = {}
+        added = self.added
         forward_name = defn.name if not any(not s.is_output for s in saved) else \
             self.fresh(f"{defn.name}_saving")
         backward_name = self.fresh(f"{defn.name}_grad")
@@ -827,6 +856,17 @@ class _Backward:
             params.append(f"{type_name(defn.tensor(out).dtype)}{self._dims(extent)} {seed}")
         outs = [f"{type_name(defn.tensor(x).dtype)}{_shape_text(defn.tensor(x).shape)} "
                 f"{self.grad_names[x]}" for x in self.b.wrt]
+        unbound = sorted(n for n in self.b.named_extents
+                         if not any(re.search(rf"[(,] ?{n}[,)]", p) for p in params))
+        if unbound:  # a linear scan of an intermediate: nothing the backward takes has
+            # its shape, so the added size cannot be bound
+            extent = self.added[unbound[0]]
+            raise TCGradError(
+                f"cannot differentiate {defn.name}: a recurrence runs over the extent "
+                f"{extent} of a tensor that is neither an output nor saved, and tc.grad "
+                "does not yet pass such an extent to the backward", defn.span,
+                hint="give the recurrence's indices where ranges in the sizes (e.g. "
+                     "`where i in 0:N`), or make its target an output")
         lines = [f"def {self.name}({', '.join(params)}) -> ({', '.join(outs)}) {{"]
         for new, e in self.added.items():
             lines.append(f"    # {new} = {e}")

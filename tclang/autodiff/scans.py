@@ -78,7 +78,7 @@ def reverse_scan(b, k: int, rhs: P.Expr, grad: str, version) -> P.Read:
     statement's point, the weight of its other contributions."""
     s = b.defn.statements[k]
     made = b.made[k]
-    extents = [s.range_of(i).hi for i in s.indices]
+    extents = [b.size_name(s.range_of(i).hi) for i in s.indices]
     rev, fwd = _version(b, f"rev:{made}", f"{s.target}rev", version), \
         _version(b, f"fwd:{made}", f"{s.target}scan", version)
     u = [b.fresh(f"u{d}") for d in range(len(s.indices))]

@@ -56,18 +56,9 @@ ORACLE = ("reference", tclang.Options(fusion="min", tile=(), reorder_reductions=
 # the signature is counted as the known bug: fuzzing keeps looking for new ones. Remove an
 # entry when its bug is fixed. (name, applies(defn, backend, options, sizes), signature)
 KNOWN_BUGS: list = [
-    # tc.grad of a recurrence whose target's inferred extent is a max/min of sizes
-    # (`O(i) = (i >= 2) ? tanh(0.5 * O(i - 2) + X(i)) : X(i)`: O's extent is
-    # max(N - 1, min(1, N - 1)) + 1): the reverse scan (tclang/autodiff/scans.py) writes that
-    # extent into its `where` ranges, which a range bound cannot be, and tc.grad raises a
-    # TCGradError that says "please report". Found by the fuzz run at the end of stop 40
-    # (seed 2027, programs 2 and 8), where the scan branch's reverse scans met grad35's
-    # written-out ranges. Regression: test_fuzz_features.py::test_open_grad_of_a_scan_whose_
-    # extent_is_a_max
-    ("grad-scan-extent-max-bound",
-     lambda defn, backend, options, sizes: backend == "grad" and any(
-         recurrence_reads(s) for s in defn.statements),
-     "does not check (a range bound must be affine"),
+    # grad-scan-extent-max-bound (the reverse scan of a recurrence whose target's extent
+    # is a max/min of sizes wrote that extent into a where range) is fixed:
+    # test_fuzz_features.py::test_grad_of_a_scan_whose_extent_is_a_max.
     # The four found before (no-loop-at-all, llvm-abort-unrolled-min-max,
     # tiled-reduction-out-of-order, cuda-block-reduction-rank) are fixed, and so are
     # grad-training-forward-drops-where and guarded-sum-factor-scop (issue 31's fixes);

@@ -386,7 +386,15 @@ def _minmax(kind: str, args) -> SizeExpr:
 
 
 def _dominates(kind: str, a: SizeExpr, b: SizeExpr) -> bool:
-    """Whether `a` makes `b` redundant in min/max(a, b) for all sizes >= 1."""
+    """Whether `a` makes `b` redundant in min/max(a, b) for all sizes >= 1.
+
+    Intervals alone lose the link between a term and itself (`max(N - 1, min(1, N - 1))`
+    bounds `N - 1 - min(1, N - 1)` below by -1), so a min/max of the other kind is looked
+    into first: a >= min(x, y) where a >= x, and min(x, y) >= b where both are."""
+    if isinstance(b, MinMax) and b.kind != kind and any(_dominates(kind, a, x) for x in b.args):
+        return True
+    if isinstance(a, MinMax) and a.kind != kind and all(_dominates(kind, x, b) for x in a.args):
+        return True
     low, high = (a - b).bounds()
     return high <= 0 if kind == "min" else low >= 0
 

@@ -571,15 +571,36 @@ def test_second_derivative_of_a_window(cache):
     assert gradients.check_torch(program, "gradgradcheck")[0] == []
 
 
-@pytest.mark.xfail(strict=True, reason="OPEN grad-scan-extent-max-bound "
-                   "(tclang.fuzzing.differential.KNOWN_BUGS)")
-def test_open_grad_of_a_scan_whose_extent_is_a_max(cache):
-    """The reverse scan writes its target's inferred extent, max(N - 1, min(1, N - 1)) + 1,
-    into a `where` range (seed 2027, program 8)."""
-    program = GeneratedProgram("def scan(float(N) X) -> (O) {\n"
-                               "    O(i) = (i >= 2) ? tanh(0.5 * O(i - 2) + X(i)) : X(i)\n}\n",
-                               "scan", {"N": 9})
+@pytest.mark.parametrize("source, sizes", [
+    # seed 2027, program 8: O's extent is max(N - 1, min(1, N - 1)) + 1, which is N
+    ("O(i) = (i >= 2) ? tanh(0.5 * O(i - 2) + X(i)) : X(i)", {"N": 9}),
+    # a read past i: the extent max(0, N - 2) + 1 is a max that stays one
+    ("O(i) = (i >= 1) ? O(i - 1) * X(i) + X(i + 1) : X(i)", {"N": 7}),
+    ("O(i) = (i >= 1) ? O(i - 1) * X(i) + X(i + 1) : X(i)", {"N": 1}),
+    # two inputs: min(N, M), and the other statements' guards must read the same name
+    ("O(i) = (i >= 1) ? tanh(O(i - 1)) + X(i) * Y(i) : X(i)", {"N": 7, "M": 5}),
+    ("O(i) = (i >= 2) ? O(i - 2) * X(2*i) : X(i)", {"N": 9}),
+])
+def test_grad_of_a_scan_whose_extent_is_a_max(cache, source, sizes):
+    """The reverse scan ran over its target's inferred extent written out, a max or min of
+    sizes, in a `where` range, which a range bound cannot be (tc.grad raised "please
+    report"): it now runs over a size name the backward's header binds (seed 2027)."""
+    inputs = "float(N) X, float(M) Y" if "M" in sizes else "float(N) X"
+    program = GeneratedProgram(f"def scan({inputs}) -> (O) {{\n    {source}\n}}\n",
+                               "scan", sizes)
     assert gradients.check_grad(program)[0] == []
+
+
+def test_grad_of_a_linear_scan_of_an_intermediate_with_such_an_extent_is_refused_clearly():
+    """Nothing the backward takes has the intermediate's shape, so the size name cannot be
+    bound: a TCGradError that says what to write instead, not "please report". (With Z(i)
+    = T(i) * 2.0 instead, dZ has T's extent and binds it: covered by the fuzzer.)"""
+    k = tclang.define("def f(float(N) X) -> (Z) {\n"
+                  "    T(i) = (i >= 1) ? T(i - 1) + X(i + 1) : X(i)\n"
+                  "    Z +=! T(j) * 2.0\n}\n")["f"]
+    with pytest.raises(tclang.TCGradError) as err:
+        tclang.grad(k)
+    assert "where i in" in str(err.value) and "please report" not in str(err.value)
 
 
 # ---- a run of many ------------------------------------------------------------------------
