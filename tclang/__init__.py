@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from tclang.version import __version__
 
 from typing import TYPE_CHECKING
 
@@ -55,26 +55,9 @@ def define(source: str, backend: str = "cpu", options: Options | str | None = No
 
 
 def _module(source: str, backend: str, options, tuned: bool):
-    """A source checked before without error or warning (a source record of the disk
-    cache, tclang/driver/call_records.py) is not parsed again until its definitions are needed;
-    any other is checked now, and recorded when it checks cleanly."""
-    from tclang.driver import call_records
-    from tclang.runtime.kernels import Module
-
-    if not isinstance(source, str) or not call_records.enabled():
-        from tclang.lang.frontend import check_source
-        return Module(check_source(source), backend, options, tuned=tuned)
-    signatures = call_records.signatures(source)
-    if signatures is not None:
-        return Module(None, backend, options, tuned=tuned, source=source,
-                      signatures=signatures)
-    from tclang.lang.checker import warnings_given
-    from tclang.lang.frontend import check_source
-    before = warnings_given()
-    program = check_source(source)
-    if warnings_given() == before:
-        call_records.remember_source(source, program)
-    return Module(program, backend, options, tuned=tuned)
+    """(a seam of its own: a test drops a Ctrl-C here, while define checks)"""
+    from tclang.runtime.kernels import define_module
+    return define_module(source, backend, options, tuned)
 
 
 def __getattr__(name: str):

@@ -235,7 +235,7 @@ AUTOMATIC = Options()
 # Lists may also be separated by commas (`--tile 32,32,64`, the older spelling): inside a
 # knob string, a piece with no "=" continues the value before it, so "tile=32,32,unroll=4"
 # is "tile=32x32,unroll=4". `tclang compare --manual`, every command's --options and knob
-# flags (tclang/tools/commands.py), `Options.parse` and `repr(Options)` all go through here.
+# flags (tclang/cli/commands.py), `Options.parse` and `repr(Options)` all go through here.
 
 KNOBS = {"fusion": "choice", "tile": "sizes", "unroll": "count", "specialize": "switch",
          "loop_order": "order", "parallel": "switch", "vectorize": "switch",

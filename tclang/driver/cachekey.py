@@ -44,10 +44,9 @@ def code_digest() -> str:
 
     import backends
     import polyhedral
-    import tclang
     digest = hashlib.sha256()
-    for package in (tclang, polyhedral, backends):
-        root = Path(package.__file__).parent
+    tclang_root = Path(__file__).resolve().parents[1]  # tclang/ (this file is tclang/driver/cachekey.py)
+    for root in (tclang_root, Path(polyhedral.__file__).parent, Path(backends.__file__).parent):
         for path in sorted(root.rglob("*")):
             if path.suffix in (".py", ".lark", ".h") and path.is_file():
                 digest.update(str(path.relative_to(root)).encode())
@@ -80,10 +79,10 @@ def versions() -> tuple:
     import llvmlite
     import numpy
 
-    import tclang
+    from tclang.version import __version__
     # LLVM itself by its shared library's files (llvmlite.binding), not by importing it:
     # the compiler's process leaves LLVM to the optimizer process (backends/llvm/jit.py)
-    return (("tclang", tclang.__version__), ("islpy", installed_files("islpy")),
+    return (("tclang", __version__), ("islpy", installed_files("islpy")),
             ("llvmlite", llvmlite.__version__), ("llvm", installed_files("llvmlite.binding")),
             ("numpy", numpy.__version__),
             ("python", platform.python_version()), ("format", CACHE_FORMAT),

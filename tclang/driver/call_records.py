@@ -53,15 +53,15 @@ def code_identity() -> str:
     """The installed code, cheaply: names, sizes and modification times of tclang's own
     files (not their contents: reading 1 MB costs milliseconds), and the versions or
     installed files of what compiles and runs its code."""
-    import tclang
+    from tclang.version import __version__
     digest = hashlib.sha256()
-    root = os.path.dirname(os.path.dirname(os.path.abspath(tclang.__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     for package in ("tclang", "polyhedral", "backends"):
         for path, stat in sorted(_files(os.path.join(root, package))):
             digest.update(f"{path}:{stat.st_size}:{stat.st_mtime_ns};".encode())
     for name in ("llvmlite", "islpy"):
         digest.update(f"{name}:{installed_files(name)};".encode())
-    digest.update(f"{tclang.__version__};{np.__version__};{sys.version}".encode())
+    digest.update(f"{__version__};{np.__version__};{sys.version}".encode())
     return digest.hexdigest()[:32]
 
 

@@ -196,7 +196,7 @@ def tuned_options(defn: Definition, backend: str, shapes: tuple,
                   database=None) -> Options | None:
     """What tc.autotune stored for these shapes on this machine, or None. `database`: a
     path, default TCLANG_TUNING_DB or the cache directory's tuning.sqlite."""
-    from tclang.tuning.database import TuningDatabase, kernel_key, machine_id
+    from tclang.driver.tuning_database import TuningDatabase, kernel_key, machine_id
     key = kernel_key(canonical_source(defn), defn.name, shapes, backend)
     machine = machine_id(compile_target(backend, Options()))
     found = TuningDatabase(database).best(key, machine)

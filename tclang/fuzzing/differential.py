@@ -22,12 +22,8 @@ reproduce them, a script that does.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import math
 import random
-import traceback
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -36,19 +32,13 @@ import numpy as np
 
 import tclang
 from tclang.lang import program as P
-from tclang.dtypes import DType
-from tclang.errors import (TCArgumentError, TCError, TCIndexError, TCScheduleError, TCWarning)
+from tclang.errors import TCArgumentError, TCError, TCIndexError, TCScheduleError
 from tclang.lang.frontend import check_source
-from tclang.lang.recurrences import recurrence_reads
+from tclang.fuzzing import running
 from tclang.fuzzing.generator import VOLUME_CAP, GeneratedProgram, Model, finish
-from tclang.bfloat16 import NUMPY_HAS_BFLOAT16, bits, is_bfloat16, to_numpy_float32
-from tclang.runtime.host_tensors import as_torch, host_view
+from tclang.fuzzing.running import (ORACLE, Failure, checked_definition, compare, describe,
+                                    first_line, label, quiet, same_values, tolerance)
 from tclang.tools.inputs import random_inputs
-
-# the program as written: the passes on the checked program (tclang/passes) are off, so
-# every other configuration, which runs them, is checked against what they must preserve
-ORACLE = ("reference", tclang.Options(fusion="min", tile=(), reorder_reductions=False,
-                                      passes=False))
 
 # Open bugs found by fuzzing, each with a strict-xfail regression in tests/fuzzing. With
 # avoid_known, a configuration a bug applies to is skipped when the bug has no signature
@@ -75,22 +65,6 @@ KNOWN_BUGS: list = [
 ]
 
 
-@dataclass(frozen=True)
-class Failure:
-    backend: str
-    options: tclang.Options | None
-    # "mismatch", "crash", "out-of-bounds", "modified-input", "wrong-cached-kernel",
-    # "grad-mismatch", "lost-interrupt"
-    kind: str
-    detail: str
-    check: str = ""  # the extra check that failed (EXTRA_CHECKS); "" the differential run
-    repro: str = ""  # a script reproducing it where the program's text alone does not
-
-    @property
-    def config(self) -> str:
-        return label(self.backend, self.options)
-
-
 @dataclass
 class Report:
     program: GeneratedProgram
@@ -107,10 +81,6 @@ class Report:
     @property
     def ok(self) -> bool:
         return self.status != "fail"
-
-
-def label(backend: str, options) -> str:
-    return f"{backend} {options.describe() if options is not None else 'automatic'}"
 
 
 def cuda_emulation_available() -> bool:
@@ -234,7 +204,7 @@ def run_differential(program: GeneratedProgram, *, backends=("cpu", "reference")
         report.check_seconds[check] = time.monotonic() - began
         report.features += notes
         for failure in failures:
-            bug = known_bug(_checked(program), failure.backend, None, program.sizes,
+            bug = known_bug(checked_definition(program), failure.backend, None, program.sizes,
                             failure) if avoid_known else None
             if bug:
                 report.skipped.append(f"{failure.config} (known bug: {bug})")
@@ -258,16 +228,16 @@ def _extra_check(check: str, program: GeneratedProgram, seed: int, check_bounds:
         from tclang.fuzzing.gradients import check_torch
         return check_torch(program, check, seed)
     except Exception as err:  # noqa: BLE001
-        return [Failure("runner", None, "crash", f"{check}: {_describe(err)}",
+        return [Failure("runner", None, "crash", f"{check}: {describe(err)}",
                         check=check)], [check]
 
 
 def _differential(program, backends, options_sets, check_bounds, seed, avoid_known, checks):
     report = Report(program, "pass")
     try:
-        defn = _checked(program)
+        defn = checked_definition(program)
     except TCError as err:
-        report.status, report.why = "invalid", _first_line(err)
+        report.status, report.why = "invalid", first_line(err)
         return report
     sizes = {s: program.sizes[s] for s in defn.sizes if s in program.sizes}
     if avoid_known and known_bug(defn, *ORACLE, sizes):
@@ -282,14 +252,14 @@ def _differential(program, backends, options_sets, check_bounds, seed, avoid_kno
     configs = default_configs(defn, rng, backends, avoid, sizes=sizes,
                               tuner=features.tuner_options) \
         if options_sets is None else [(b, o) for b in backends for o in options_sets]
-    with _quiet():
+    with quiet():
         try:
-            expected = _call(program, *ORACLE, inputs, check_bounds)
+            expected = running.call_program(program, *ORACLE, inputs, check_bounds)
         except (TCArgumentError, TCIndexError) as err:  # sizes break a read: not a bug
-            report.status, report.why = "skipped", _first_line(err)
+            report.status, report.why = "skipped", first_line(err)
             return report
         except Exception as err:  # noqa: BLE001 - the oracle itself failing is a bug too
-            report.failures.append(Failure(*ORACLE, "crash", _describe(err)))
+            report.failures.append(Failure(*ORACLE, "crash", describe(err)))
             report.status = "fail"
             return report
         rtol = tolerance(defn, sizes)
@@ -305,7 +275,7 @@ def _differential(program, backends, options_sets, check_bounds, seed, avoid_kno
                                                                  if bug else ""))
                 continue
             report.ran.append(label(backend, options))
-            if failure is None and any(not _same(a, b) for a, b in zip(inputs, saved)):
+            if failure is None and any(not same_values(a, b) for a, b in zip(inputs, saved)):
                 failure = Failure(backend, options, "modified-input", "an input changed")
                 inputs = tuple(np.copy(a) for a in saved)
             bug = known_bug(defn, backend, options, sizes, failure) \
@@ -360,18 +330,18 @@ def _interrupted(report, program, configs, inputs, expected, rtol, check_bounds,
 
 def _one(program, backend, options, inputs, expected, rtol, check_bounds):
     try:
-        first = _call(program, backend, options, inputs, check_bounds, twice=True)
+        first = running.call_program(program, backend, options, inputs, check_bounds, twice=True)
     except TCScheduleError as err:
         if options is not None and options.loop_order is not None and \
                 ("breaks" in str(err) or "loop_order" in str(err)):
             return "skipped"
         if options is not None and options.register_tile and "vector registers" in str(err):
             return "skipped"  # a random (mr, nr) too large for this CPU and element type
-        return Failure(backend, options, "crash", _describe(err))
+        return Failure(backend, options, "crash", describe(err))
     except TCIndexError as err:
-        return Failure(backend, options, "out-of-bounds", _first_line(err))
+        return Failure(backend, options, "out-of-bounds", first_line(err))
     except Exception as err:  # noqa: BLE001 - anything else escaping is a crash
-        return Failure(backend, options, "crash", _describe(err))
+        return Failure(backend, options, "crash", describe(err))
     for run, outputs in enumerate(first):
         for k, (a, e) in enumerate(zip(outputs, expected)):
             problem = compare(a, e, rtol)
@@ -379,139 +349,6 @@ def _one(program, backend, options, inputs, expected, rtol, check_bounds):
                 call = " (second call)" if run else ""
                 return Failure(backend, options, "mismatch", f"output {k}{call}: {problem}")
     return None
-
-
-def _call(program, backend, options, inputs, check_bounds, twice=False):
-    """The outputs as a tuple (both calls' when `twice`: the second takes the hot path)."""
-    if check_bounds:
-        options = dataclasses.replace(options or tclang.Options(), check_bounds=True)
-    kernel = tclang.define(program.source, backend=backend, options=options)[program.entry]
-    runs = [call_kernel(kernel, inputs) for _ in range(2 if twice else 1)]
-    return runs if twice else runs[0]
-
-
-def call_kernel(kernel, inputs) -> tuple:
-    """kernel(*inputs) as a tuple of NumPy arrays. A bfloat16 program, where NumPy has no
-    bfloat16 (no ml_dtypes), is called with torch tensors (viewing the same memory) and
-    its results viewed back (bfloat16 ones in tclang's storage dtype)."""
-    through_torch = not NUMPY_HAS_BFLOAT16 and any(
-        t.dtype is DType.BFLOAT16 for t in kernel.definition.inputs + kernel.definition.outputs)
-    out = kernel(*(tuple(as_torch(a) for a in inputs) if through_torch else inputs))
-    out = out if isinstance(out, tuple) else (out,)
-    return tuple(host_view(o, "a result", "it") for o in out) if through_torch else out
-
-
-def _same(a: np.ndarray, b: np.ndarray) -> bool:
-    """Whether two inputs hold the same values (bfloat16 ones: the same bits)."""
-    if is_bfloat16(a.dtype):
-        return np.array_equal(bits(a), bits(b))
-    return np.array_equal(a, b, equal_nan=True)
-
-
-@contextlib.contextmanager
-def _quiet():
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore", TCWarning)
-        yield
-
-
-def _checked(program: GeneratedProgram) -> P.Definition:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", TCWarning)
-        return check_source(program.source)[program.entry]
-
-
-# ---- comparing ----------------------------------------------------------------------------
-
-_EPS = {DType.FLOAT16: 2e-3, DType.BFLOAT16: 1.6e-2, DType.FLOAT32: 1.2e-7,
-        DType.FLOAT64: 2.3e-16}
-
-
-def tolerance(defn: P.Definition, sizes: dict[str, int]) -> float:
-    """Relative to an output's largest magnitude. Arithmetic errs by the loosest type it is
-    computed in (float16 computes in float32; a narrower cast or call counts) times the
-    number of terms the statements reduce, with a margin for the math library's last bits;
-    storing a half result rounds it once more (a flip of about one half ulp). Only where
-    the program reads back a half value it rounded (a half temporary or output read again,
-    a cast to half inside an expression) can a flip propagate through later reductions:
-    then half's eps times the terms counts. A half reduction accumulated in half storage
-    (an error of half's eps per term, as before tclang/lang/half_accumulators.py) is caught by the rest."""
-    kinds = {t.dtype.compute for t in defn.inputs + defn.outputs + defn.temporaries}
-    terms = 0
-    for s in defn.statements:
-        # an operation computed in a narrower type (a cast, or `exp(1.0)`: a float32 call
-        # in a double program) rounds there
-        kinds |= {n.dtype.compute for n in P.walk(s.rhs)
-                  if isinstance(n, (P.Cast, P.Call, P.Binary, P.Unary, P.Select))}
-        red = [r for r in s.domain if r.name in s.reduction_indices]
-        terms += math.prod(max(1, (r.hi - r.lo).evaluate(sizes)) for r in red) if red else 1
-        if recurrence_reads(s):  # a scan carries its rounding along its chains
-            terms += sum(max(1, (r.hi - r.lo).evaluate(sizes)) for r in s.domain)
-    stored = {t.dtype for t in defn.outputs + defn.temporaries if t.dtype.is_narrow_float}
-    rounded = stored | {n.dtype for s in defn.statements for n in P.walk(s.rhs)
-                        if isinstance(n, P.Cast) and n.dtype.is_narrow_float}
-    half = max((_EPS[d] for d in rounded), default=_EPS[DType.FLOAT16])  # bfloat16's: 8x
-    if _reads_back_half(defn):
-        return 10 * half + half * terms
-    eps = max((_EPS[k] for k in kinds if k in _EPS), default=_EPS[DType.FLOAT64])
-    return min(0.05, eps * 64 * (4 + terms)) + (half if stored else 0.0)
-
-
-def _reads_back_half(defn: P.Definition) -> bool:
-    """Does a statement use a half value the program rounded: a read of a half tensor the
-    program writes, a `+=` onto one written before, or a cast to half that is not simply
-    the store of an assignment into a half tensor?"""
-    written: set[str] = set()
-    for s in defn.statements:
-        half_target = defn.tensor(s.target).dtype.is_narrow_float
-        if half_target and s.target in written and s.is_reduction and not s.reset:
-            return True
-        stored = s.rhs if half_target and not s.is_reduction else None
-        for n in P.walk(s.rhs):
-            if isinstance(n, P.Cast) and n.dtype.is_narrow_float and n is not stored:
-                return True
-            if isinstance(n, P.Read) and n.tensor in written and \
-                    defn.tensor(n.tensor).dtype.is_narrow_float:
-                return True
-        written.add(s.target)
-    return False
-
-
-def compare(actual, expected, rtol: float) -> str | None:
-    """None if `actual` matches `expected`, else what differs (briefly)."""
-    actual, expected = np.asarray(actual), np.asarray(expected)
-    if actual.shape != expected.shape or actual.dtype != expected.dtype:
-        return f"got {actual.dtype}{actual.shape}, expected {expected.dtype}{expected.shape}"
-    if is_bfloat16(expected.dtype):  # compared as the float32 values they hold
-        actual, expected = to_numpy_float32(actual), to_numpy_float32(expected)
-    if actual.size == 0:
-        return None
-    if expected.dtype.kind in "biu":
-        bad = actual != expected
-    else:
-        a, e = actual.astype(np.float64), expected.astype(np.float64)
-        finite = np.isfinite(e)
-        scale = max(1.0, float(np.max(np.abs(e[finite]), initial=0.0)))
-        close = np.abs(a - e) <= rtol * scale
-        bad = ~(close | (a == e) | (np.isnan(a) & np.isnan(e)))
-    if not bad.any():
-        return None
-    where = tuple(int(x) for x in np.argwhere(bad)[0])
-    return (f"{int(bad.sum())} of {bad.size} elements differ, first at {where}: "
-            f"{actual[where]!r} instead of {expected[where]!r}")
-
-
-def _first_line(err) -> str:
-    return f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
-
-
-def _describe(err) -> str:
-    """The first line, the first line that says "error" (a compiler's), and where."""
-    frames = getattr(err, "internal_traceback", None) or err.__traceback__  # (tc errors.py)
-    frame = traceback.extract_tb(frames)[-1:]
-    where = f" (at {Path(frame[0].filename).name}:{frame[0].lineno})" if frame else ""
-    said = [line.strip() for line in str(err).splitlines()[1:] if "error" in line][:1]
-    return _first_line(err)[:300] + "".join(f" [{line[-200:]}]" for line in said) + where
 
 
 # ---- shrinking ----------------------------------------------------------------------------

@@ -23,6 +23,8 @@ import re
 import warnings
 
 import numpy as np
+from tclang.fuzzing import running
+from tclang.fuzzing.running import ORACLE, Failure, compare, describe, quiet, tolerance
 
 STEP = 1e-6
 RTOL = 1e-5  # central differences in float64 err by ~h^2 |f'''|: far below this
@@ -73,7 +75,6 @@ def directional(objective, xs: list, i: int, v, analytic: float, noise: float):
 def _noise(defn, sizes, outputs, seeds) -> float:
     """A bound on the rounding error of <w, f(x)> (the float64 tolerance of the
     differential runner times the sum of |w| |f|)."""
-    from tclang.fuzzing.differential import tolerance
     total = sum(float(np.sum(np.abs(w) * np.abs(np.asarray(o, np.float64))))
                 for w, o in zip(seeds, outputs))
     return tolerance(defn, sizes) * max(total, 1e-300)
@@ -129,13 +130,12 @@ def native_grad(program, seed: int = 0):
     ("would narrow it"), for any program. Only programs with a narrow float type or with
     float and double together (the others are the float64 form's case)."""
     import tclang
-    from tclang.fuzzing.differential import Failure, _describe, _quiet
     from tclang.tools.inputs import random_inputs
     src = program.source
     if not _NATIVE.search(src) and not (re.search(r"\bdouble\b", src) and
                                         re.search(r"\bfloat(32)?\b", src)):
         return None
-    with _quiet():
+    with quiet():
         kernel = tclang.define(src)[program.entry]
         try:
             g = tclang.grad(kernel)
@@ -143,10 +143,10 @@ def native_grad(program, seed: int = 0):
             if not tclang_fault(err):
                 return None  # (its float64 form says whether that is right)
             return Failure("grad", None, "crash", f"tc.grad in the program's own types: "
-                           f"{_describe(err)}", check="grad", repro=_grad_repro(src, program))
+                           f"{describe(err)}", check="grad", repro=_grad_repro(src, program))
         except Exception as err:  # noqa: BLE001 - a crash or a type check of its own text
             return Failure("grad", None, "crash", f"tc.grad in the program's own types: "
-                           f"{_which_text(kernel)}{_describe(err)}", check="grad",
+                           f"{_which_text(kernel)}{describe(err)}", check="grad",
                            repro=_grad_repro(src, program))
         rng = np.random.default_rng(seed)
         inputs = _callable(list(random_inputs(kernel.definition, program.sizes, rng)))
@@ -160,7 +160,7 @@ def native_grad(program, seed: int = 0):
             grads = g.backward(tuple(inputs), saved, seeds)
         except Exception as err:  # noqa: BLE001
             return Failure("grad", None, "crash", f"the backward in the program's own "
-                           f"types: {_describe(err)}", check="grad",
+                           f"types: {describe(err)}", check="grad",
                            repro=_grad_repro(src, program))
     from tclang.dtypes import from_numpy
     from tclang.runtime.host_tensors import host_view
@@ -190,23 +190,22 @@ def _ones_like(x):
 
 def _check_float64_grad(program, seed: int = 0):
     import tclang
-    from tclang.fuzzing.differential import Failure, _describe, _quiet
     from tclang.tools.inputs import random_inputs
     source = float64_source(program.source)
     if source is None:
         return [], ["grad: no float64 form"]
-    with _quiet():
+    with quiet():
         kernel = tclang.define(source, options=tclang.Options(check_bounds=True))[program.entry]
         try:
             g = tclang.grad(kernel)
         except tclang.TCGradError as err:
             if tclang_fault(err):
-                return [Failure("grad", None, "crash", f"tc.grad: {_describe(err)}",
+                return [Failure("grad", None, "crash", f"tc.grad: {describe(err)}",
                                 check="grad", repro=_grad_repro(source, program))], ["grad"]
             return [], ["grad: not differentiable"]
         except Exception as err:  # noqa: BLE001 - anything else from tc.grad is a bug
             return [Failure("grad", None, "crash", f"tc.grad: {_which_text(kernel)}"
-                            f"{_describe(err)}", check="grad",
+                            f"{describe(err)}", check="grad",
                             repro=_grad_repro(source, program))], ["grad"]
         rng = np.random.default_rng(seed)
         inputs = list(random_inputs(kernel.definition, program.sizes, rng))
@@ -217,10 +216,10 @@ def _check_float64_grad(program, seed: int = 0):
         try:
             problems = _grad_problems(kernel, g, inputs, program.sizes, rng)
         except tclang.TCIndexError as err:
-            return [Failure("grad", None, "out-of-bounds", _describe(err), check="grad")], \
+            return [Failure("grad", None, "out-of-bounds", describe(err), check="grad")], \
                 ["grad"]
         except Exception as err:  # noqa: BLE001 - the backward failing to compile or run
-            return [Failure("grad", None, "crash", _describe(err), check="grad",
+            return [Failure("grad", None, "crash", describe(err), check="grad",
                             repro=_grad_repro(source, program))], ["grad"]
     failures = [Failure("grad", None, "grad-mismatch", f"d/d{x}: {what}", check="grad",
                         repro=_grad_repro(source, program))
@@ -241,11 +240,10 @@ def _forward_problem(source: str, program, kernel, inputs) -> str | None:
     forward's bug."""
     from dataclasses import replace
 
-    from tclang.fuzzing.differential import ORACLE, _call, _quiet, compare, tolerance
-    with _quiet():
+    with quiet():
         got = kernel(*inputs)
         got = got if isinstance(got, tuple) else (got,)
-        want = _call(replace(program, source=source), *ORACLE, inputs, True)
+        want = running.call_program(replace(program, source=source), *ORACLE, inputs, True)
     rtol = tolerance(kernel.definition, program.sizes)
     for k, (a, e) in enumerate(zip(got, want)):
         problem = compare(a, e, rtol)
@@ -337,12 +335,11 @@ def check_torch(program, which: str = "gradcheck", seed: int = 0):
 
     import tclang
     import tclang.torch as tct
-    from tclang.fuzzing.differential import Failure, _describe, _quiet
     from tclang.tools.inputs import random_inputs
     source = float64_source(program.source)
     if source is None:
         return [], [f"{which}: no float64 form"]
-    with _quiet():
+    with quiet():
         try:
             fn = tct.function(source, program.entry)
             fn.gradient
@@ -351,7 +348,7 @@ def check_torch(program, which: str = "gradcheck", seed: int = 0):
         except Exception as err:  # noqa: BLE001
             kernel = tclang.define(source)[program.entry]
             return [Failure("torch", None, "crash", f"{_which_text(kernel)}"
-                            f"{_describe(err)}", check=which)], [which]
+                            f"{describe(err)}", check=which)], [which]
         rng = np.random.default_rng(seed)
         arrays = random_inputs(fn.definition, program.sizes, rng)
         wrt = set(fn.gradient.wrt)
@@ -369,7 +366,7 @@ def check_torch(program, which: str = "gradcheck", seed: int = 0):
         except GradcheckError as err:
             said = str(err).splitlines()[0][:200]
         except Exception as err:  # noqa: BLE001 - an error from the backward itself
-            return [Failure("torch", None, "crash", f"{which}: {_describe(err)}",
+            return [Failure("torch", None, "crash", f"{which}: {describe(err)}",
                             check=which)], [which]
         what = _confirm(fn, xs, rng, second=which == "gradgradcheck")
     if what is None:  # the directional check agrees: PyTorch's tolerances, not a bug

@@ -20,6 +20,8 @@ from __future__ import annotations
 import os
 import signal
 import time
+from tclang.fuzzing import running
+from tclang.fuzzing.running import Failure, compare, describe, quiet
 
 WAIT_AFTER = 5.0  # seconds the child waits for a Ctrl-C that comes after its compile
 
@@ -30,7 +32,6 @@ def check_interrupt(program, backend: str, options, inputs, expected, rtol: floa
     `expected`: the oracle's outputs for `inputs`."""
     import multiprocessing
 
-    from tclang.fuzzing.differential import Failure
     ctx = multiprocessing.get_context("fork")
     parent, child = ctx.Pipe(duplex=False)
     process = ctx.Process(target=_child, args=(child, program, backend, options, inputs,
@@ -80,10 +81,9 @@ def check_interrupt(program, backend: str, options, inputs, expected, rtol: floa
                                     f"the same process: {problem}", check="interrupt"))
     # the next process: the disk cache as the child left it
     from tclang.driver.compiler import forget_compiled
-    from tclang.fuzzing.differential import _call, _describe
     forget_compiled()
     try:
-        problem = _compare(_call(program, backend, options, inputs, check_bounds),
+        problem = _compare(running.call_program(program, backend, options, inputs, check_bounds),
                            expected, rtol)
         if problem:
             failures.append(Failure(label, options, "wrong-cached-kernel",
@@ -91,7 +91,7 @@ def check_interrupt(program, backend: str, options, inputs, expected, rtol: floa
                                     f"cache: {problem}", check="interrupt"))
     except Exception as err:  # noqa: BLE001 - a compile that cannot recover is a crash
         failures.append(Failure(label, options, "crash", f"after a compile interrupted "
-                                f"{delay:.2f} s in: {_describe(err)}", check="interrupt"))
+                                f"{delay:.2f} s in: {describe(err)}", check="interrupt"))
     when = "during the compile" if status.get("during") else "after the compile"
     return failures, ["interrupt", f"interrupt landed {when}"]
 
@@ -112,7 +112,6 @@ def _kill(pid: int) -> None:
 
 
 def _compare(outputs, expected, rtol: float) -> str | None:
-    from tclang.fuzzing.differential import compare
     for k, (a, e) in enumerate(zip(outputs, expected)):
         problem = compare(a, e, rtol)
         if problem:
@@ -126,25 +125,25 @@ def _child(conn, program, backend, options, inputs, check_bounds) -> None:
     os.setpgid(0, 0)  # a group of its own: the Ctrl-C reaches it and its helpers only
     signal.signal(signal.SIGINT, signal.default_int_handler)
     from tclang.driver.compiler import forget_compiled
-    from tclang.fuzzing.differential import _call, _describe, _quiet
     forget_compiled()  # the fuzz worker's kernels are not this process's
     status: dict = {}
     conn.send("ready")
     try:  # the Ctrl-C may come at any point from here on
-        with _quiet():
-            _call(program, backend, options, inputs, check_bounds)
+        with quiet():
+            running.call_program(program, backend, options, inputs, check_bounds)
         status["finished"] = True
         time.sleep(WAIT_AFTER)  # the Ctrl-C is on its way
         status["outcome"] = "lost"
     except KeyboardInterrupt:
         status["during"] = "finished" not in status
     except BaseException as err:  # noqa: BLE001 - reported: Ctrl-C must stay Ctrl-C
-        status["error"] = _describe(err)
+        status["error"] = describe(err)
     if "during" in status or status.get("finished"):
         try:
-            with _quiet():
-                status["again"] = _call(program, backend, options, inputs, check_bounds)
+            with quiet():
+                status["again"] = running.call_program(program, backend, options, inputs,
+                                                       check_bounds)
         except BaseException as err:  # noqa: BLE001
-            status["again_error"] = _describe(err)
+            status["again_error"] = describe(err)
     conn.send(status)
     conn.close()

@@ -30,6 +30,8 @@ import random
 from dataclasses import dataclass, replace
 
 from tclang.fuzzing.generator import VOLUME_CAP, GeneratedProgram, Model, Node, finish
+from tclang.fuzzing.running import (ORACLE, Failure, call_kernel, checked_definition, compare,
+                                    describe, quiet, tolerance)
 
 # Layout styles: (separators inside a definition: after `{`, between statements, before
 # `}`; separators between definitions). "mixed" draws every one from everything.
@@ -188,18 +190,17 @@ def check_module(plan: ModulePlan, *, seed: int = 0, check_bounds: bool = True):
     import numpy as np
 
     import tclang
-    from tclang.fuzzing.differential import ORACLE, Failure, _checked, _quiet, tolerance
     from tclang.tools.inputs import random_inputs
     options = tclang.Options(check_bounds=check_bounds or None)
     revisions = plan.revisions()
     versions = {_version(d): d for _, _, defs in revisions for d in defs}
     inputs = {}
     for k, (key, d) in enumerate(sorted(versions.items())):
-        defn = _checked(d)
+        defn = checked_definition(d)
         # an edited definition gets the inputs of the original: the same arguments
         inputs.setdefault(d.entry, random_inputs(defn, d.sizes, np.random.default_rng(seed + k)))
     results = {}
-    with _quiet():
+    with quiet():
         name, source, defs = revisions[0]
         results[name] = _in_child(source, defs, inputs, plan.backend, options)
         from tclang.driver.compiler import forget_compiled
@@ -219,7 +220,7 @@ def check_module(plan: ModulePlan, *, seed: int = 0, check_bounds: bool = True):
              if oracle[v].errors.get(d.entry, "").startswith(("TCArgumentError",
                                                              "TCIndexError"))}
     for v, d in versions.items():
-        rtol = tolerance(_checked(d), d.sizes)
+        rtol = tolerance(checked_definition(d), d.sizes)
         problem = None if v in unfit else _error_or_mismatch(fresh[v], oracle[v], d.entry,
                                                              rtol)
         if problem:
@@ -228,7 +229,7 @@ def check_module(plan: ModulePlan, *, seed: int = 0, check_bounds: bool = True):
     for name, source, defs in revisions:
         for d in (d for d in defs if _version(d) not in unfit):
             v = _version(d)
-            rtol = tolerance(_checked(d), d.sizes)
+            rtol = tolerance(checked_definition(d), d.sizes)
             problem = _error_or_mismatch(results[name], fresh[v], d.entry, rtol)
             if problem is None:
                 continue
@@ -259,16 +260,13 @@ def _run(source: str, defs, inputs, backend: str, options) -> Calls:
     try:
         module = tclang.define(source, backend=backend, options=options)
     except Exception as err:  # noqa: BLE001 - a module that does not define is reported
-        from tclang.fuzzing.differential import _describe
-        calls.errors = {d.entry: f"define: {_describe(err)}" for d in defs}
+        calls.errors = {d.entry: f"define: {describe(err)}" for d in defs}
         return calls
     for d in defs:
         try:
-            from tclang.fuzzing.differential import call_kernel
             calls.outputs[d.entry] = call_kernel(module[d.entry], inputs[d.entry])
         except Exception as err:  # noqa: BLE001 - every call's error is reported
-            from tclang.fuzzing.differential import _describe
-            calls.errors[d.entry] = _describe(err)
+            calls.errors[d.entry] = describe(err)
     return calls
 
 
@@ -307,7 +305,6 @@ def _child(conn, source, defs, inputs, backend, options) -> None:
 
 def _error_or_mismatch(got: Calls, want: Calls, entry: str, rtol: float):
     """None, ("crash", what) or ("mismatch", what) for one definition."""
-    from tclang.fuzzing.differential import compare
     if entry in got.errors:
         return "crash", got.errors[entry]
     if entry in want.errors:

@@ -978,3 +978,27 @@ class Module:
 
     def __repr__(self) -> str:
         return f"<tclang Module {', '.join(self._kernels)} on {self.backend}>"
+
+
+def define_module(source: str, backend: str = "cpu", options: Options | None = None,
+                  tuned: bool = False) -> Module:
+    """The Module of a source: what `tc.define` returns (without its argument checks and
+    its Ctrl-C guard), for the tools below the package face (the tuner's trials, the checks'
+    reference runs). A source checked before without error or warning (a source record of
+    the disk cache, tclang/driver/call_records.py) is not parsed again until its
+    definitions are needed; any other is checked now, and recorded when it checks
+    cleanly."""
+    if not isinstance(source, str) or not call_records.enabled():
+        from tclang.lang.frontend import check_source
+        return Module(check_source(source), backend, options, tuned=tuned)
+    signatures = call_records.signatures(source)
+    if signatures is not None:
+        return Module(None, backend, options, tuned=tuned, source=source,
+                      signatures=signatures)
+    from tclang.lang.checker import warnings_given
+    from tclang.lang.frontend import check_source
+    before = warnings_given()
+    program = check_source(source)
+    if warnings_given() == before:
+        call_records.remember_source(source, program)
+    return Module(program, backend, options, tuned=tuned)

@@ -169,10 +169,10 @@ def instance_count(definition: P.Definition, sizes: dict) -> int:
 
 
 def _full(kernel, inputs, outputs, names, dtypes, estimate, progress, options):
-    import tclang
+    from tclang.runtime.kernels import define_module
     module = kernel.module
-    reference = tclang.define(module.program.source, backend="reference",
-                              options=options if options is not None else module.options)
+    reference = define_module(module.program.source, "reference",
+                              options if options is not None else module.options)
     expected = _with_progress(lambda: call_numpy(reference[kernel.name], inputs), estimate,
                               "checking every point on the reference interpreter", progress)
     ok, error, where = _compare(names, outputs, expected, dtypes)

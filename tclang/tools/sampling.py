@@ -231,10 +231,10 @@ class Sampler:
     def _kernel(self, points: int):
         """The sampled definition on the reference backend; a TCError if it cannot be
         written or is refused (the caller then checks every point, or says why not)."""
-        import tclang
         from tclang.errors import TCError
+        from tclang.runtime.kernels import define_module
         try:
-            module = tclang.define(self.source(points), backend="reference")
+            module = define_module(self.source(points), "reference")
         except TCError:
             raise
         except Exception as err:  # noqa: BLE001 - a rewrite tclang cannot make: say so

@@ -31,7 +31,7 @@ import numpy as np
 from tclang.errors import TCError
 from tclang.options import Options
 from tclang.tuning import trials as T
-from tclang.tuning.database import TuningDatabase, kernel_key, machine_id
+from tclang.driver.tuning_database import TuningDatabase, kernel_key, machine_id
 from tclang.tuning.model import BoostedTrees
 from tclang.tuning.space import Candidate, SearchSpace, describe
 
@@ -201,9 +201,9 @@ def max_trials() -> int | None:
 
 def kernel_outputs(source: str, backend: str, entry: str, inputs: tuple) -> tuple:
     """The automatic schedule's outputs (what every candidate is checked against)."""
-    import tclang as tc
     from tclang.runtime.arguments import call_numpy
-    return call_numpy(tc.define(source, backend)[entry], inputs)
+    from tclang.runtime.kernels import define_module
+    return call_numpy(define_module(source, backend)[entry], inputs)
 
 
 class _Search:
@@ -280,7 +280,7 @@ class _Runner:
         if executor is None:
             from tclang.tuning import workers
             if workers.is_gpu(task.backend):  # one trial per device: its worker's
-                devices = workers.pool(task.backend).size
+                devices = workers.pool(task.backend, T._measure).size
                 jobs = min(jobs or devices, devices)
             jobs = jobs or 2
             executor = concurrent.futures.ThreadPoolExecutor(jobs, thread_name_prefix="tune")

@@ -42,7 +42,6 @@ import threading
 import time
 import traceback
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -52,42 +51,7 @@ from tclang.errors import TCWarning
 from tclang.runtime.arguments import call_numpy
 from tclang.locks import fork_safe
 from tclang.tuning.space import Candidate, SearchSpace, describe
-
-STATUSES = ("ok", "refused", "wrong", "error", "crashed", "timeout", "degraded")
-""""degraded": the candidate compiled on the scheduler's fallback (its time limit ran out
-on a loaded machine, or its process died: CompiledKernel.degraded), so what would be timed
-is not the candidate's schedule; never timed, never a best."""
-
-
-@dataclass(frozen=True)
-class Task:
-    """What every trial of one tuning needs (picklable: it travels to executor workers)."""
-
-    source: str
-    entry: str
-    backend: str
-    inputs: tuple
-    reference: tuple | None  # the automatic schedule's outputs; None: nothing to check
-    time_limit: float = 60.0  # seconds for the whole trial: compile, check and timing
-    min_time: float = 0.2  # seconds of timed runs (after warm-up)
-    reproducer_dir: str | None = None
-    cold_compile: bool = False  # compile without the disk cache (to report compile time)
-
-
-@dataclass
-class Trial:
-    candidate: Candidate
-    status: str  # one of STATUSES
-    seconds: float | None = None  # median time of one call
-    compile_seconds: float | None = None
-    message: str = ""
-    spread: float | None = None  # interquartile range / median of the timed calls
-    host: str = field(default_factory=lambda: os.uname().nodename)
-
-    @property
-    def ok(self) -> bool:
-        return self.status == "ok"
-
+from tclang.tuning.trial_records import STATUSES, Task, Trial  # noqa: F401 (STATUSES: T.STATUSES)
 
 def run_trial(task: Task, candidate: Candidate) -> Trial:
     """Run one trial in a forked child under task.time_limit (a GPU backend's: in its
@@ -96,7 +60,7 @@ def run_trial(task: Task, candidate: Candidate) -> Trial:
     check_machine_lock()  # here, not in the child: one warning per process if it fails
     from tclang.tuning import workers
     if workers.is_gpu(task.backend):
-        return workers.run_gpu_trial(task, candidate)
+        return workers.run_gpu_trial(task, candidate, _measure)
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: never returns
@@ -223,13 +187,13 @@ def _cold_compile(cold: bool):
 
 
 def _measure_here(task: Task, candidate: Candidate, workers) -> Trial:
-    import tclang as tc
     from tclang.errors import TCError, TCScheduleError
+    from tclang.runtime.kernels import define_module
 
     device = task.backend == "cuda"  # real GPU: device arrays, CUDA events, its own lock
     try:
         options = SearchSpace.options(candidate)
-        kernel = tc.define(task.source, task.backend, options)[task.entry]
+        kernel = define_module(task.source, task.backend, options)[task.entry]
         args = workers.device_inputs(task)  # on a real GPU: on the device, once a task
         with _compile_lock(device):  # compiles together, never during a timing
             start = time.perf_counter()

@@ -19,7 +19,7 @@ exits. Workers are also replaced every RECYCLE trials: the emulated backend neve
 a library, and loaded modules add up. They die with the tuner (each watches its parent,
 and an exit hook stops them).
 
-`run_gpu_trial(task, candidate)` is what `trials.run_trial` calls for a GPU backend, so
+`run_gpu_trial(task, candidate, measure)` is what `trials.run_trial` calls for a GPU backend, so
 every user of trials (the tuner's local pool, a concurrent.futures executor, a Dask
 worker, `tc.compare`) gets GPU trials the same way: a process-wide pool per backend whose
 workers are taken one at a time (a trial waits for a free device).
@@ -42,6 +42,7 @@ import threading
 import time
 
 from tclang.tuning.space import Candidate
+from tclang.tuning.trial_records import Trial
 
 GPU_BACKENDS = ("cuda", "cuda-emulated")
 STARTUP_LIMIT = 180.0  # seconds for a worker to import tclang and say it is ready
@@ -70,9 +71,11 @@ class WorkerFailed(Exception):
 class DeviceWorker:
     """One spawned process bound to one device, and the task it holds."""
 
-    def __init__(self, backend: str, device: int, measure=None):
+    def __init__(self, backend: str, device: int, measure):
         self.backend, self.device = backend, device
-        self.measure = measure  # a module-level function (tests); None: trials._measure
+        # what a trial runs: trials._measure, or a test's; a module-level function (a
+        # spawned child imports it by name)
+        self.measure = measure
         self.process = None
         self.conn = None
         self.task = None  # the Task the process holds (sent once, not with every trial)
@@ -189,7 +192,7 @@ def _children_allowed():
 class DevicePool:
     """The workers of one backend, one per device; a trial takes a free one."""
 
-    def __init__(self, backend: str, devices: int, measure=None):
+    def __init__(self, backend: str, devices: int, measure):
         self.backend = backend
         self.workers = [DeviceWorker(backend, k, measure) for k in range(max(1, devices))]
         self.free: queue.Queue = queue.Queue()
@@ -206,7 +209,6 @@ class DevicePool:
 
     def run(self, task, candidate: Candidate):
         """One trial on the next free device; a failure of the worker is the trial's."""
-        from tclang.tuning.trials import Trial
         if self.broken:  # two workers in a row died while they started: so will the next
             return Trial(candidate, "crashed", message=self.broken)
         worker = self.free.get()
@@ -248,18 +250,20 @@ _pools: dict[str, DevicePool] = {}
 _pools_lock = threading.Lock()
 
 
-def pool(backend: str) -> DevicePool:
-    """This process's pool of `backend`'s workers (made on first use)."""
+def pool(backend: str, measure) -> DevicePool:
+    """This process's pool of `backend`'s workers (made on first use), measuring with
+    `measure`."""
     with _pools_lock:
         found = _pools.get(backend)
         if found is None:
-            found = _pools[backend] = DevicePool(backend, device_count(backend))
+            found = _pools[backend] = DevicePool(backend, device_count(backend), measure)
         return found
 
 
-def run_gpu_trial(task, candidate: Candidate):
-    """trials.run_trial for a GPU backend: the trial in a spawned worker."""
-    return pool(task.backend).run(task, candidate)
+def run_gpu_trial(task, candidate: Candidate, measure):
+    """trials.run_trial for a GPU backend: the trial in a spawned worker, which runs
+    `measure(task, candidate)` (trials._measure: a module-level function, passed by name)."""
+    return pool(task.backend, measure).run(task, candidate)
 
 
 def kill_running() -> None:
@@ -295,16 +299,14 @@ os.register_at_fork(after_in_child=_forget_pools)
 
 # ---- in the worker ---------------------------------------------------------------------
 
-def serve(conn, env: dict, measure=None) -> None:
+def serve(conn, env: dict, measure) -> None:
     """The worker's loop: hold the task, run each candidate's trial, send it back, and say
     whether this process can go on (its CUDA context survived)."""
     os.environ.update(env)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the tuner's to handle
     import faulthandler
     faulthandler.disable()  # a crash is reported as the trial's status, not dumped
-    from tclang.tuning import trials as T
     _watch_parent(os.getppid())
-    measure = measure or T._measure
     conn.send(("ready", os.getpid()))
     task = None
     while True:
@@ -319,8 +321,8 @@ def serve(conn, env: dict, measure=None) -> None:
         try:
             trial = measure(task, payload)
         except Exception as err:  # noqa: BLE001 - measure catches the candidate's own errors
-            trial = T.Trial(payload, "error", message=f"internal error in the trial "
-                                                      f"worker: {err!r}")
+            trial = Trial(payload, "error", message=f"internal error in the trial "
+                                                    f"worker: {err!r}")
         conn.send(("trial", trial, _usable(task)))
 
 

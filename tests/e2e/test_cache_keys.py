@@ -20,7 +20,7 @@ import pytest
 
 import tclang as tc
 from tclang.driver.cachekey import canonical_source
-from tclang.tuning.database import kernel_key
+from tclang.driver.tuning_database import kernel_key
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -229,7 +229,7 @@ def test_explain_timings_of_a_cached_kernel_times_a_compile(tmp_path, capsys):
         for stage in ("passes", "scop", "dependences", "schedule", "transform", "loops",
                       "code"):
             assert f"{stage}:" in out, out
-    # explain compiles afresh (tools2, tclang/tools/commands.py _explain): the second run, whose
+    # explain compiles afresh (tools2, tclang/cli/commands.py _explain): the second run, whose
     # kernel both caches hold, times a whole compile too, never a cache's load
     assert "cache load" not in out.split("== compile time")[1]
 

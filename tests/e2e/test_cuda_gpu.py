@@ -262,7 +262,8 @@ def test_autotune_on_the_gpu_in_spawned_workers(tmp_path):
     assert result.counts()["ok"] >= 6 and not result.counts()["wrong"], \
         [(t.status, t.message) for t in result.trials]
     assert 0 < result.best_seconds <= result.automatic_seconds
-    pool = workers.pool("cuda")
+    from tclang.tuning import trials
+    pool = workers.pool("cuda", trials._measure)
     cuda, _, _ = _device()
     assert pool.size == cuda.Device.count() and pool.workers[0].alive
     tuned = tclang.define(MM, backend="cuda", options=result.best).mm(a, b)

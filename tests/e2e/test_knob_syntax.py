@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import tclang as tc
-from tclang.tools import commands
+from tclang.cli import commands
 from tclang.cli import _parser, main
 from tclang.options import KNOBS, FUSIONS, Options, format_knob, format_knobs, parse_knobs
 
@@ -141,7 +141,7 @@ def store_tuned(kernel, inputs, options: Options, database: Path) -> None:
     from tclang.runtime.arguments import bind_arguments
     from tclang.driver.cachekey import canonical_source
     from tclang.driver.compiler import compile_target
-    from tclang.tuning.database import TuningDatabase, kernel_key, machine_id
+    from tclang.driver.tuning_database import TuningDatabase, kernel_key, machine_id
     shapes = bind_arguments(kernel.definition, inputs, False).shape_key()
     key = kernel_key(canonical_source(kernel.definition), kernel.name, shapes, "cpu")
     machine = machine_id(compile_target("cpu", Options()))

@@ -145,12 +145,12 @@ def test_the_generator_is_valid_and_varied():
 
 
 def test_the_runner_catches_wrong_results_crashes_and_modified_inputs(monkeypatch):
-    from tclang.fuzzing import differential
+    from tclang.fuzzing import running
     program = GeneratedProgram(
         "def f(float(N, K) A, float(K) B) -> (O) {\n    O(i) +=! A(i, k) * B(k)\n}\n", "f",
         {"N": 3, "K": 5})
     assert run_differential(program, backends=("cpu-auto",)).status == "pass"
-    real = differential._call
+    real = running.call_program
 
     def wrong(program, backend, options, inputs, check_bounds, twice=False):
         runs = real(program, backend, options, inputs, check_bounds, twice)
@@ -158,7 +158,7 @@ def test_the_runner_catches_wrong_results_crashes_and_modified_inputs(monkeypatc
             return runs
         return [tuple(o + 1e-3 for o in run) for run in runs]
 
-    monkeypatch.setattr(differential, "_call", wrong)
+    monkeypatch.setattr(running, "call_program", wrong)
     report = run_differential(program, backends=("cpu-auto",))
     assert [f.kind for f in report.failures] == ["mismatch"], report.failures
 
@@ -167,7 +167,7 @@ def test_the_runner_catches_wrong_results_crashes_and_modified_inputs(monkeypatc
             return real(program, backend, options, inputs, check_bounds, twice)
         raise tclang.TCIndexError("index 7 is out of bounds for dimension 0 of A")
 
-    monkeypatch.setattr(differential, "_call", oob)
+    monkeypatch.setattr(running, "call_program", oob)
     report = run_differential(program, backends=("cpu-auto",))
     assert [f.kind for f in report.failures] == ["out-of-bounds"]
 
@@ -177,7 +177,7 @@ def test_the_runner_catches_wrong_results_crashes_and_modified_inputs(monkeypatc
             inputs[0][0, 0] += 1
         return runs
 
-    monkeypatch.setattr(differential, "_call", scribble)
+    monkeypatch.setattr(running, "call_program", scribble)
     report = run_differential(program, backends=("cpu-auto",))
     assert [f.kind for f in report.failures] == ["modified-input"]
 

@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 import tclang
-from tclang.fuzzing import differential, gradients, interrupts, modules
+from tclang.fuzzing import differential, gradients, interrupts, modules, running
 from tclang.fuzzing.features import SHARES, fuzz_program
 from tclang.fuzzing.generator import (Decl, Features, GeneratedProgram, Model, Node, Stmt,
                                       finish, generate)
@@ -331,7 +331,7 @@ def test_generated_programs_reach_the_grad_of_where_clauses_and_guards():
 
 # ---- interrupted compiles -----------------------------------------------------------------
 
-REAL_CALL = differential._call
+REAL_CALL = running.call_program
 
 
 def interrupted(program, delay: float, check_bounds: bool = False):
@@ -343,15 +343,15 @@ def interrupted(program, delay: float, check_bounds: bool = False):
 
 
 def misbehave_in_child(monkeypatch, child, parent=None):
-    """`differential._call` replaced: `child(real, *args)` in a forked child, `parent` (or
+    """`running.call_program` replaced: `child(real, *args)` in a forked child, `parent` (or
     the real call) here."""
-    here, real = os.getpid(), differential._call
+    here, real = os.getpid(), running.call_program
 
     def call(*args, **kwargs):
         if os.getpid() != here:
             return child(real, *args, **kwargs)
         return (parent or real)(*args, **kwargs)
-    monkeypatch.setattr(differential, "_call", call)
+    monkeypatch.setattr(running, "call_program", call)
     monkeypatch.setattr(interrupts, "WAIT_AFTER", 1.0)
 
 
@@ -402,7 +402,7 @@ def test_the_interrupt_check_finds_a_crash(cache, monkeypatch):
 def test_the_interrupt_check_finds_a_wrong_cache_afterwards(cache, monkeypatch):
     def wrong(program, backend, options, inputs, check_bounds, twice=False):
         return tuple(o + 1 for o in real(program, backend, options, inputs, check_bounds))
-    real = differential._call
+    real = running.call_program
     misbehave_in_child(monkeypatch, slow, parent=wrong)
     failures, _ = interrupted(scaled("f", "2.0"), 0.5)
     assert [f.kind for f in failures] == ["wrong-cached-kernel"], failures

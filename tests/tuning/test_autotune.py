@@ -20,7 +20,7 @@ import pytest
 
 import tclang as tc
 from tclang.tuning import search, trials
-from tclang.tuning.database import TuningDatabase
+from tclang.driver.tuning_database import TuningDatabase
 from tclang.tuning.space import SearchSpace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,7 +73,7 @@ def test_options_tuned_elsewhere_are_ignored_with_a_warning(tmp_path, monkeypatc
     A, B = inputs()
     mod = tc.define(MATMUL)
     from tclang.driver.cachekey import canonical_source
-    from tclang.tuning.database import kernel_key
+    from tclang.driver.tuning_database import kernel_key
     from tclang.runtime.arguments import bind_arguments
     key = kernel_key(canonical_source(mod.mm.definition), "mm",
                      bind_arguments(mod.mm.definition, (A, B)).shape_key(), "cpu")

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import tclang as tc
-from tclang.tuning import database
-from tclang.tuning.database import TuningDatabase
+from tclang.driver import tuning_database as database
+from tclang.driver.tuning_database import TuningDatabase
 
 ADD = "def add(float(N) A) -> (B) { B(i) = A(i) + 1 }"
 

@@ -49,7 +49,7 @@ def test_autotune_on_the_emulated_gpu_runs_trials_in_a_spawned_worker(tmp_path):
     assert result.stored and result.counts()["ok"] >= 4
     assert not result.counts()["crashed"] and not result.counts()["wrong"]
     assert result.best_seconds <= result.automatic_seconds
-    pool = workers.pool("cuda-emulated")
+    pool = workers.pool("cuda-emulated", trials._measure)
     assert pool.size == 1 and pool.workers[0].alive  # kept for the next tuning
     assert pool.workers[0].process.pid != os.getpid()
     assert pool.workers[0].process._start_method == "spawn" or \
@@ -137,7 +137,7 @@ def test_a_worker_holds_the_task_and_serves_many_trials():
 
 
 def test_a_worker_that_cannot_start_says_why_and_is_not_retried_forever(monkeypatch):
-    pool = workers.DevicePool("cuda-emulated", 1)
+    pool = workers.DevicePool("cuda-emulated", 1, trials._measure)
 
     def dies(self):
         raise workers.WorkerFailed("the trial worker died while it started (exited with "

@@ -11,7 +11,7 @@ import pytest
 
 import tclang as tc
 from tclang.tuning import search, trials
-from tclang.tuning.database import TuningDatabase, kernel_key, machine_id
+from tclang.driver.tuning_database import TuningDatabase, kernel_key, machine_id
 from tclang.tuning.space import SearchSpace
 
 TRACE = "def trace(float(B,N,N) A) -> (T) { T(b) +=! A(b,i,i) }"

@@ -92,8 +92,8 @@ def machine_id(target) -> str:
 
 
 def version_id() -> str:
-    import tclang
-    return tclang.__version__
+    from tclang.version import __version__
+    return __version__
 
 
 class TuningDatabase:
@@ -290,9 +290,11 @@ class TuningDatabase:
 
 
 def _insert_trials(conn, key: str, machine: str, trials) -> None:
-    from tclang.tuning.space import SearchSpace
+    # a trial's candidate is its knobs as (name, value) pairs, None where left automatic
+    # (tclang.tuning.space.SearchSpace.options)
     rows = [(key, machine, version_id(),
-             json.dumps(SearchSpace.options(t.candidate).to_dict(), sort_keys=True),
+             json.dumps(Options(**{k: v for k, v in t.candidate if v is not None}).to_dict(),
+                        sort_keys=True),
              t.status, t.seconds, t.compile_seconds, t.message[:500], t.host, time.time())
             for t in trials]
     conn.executemany("INSERT INTO trials VALUES (?,?,?,?,?,?,?,?,?,?)", rows)

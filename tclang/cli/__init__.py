@@ -50,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
                                          "inferred signature")
     check.add_argument("file", help="a .tc source file")
     check.set_defaults(run=_check)
-    from tclang.tools import commands  # the commands that need the whole compiler
+    from tclang.cli import commands  # the commands that need the whole compiler
     commands.add_commands(sub)
     from tclang.fuzzing import driver  # `tclang fuzz`
     driver.add_command(sub)
@@ -92,6 +92,3 @@ def _range(s, index: str) -> str:
             return f"{lo}:{hi} (within {r.lo}:{r.hi})"
     return f"{r.lo}:{r.hi}"
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -396,7 +396,7 @@ def _tuned_usage(args, entry: str, result) -> str:
         return "\nnot stored in the tuning database (see the warning)\n" + by_hand
     from pathlib import Path
 
-    from tclang.tuning.database import default_path
+    from tclang.driver.tuning_database import default_path
     sizes = f" --sizes {args.sizes}" if args.sizes else ""
     if getattr(args, "backend", "cpu") != "cpu":
         sizes += f" --backend {args.backend}"
