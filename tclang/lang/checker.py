@@ -442,41 +442,12 @@ def _dim_size(dim: S.Dim) -> Z.SizeExpr:
 
 def _names_in(roots: list):
     """Every bare name used in the given expressions and clauses."""
-    stack: list = list(roots)
-    while stack:
-        node = stack.pop()
-        if isinstance(node, S.Name):
-            yield node
-        elif isinstance(node, S.LetClause):
-            stack.append(node.value)
-        elif isinstance(node, S.RangeClause):
-            stack.extend((node.lo, node.hi))
-        elif isinstance(node, S.ExistsClause):
-            stack.append(node.access)
-        elif isinstance(node, S.Apply):
-            stack.extend(node.args)
-        elif isinstance(node, (S.CastExpr, S.UnaryExpr)):
-            stack.append(node.operand)
-        elif isinstance(node, S.BinaryExpr):
-            stack.extend((node.lhs, node.rhs))
-        elif isinstance(node, S.TernaryExpr):
-            stack.extend((node.cond, node.then, node.other))
+    return (n for n in S.walk(roots) if isinstance(n, S.Name))
 
 
 def _applies_in(roots: list):
     """Every call or tensor access in the given expressions."""
-    stack = list(roots)
-    while stack:
-        node = stack.pop()
-        if isinstance(node, S.Apply):
-            yield node
-            stack.extend(node.args)
-        elif isinstance(node, (S.CastExpr, S.UnaryExpr)):
-            stack.append(node.operand)
-        elif isinstance(node, S.BinaryExpr):
-            stack.extend((node.lhs, node.rhs))
-        elif isinstance(node, S.TernaryExpr):
-            stack.extend((node.cond, node.then, node.other))
+    return (n for n in S.walk(roots) if isinstance(n, S.Apply))
 
 
 def _text_of(source: str, span: Span) -> str:

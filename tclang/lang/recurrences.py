@@ -23,20 +23,9 @@ from tclang.lang.expressions import error
 
 def reads_target(s: S.Statement) -> bool:
     """Whether the statement's text (right side or where-locals) names its own target."""
-    stack: list = [s.rhs] + [c.value for c in s.where if isinstance(c, S.LetClause)]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (S.Apply, S.Name)) and node.name == s.target.name:
-            return True
-        if isinstance(node, S.Apply):
-            stack.extend(node.args)
-        elif isinstance(node, (S.CastExpr, S.UnaryExpr)):
-            stack.append(node.operand)
-        elif isinstance(node, S.BinaryExpr):
-            stack.extend((node.lhs, node.rhs))
-        elif isinstance(node, S.TernaryExpr):
-            stack.extend((node.cond, node.then, node.other))
-    return False
+    roots = [s.rhs] + [c.value for c in s.where if isinstance(c, S.LetClause)]
+    return any(isinstance(n, (S.Apply, S.Name)) and n.name == s.target.name
+               for n in S.walk(roots))
 
 
 def is_recurrence_read(read: P.Read, target: str, indices: tuple[str, ...]) -> bool:

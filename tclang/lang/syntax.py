@@ -7,6 +7,7 @@ so every later error can point at the exact place in the user's source.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterator
 
 from tclang.errors import Span
 
@@ -176,3 +177,27 @@ class Definition:
 class Module:
     definitions: tuple[Definition, ...]
     source: str
+
+
+def walk(roots) -> Iterator:
+    """Every node of the given expressions and where-clauses, each once, parents before
+    their children: the one traversal the checker and the recurrence rules share (a new
+    kind of expression node is then added in one place)."""
+    stack: list = list(roots)
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, LetClause):
+            stack.append(node.value)
+        elif isinstance(node, RangeClause):
+            stack.extend((node.lo, node.hi))
+        elif isinstance(node, ExistsClause):
+            stack.append(node.access)
+        elif isinstance(node, Apply):
+            stack.extend(node.args)
+        elif isinstance(node, (CastExpr, UnaryExpr)):
+            stack.append(node.operand)
+        elif isinstance(node, BinaryExpr):
+            stack.extend((node.lhs, node.rhs))
+        elif isinstance(node, TernaryExpr):
+            stack.extend((node.cond, node.then, node.other))
