@@ -650,9 +650,15 @@ class _Builder:
 
     def _pick(self, a: Affine, lhs, sigma, s: P.Statement) -> str | None:
         """The index to solve subscript `a` for: one the statement writes along if there is
-        one (so the gather sums over the small window), else a coefficient of +-1."""
+        one (so the gather sums over the small window), else a coefficient of +-1. Never
+        one that also stands inside a floor division or modulo of `a`: `l + (l2 - l) / 2`
+        solved for l would define l by itself (the backward of a backward of a shifted
+        diagonal read; fuzz seed 36, program 52)."""
+        nested = frozenset().union(*(atom.inner.indices() for atom, _ in a.terms
+                                     if not isinstance(atom, str)))
         free = [atom for atom, c in a.terms
-                if isinstance(atom, str) and atom not in lhs and atom not in sigma]
+                if isinstance(atom, str) and atom not in lhs and atom not in sigma and
+                atom not in nested]
         if not free:
             return None
         return min(free, key=lambda v: (v not in s.indices, abs(a.coefficient(v)) != 1))

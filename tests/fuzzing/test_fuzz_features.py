@@ -571,6 +571,22 @@ def test_second_derivative_of_a_window(cache):
     assert gradients.check_torch(program, "gradgradcheck")[0] == []
 
 
+@pytest.mark.parametrize("sizes", [{"P": 2, "L": 4}, {"P": 3, "L": 5}, {"P": 1, "L": 1}])
+def test_second_derivative_of_a_shifted_diagonal_read(cache, sizes):
+    """The backward reads dT0(l + (l2 - l) / 2, (l2 - l) / 2); the backward of that solved
+    the first subscript for l, which also stands inside its floor division, so l was
+    defined by itself and left without a range: "cannot infer the range of index l ...
+    please report" (fuzz seed 36, program 52). An index inside a division is not solved
+    for: an equality guard and a sum over it instead (adjoint._pick)."""
+    pytest.importorskip("torch")
+    program = GeneratedProgram(
+        "def fuzz(double(P) A, double(L, L) B) -> (O1) {\n"
+        "    T0(i, j) = B(j, j) - 1.0 / (fabs((i - j >= 0 && i - j < L && j + i >= 0 && "
+        "j + i <= L - 1) ? B(i - j, j + i) : 0.0) + 1.0) + A(i)\n"
+        "    O1(j, i) = T0(i, j)\n}\n", "fuzz", sizes)
+    assert gradients.check_torch(program, "gradgradcheck")[0] == []
+
+
 @pytest.mark.parametrize("source, sizes", [
     # seed 2027, program 8: O's extent is max(N - 1, min(1, N - 1)) + 1, which is N
     ("O(i) = (i >= 2) ? tanh(0.5 * O(i - 2) + X(i)) : X(i)", {"N": 9}),
