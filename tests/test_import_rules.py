@@ -230,23 +230,20 @@ def test_the_circle_finder_finds_one():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-# Run in a fresh interpreter: installs the hook, then forks one child per module so that
-# each import starts from the same nearly empty sys.modules.
+# Run in a fresh interpreter: installs a hook that refuses what `refused(name)` names (it
+# returns why, or None), then forks one child per module so that each import starts from
+# the same nearly empty sys.modules. The deny-list probe and the allow-list probe differ
+# only in that predicate.
 PROBE = r"""
 import importlib.abc, os, sys, traceback
 
-FORBIDDEN = %r
-ALLOWED = %r
-
-def forbidden(name):
-    if name in ALLOWED or name == "polyhedral":
-        return False
-    return any(name == f or name.startswith(f + ".") for f in FORBIDDEN)
+%s
 
 class Refuse(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
-        if forbidden(name):
-            raise ImportError(f"forbidden import of {name}")
+        why = refused(name)
+        if why:
+            raise ImportError(why)
         return None
 
 sys.meta_path.insert(0, Refuse())
@@ -264,11 +261,27 @@ for module in sys.argv[1:]:
 sys.exit(1 if failed else 0)
 """
 
+DENY = r"""
+FORBIDDEN = %r
+ALLOWED = %r
+
+def refused(name):
+    if name in ALLOWED or name == "polyhedral":
+        return None
+    if any(name == f or name.startswith(f + ".") for f in FORBIDDEN):
+        return f"forbidden import of {name}"
+    return None
+"""
+
+
+def deny_probe() -> str:
+    return PROBE % (DENY % (FORBIDDEN_FOR_BACKENDS, ALLOWED_FOR_BACKENDS))
+
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
 def test_no_backend_module_pulls_in_a_forbidden_module():
     modules = backend_modules()
-    probe = PROBE % (FORBIDDEN_FOR_BACKENDS, ALLOWED_FOR_BACKENDS)
+    probe = deny_probe()
     result = subprocess.run([sys.executable, "-c", probe, *modules], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -276,7 +289,7 @@ def test_no_backend_module_pulls_in_a_forbidden_module():
 
 def test_the_probe_catches_a_forbidden_import():
     """The hook itself works: a module that imports the driver is refused."""
-    probe = PROBE % (FORBIDDEN_FOR_BACKENDS, ALLOWED_FOR_BACKENDS)
+    probe = deny_probe()
     result = subprocess.run([sys.executable, "-c", probe, "tclang.runtime.kernels"], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 1 and "forbidden import of" in result.stdout
@@ -298,38 +311,22 @@ def test_the_package_imports_neither_isl_nor_the_driver():
 # The allow-lists again, in a fresh interpreter: each module of a lower layer imported
 # (one forked child each) under a hook that refuses every watched module outside what the
 # layer may reach: its allow-list and, through it, the allow-lists of the layers it names.
-ALLOW_PROBE = r"""
-import importlib.abc, os, sys, traceback
-
+ALLOW = r"""
 ALLOWED = %r
 WATCHED = %r
 
 def refused(name):
     if name.split(".")[0] not in WATCHED or name in ("tclang", "polyhedral", "backends"):
-        return False  # not watched, or a package's face
-    return not any(name == a or name.startswith(a + ".") or a.startswith(name + ".")
-                   for a in ALLOWED)
-
-class Refuse(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path, target=None):
-        if refused(name):
-            raise ImportError(f"import of {name} outside the allow-list")
+        return None  # not watched, or a package's face
+    if any(name == a or name.startswith(a + ".") or a.startswith(name + ".")
+           for a in ALLOWED):
         return None
-
-sys.meta_path.insert(0, Refuse())
-failed = 0
-for module in sys.argv[1:]:
-    pid = os.fork()
-    if pid == 0:
-        try:
-            importlib.import_module(module)
-        except BaseException:
-            print(f"--- {module}:", traceback.format_exc(limit=-6), flush=True)
-            os._exit(1)
-        os._exit(0)
-    failed |= os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) != 0
-sys.exit(1 if failed else 0)
+    return f"import of {name} outside the allow-list"
 """
+
+
+def allow_probe(layer: str) -> str:
+    return PROBE % (ALLOW % (reachable(layer), WATCHED))
 
 
 def reachable(layer: str) -> tuple[str, ...]:
@@ -349,7 +346,7 @@ def reachable(layer: str) -> tuple[str, ...]:
 @pytest.mark.parametrize("layer", ["ground", "language", "polyhedral"])
 def test_a_lower_layer_loads_nothing_off_its_allow_lists(layer):
     modules = [m for m, _ in layer_modules(layer)]
-    probe = ALLOW_PROBE % (reachable(layer), WATCHED)
+    probe = allow_probe(layer)
     result = subprocess.run([sys.executable, "-c", probe, *modules], cwd=ROOT,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -357,7 +354,7 @@ def test_a_lower_layer_loads_nothing_off_its_allow_lists(layer):
 
 def test_the_allow_probe_catches_a_module_off_the_list():
     """The hook itself works: polyhedral/ may not load the driver."""
-    probe = ALLOW_PROBE % (reachable("polyhedral"), WATCHED)
+    probe = allow_probe("polyhedral")
     result = subprocess.run([sys.executable, "-c", probe, "tclang.driver.compiler"],
                             cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 1 and "outside the allow-list" in result.stdout
