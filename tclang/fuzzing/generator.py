@@ -157,14 +157,8 @@ def finish(model: Model, rng: random.Random, sizes: dict | None = None, *,
            values=SIZE_VALUES, cap: int = VOLUME_CAP):
     """Check the model with the front end and pick sizes (from `values`, at most `cap`
     statement instances); None (and a count) if it fails."""
-    source = model.render()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", TCWarning)
-            defn = check_source(source)[model.name]
-    except TCError as err:
-        STATS["rejected"] += 1
-        STATS[f"reject:{type(err).__name__}: {str(err).splitlines()[0][:70]}"] += 1
+    defn = checked_draw(model)
+    if defn is None:
         return None
     sizes = sizes if sizes is not None and fits(defn, sizes, cap) else \
         pick_sizes(defn, rng, values, cap)
@@ -172,7 +166,21 @@ def finish(model: Model, rng: random.Random, sizes: dict | None = None, *,
         STATS["rejected"] += 1
         STATS["reject:no sizes fit"] += 1
         return None
-    return GeneratedProgram(source, model.name, sizes, model)
+    return GeneratedProgram(model.render(), model.name, sizes, model)
+
+
+def checked_draw(model: Model, label: str = ""):
+    """The model's definition as the front end checks it (its warnings ignored: a draw may
+    well accumulate into a fresh tensor); None, counted in STATS with why, where the front
+    end refuses it. Every family's drawing goes through here."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", TCWarning)
+            return check_source(model.render())[model.name]
+    except TCError as err:
+        STATS["rejected"] += 1
+        STATS[f"reject:{label}{type(err).__name__}: {str(err).splitlines()[0][:70]}"] += 1
+        return None
 
 
 def pick_sizes(defn, rng: random.Random, values=SIZE_VALUES,

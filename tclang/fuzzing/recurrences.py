@@ -14,12 +14,10 @@ block sizes), so a scan loop is long and the loops beside it are vectorized and 
 from __future__ import annotations
 
 import random
-import warnings
 
-from tclang.errors import TCError, TCWarning
-from tclang.fuzzing.generator import STATS, Decl, Features, GeneratedProgram, Model, Node, Stmt
+from tclang.fuzzing.generator import (STATS, Decl, Features, GeneratedProgram, Model, Node,
+                                      Stmt, checked_draw)
 from tclang.fuzzing.reductions import VOLUME, _sizes
-from tclang.lang.frontend import check_source
 
 KINDS = ("scan", "scan", "scan", "diagonal", "after", "consumed", "substitution", "cell")
 _DIMS = ("N", "M", "K")
@@ -34,13 +32,8 @@ def recurrence_program(rng: random.Random) -> GeneratedProgram | None:
     model = {"scan": _scan, "diagonal": _diagonal, "after": _after, "consumed": _consumed,
              "substitution": _substitution, "cell": _cell}[kind](rng, dtype)
     STATS["attempts"] += 1
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", TCWarning)
-            defn = check_source(model.render())[model.name]
-    except TCError as err:
-        STATS["rejected"] += 1
-        STATS[f"reject:recurrence {kind}: {str(err).splitlines()[0][:60]}"] += 1
+    defn = checked_draw(model, f"recurrence {kind}: ")
+    if defn is None:
         return None
     sizes = _sizes(defn, rng)
     if sizes is None:

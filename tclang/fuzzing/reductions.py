@@ -16,12 +16,9 @@ accumulated in float32). They are `Model`s like the generic ones, so the shrinke
 from __future__ import annotations
 
 import random
-import warnings
 
-from tclang.errors import TCError, TCWarning
 from tclang.fuzzing.generator import (STATS, Decl, Features, GeneratedProgram, Model, Node,
-                                      Stmt, bfloat16_callable, fits)
-from tclang.lang.frontend import check_source
+                                      Stmt, bfloat16_callable, checked_draw, fits)
 
 NARROW = ("half", "bf16")  # stored in 16 bits, computed in float32
 KINDS = ("triangular", "guarded", "masked", "prefix", "softmax", "ranged", "unbounded",
@@ -51,14 +48,8 @@ def reduction_program(rng: random.Random) -> GeneratedProgram | None:
              "prefix": _prefix, "softmax": _softmax, "ranged": _ranged,
              "unbounded": _unbounded, "permuted": _permuted}[kind](rng, dtype)
     STATS["attempts"] += 1
-    source = model.render()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", TCWarning)
-            defn = check_source(source)[model.name]
-    except TCError as err:
-        STATS["rejected"] += 1
-        STATS[f"reject:{kind}: {type(err).__name__}: {str(err).splitlines()[0][:60]}"] += 1
+    defn = checked_draw(model, f"{kind}: ")
+    if defn is None:
         return None
     sizes = _sizes(defn, rng, PERMUTED_EXTENTS if kind == "permuted" else EXTENTS)
     if sizes is None:
@@ -66,7 +57,7 @@ def reduction_program(rng: random.Random) -> GeneratedProgram | None:
         STATS[f"reject:{kind}: no sizes fit"] += 1
         return None
     STATS["programs"] += 1
-    return GeneratedProgram(source, model.name, sizes, model,
+    return GeneratedProgram(model.render(), model.name, sizes, model,
                             Features(family=kind, volume_cap=VOLUME))
 
 

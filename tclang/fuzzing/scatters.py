@@ -12,12 +12,9 @@ works on them; their `family` is "scatter".
 from __future__ import annotations
 
 import random
-import warnings
 
-from tclang.errors import TCError, TCWarning
 from tclang.fuzzing.generator import (STATS, Decl, Features, GeneratedProgram, Model, Node,
-                                      Stmt, fits)
-from tclang.lang.frontend import check_source
+                                      Stmt, checked_draw, fits)
 
 EXTENTS = (1, 1, 2, 3, 5, 7, 11, 13, 17, 31, 33, 64)
 VOLUME = 20_000
@@ -28,20 +25,14 @@ def scatter_program(rng: random.Random) -> GeneratedProgram | None:
     """A random scatter program (None if the draw does not check or fit: draw again)."""
     model = _model(rng, rng.choice(("float", "float", "double", "int32")))
     STATS["attempts"] += 1
-    source = model.render()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", TCWarning)
-            defn = check_source(source)[model.name]
-    except TCError as err:
-        STATS["rejected"] += 1
-        STATS[f"reject:scatter: {type(err).__name__}: {str(err).splitlines()[0][:60]}"] += 1
+    defn = checked_draw(model, "scatter: ")
+    if defn is None:
         return None
     for _ in range(30):
         sizes = {s: rng.choice(EXTENTS) for s in defn.sizes}
         if fits(defn, sizes, VOLUME):
             STATS["programs"] += 1
-            return GeneratedProgram(source, model.name, sizes, model,
+            return GeneratedProgram(model.render(), model.name, sizes, model,
                                     Features(family="scatter", volume_cap=VOLUME))
     return None
 
