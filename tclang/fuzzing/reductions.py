@@ -249,9 +249,25 @@ def _permuted(rng, dtype: str) -> Model:
     red = names[counts[0] + counts[1]:]
     a, b, o = (rng.sample(list(x), len(x)) for x in (free_a + red, free_b + red,
                                                      free_a + free_b))
-    rhs = f"P({', '.join(a)}) * Q({', '.join(b)})"
-    inputs = [_decl(dtype, "P", tuple(i.upper() for i in a)),
-              _decl(dtype, "Q", tuple(i.upper() for i in b))]
+    operands = [(list(a), [i.upper() for i in a]), (list(b), [i.upper() for i in b])]
+    if rng.random() < 0.35:
+        # a read that is no plain index: a strided lane (2*l), and sometimes the same index
+        # again a row apart in a dimension of its own, so that the read moves with the rows
+        # and the lanes at once (`A(m - 1, 2*l - 4, m + 1, l)`, whose register tile recursed
+        # without end: the permuted draws had no such read)
+        subs, dims = rng.choice(operands)
+        d = rng.randrange(len(subs))
+        x = subs[d]
+        # (`x + 1` of a result index would start the result at -1: the language refuses)
+        subs[d] = rng.choice((f"2*{x}", f"2*{x} + 1", f"{x} - 1") +
+                             ((f"{x} + 1",) if x in red else ()))
+        if rng.random() < 0.5:
+            at = rng.randrange(len(subs) + 1)
+            subs.insert(at, f"{rng.choice(red)} {rng.choice(('-', '+'))} 1")
+            dims.insert(at, "W")
+    (sub_a, dims_a), (sub_b, dims_b) = operands
+    rhs = f"P({', '.join(sub_a)}) * Q({', '.join(sub_b)})"
+    inputs = [_decl(dtype, "P", tuple(dims_a)), _decl(dtype, "Q", tuple(dims_b))]
     op = rng.choice(("+=!", "+=!", "+="))
     return _model("permuted", inputs, ["Z"], _statements(rng, "Z", tuple(o), op, rhs, (),
                                                          dtype))

@@ -97,6 +97,8 @@ def test_reduction_programs_reach_the_warp_and_1024():
     # permuted contractions around one and two vectors of lanes (issue 33 item 1)
     permuted = [p for p in programs if p.features.family == "permuted"]
     assert any(8 <= v < 16 for p in permuted for v in p.sizes.values())
+    # and reads that are no plain index: a strided lane, an index again a row apart
+    assert any(any(form in p.source for form in ("2*", " - 1", " + 1")) for p in permuted)
 
 
 def test_module_layouts_keep_every_definition():
