@@ -4,8 +4,11 @@ The entry is `i32 @tclang_main(T* noalias buffers..., i64* sizes, i64* strides, 
 i8* parallel_for)`. An outermost parallel loop is outlined into an internal function over an
 iteration range, plus a `task(ctx, lo, hi)` wrapper; the entry calls `parallel_for(task,
 ctx, lo, hi)` (the runtime's thread pool) when the loop has enough work, else runs the range
-itself: small kernels never pay for threads. Gathers that fall outside their tensor record
-the tensor, dimension and value in `err` and return 1; nothing outside an array is read.
+itself: small kernels never pay for threads. A parallel loop also marked reduction is a
+scatter's, whose iterations may update the same elements: each chunk updates a private
+copy of the target, merged into it at the end (`colliding_loop`). Gathers that fall
+outside their tensor record the tensor, dimension and value in `err` and return 1;
+nothing outside an array is read.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from tclang.errors import TCCompileError
 from tclang.lang.program import reads_of
 
 PARALLEL_WORK = 1 << 15  # statement instances below which a loop stays on one thread
-PRIVATE_ELEMENTS = 4096  # a scatter target up to this many elements: privatized per chunk
+# a scatter target of up to this many elements is privatized per chunk (the polyhedral
+# layer threads only such scatters: polyhedral/scatter_loops.py, the same number)
+PRIVATE_ELEMENTS = 4096
 
 
 class KernelModule:
@@ -923,8 +928,8 @@ class FunctionBuilder:
 
     def _scatter_target(self, s: L.StatementDef, emitter: ValueEmitter) -> ir.Value:
         """The element a scatter updates (tclang/lang/scatters.py): its subscripts
-        evaluated, each checked as a gather's are (never vectorized: its loops are
-        sequential, polyhedral/scatter_loops.py)."""
+        evaluated, each checked as a gather's are (never vectorized; in a parallel loop
+        the element of a privatized copy, see `colliding_loop`)."""
         subscripts = [T.convert(self.builder, emitter.emit(e), e.dtype, DType.INT64)
                       for e in s.scatter]
         self.check_element(s.target, subscripts, range(len(subscripts)), s)

@@ -1,7 +1,7 @@
-"""Scatters on CPU threads (polyhedral/scatter_loops.py, `parallel_nest`): a large
-histogram, scatter-max and scatter-min run their loop in parallel (a privatized copy of a
-small target per chunk, compare-and-swap updates of a large one), an embedding backward
-in blocks of its plain index; against NumPy's `np.add.at` / `np.maximum.at` /
+"""Scatters on CPU threads (polyhedral/scatter_loops.py, `parallel_nest`): a histogram,
+scatter-add, -max and -min of many updates into a small target (at most 4096 elements)
+run their loop in parallel, each chunk into a privatized copy merged once; a larger target
+keeps the sequential nest. Against NumPy's `np.add.at` / `np.maximum.at` /
 `np.minimum.at` with two threads, many collisions and none, odd, prime and size-1
 extents; `reorder_reductions=False` keeps the sequential nest; out-of-range ids raise and
 write nothing outside the target."""
@@ -30,7 +30,7 @@ def embed_grad(int32(B, L) Ids, float(B, L, D) dO, float(E, D) Table) -> (float(
 """
 
 N = 40009  # prime, over the threshold of a parallel scatter (1 << 15 updates)
-BINS = [1, 7, 997, 4099, 100003]  # privatized up to 4096 elements, atomic above
+BINS = [1, 7, 997, 4096, 4099, 100003]  # on threads up to 4096 elements, sequential above
 
 
 @pytest.fixture(autouse=True)
@@ -40,7 +40,9 @@ def two_threads(monkeypatch):
 
 @pytest.fixture(scope="module")
 def module():
-    return tc.define(SOURCE)
+    """Specialized for every size set (a target extent known only at run time, as a
+    kernel generic in it has, keeps the sequential nest: test_a_shape_generic_...)."""
+    return tc.define(SOURCE, options=tc.Options(specialize=True))
 
 
 def scatter_loop(compiled) -> str:
@@ -63,6 +65,8 @@ def test_sums_match_add_at(module, bins):
     rng = np.random.default_rng(bins)
     idx = rng.integers(0, bins, N).astype(np.int32)
     x = rng.standard_normal(N).astype(np.float32)
+    compiled = module.add.compile(idx, x, np.zeros(bins, np.float32))
+    assert ("parallel, reduction" in scatter_loop(compiled)) == (bins <= 4096)
     expected = np.zeros(bins)
     np.add.at(expected, idx, x.astype(np.float64))
     got = module.add(idx, x, np.zeros(bins, np.float32))
@@ -109,24 +113,8 @@ def test_no_collisions(module):
     np.testing.assert_array_equal(module.smax(idx, x, np.zeros(N, np.float32)), expected)
 
 
-@pytest.mark.parametrize("rows,width", [(1, 131), (5003, 64), (7, 97)])
-def test_an_embedding_backward_runs_blocks_of_its_plain_index(module, rows, width):
-    """Parallel over blocks of `d`, no atomics: each element's updates keep their index
-    order, so the sums are np.add.at's (sequential, in that order) bit for bit."""
-    rng = np.random.default_rng(width)
-    ids = rng.integers(0, rows, (31, 29)).astype(np.int32)
-    grad = rng.standard_normal((31, 29, width)).astype(np.float32)
-    compiled = module.embed_grad.compile(ids, grad, np.zeros((rows, width), np.float32))
-    outer = next(line for line in compiled.loops.splitlines() if "_block" in line)
-    assert "parallel" in outer and "reduction" not in outer
-    expected = np.zeros((rows, width), np.float32)
-    np.add.at(expected, ids, grad)
-    np.testing.assert_array_equal(compiled(ids, grad, np.zeros((rows, width), np.float32)),
-                                  expected)
-
-
-def test_an_embedding_backward_of_a_narrow_table_combines_collisions(module):
-    """A plain index too narrow to share out (3): the outer loop, with combined updates."""
+def test_an_embedding_backward_into_a_small_table_runs_on_threads(module):
+    """13 x 3 elements, 38481 updates: privatized copies; sums as np.add.at's."""
     rng = np.random.default_rng(11)
     ids = rng.integers(0, 13, (101, 127)).astype(np.int32)
     grad = rng.standard_normal((101, 127, 3)).astype(np.float32)
@@ -136,6 +124,20 @@ def test_an_embedding_backward_of_a_narrow_table_combines_collisions(module):
     np.add.at(expected, ids, grad.astype(np.float64))
     np.testing.assert_allclose(compiled(ids, grad, np.zeros((13, 3), np.float32)), expected,
                                rtol=1e-4, atol=1e-3)
+
+
+def test_an_embedding_backward_into_a_large_table_stays_sequential(module):
+    """5003 x 131 elements: too large to privatize; the nest in index order, so the sums
+    are np.add.at's (sequential, in that order) bit for bit."""
+    rng = np.random.default_rng(131)
+    ids = rng.integers(0, 5003, (31, 29)).astype(np.int32)
+    grad = rng.standard_normal((31, 29, 131)).astype(np.float32)
+    compiled = module.embed_grad.compile(ids, grad, np.zeros((5003, 131), np.float32))
+    assert "parallel" not in scatter_loop(compiled)
+    expected = np.zeros((5003, 131), np.float32)
+    np.add.at(expected, ids, grad)
+    np.testing.assert_array_equal(compiled(ids, grad, np.zeros((5003, 131), np.float32)),
+                                  expected)
 
 
 def test_without_reordering_the_scatter_stays_sequential_and_deterministic():
@@ -150,9 +152,9 @@ def test_without_reordering_the_scatter_stays_sequential_and_deterministic():
     for _ in range(3):
         np.testing.assert_array_equal(compiled(idx, x, np.zeros(7, np.float32)), expected)
     ids = rng.integers(0, 3, (64, 100)).astype(np.int32)
-    grad = rng.standard_normal((64, 100, 131)).astype(np.float32)
-    compiled = m.embed_grad.compile(ids, grad, np.zeros((3, 131), np.float32))
-    assert "parallel" not in scatter_loop(compiled) and "_block" not in compiled.loops
+    grad = rng.standard_normal((64, 100, 31)).astype(np.float32)
+    compiled = m.embed_grad.compile(ids, grad, np.zeros((3, 31), np.float32))
+    assert "parallel" not in scatter_loop(compiled)
 
 
 def test_a_small_scatter_keeps_the_sequential_nest(module):
@@ -162,7 +164,7 @@ def test_a_small_scatter_keeps_the_sequential_nest(module):
     assert "parallel" not in scatter_loop(compiled)
 
 
-@pytest.mark.parametrize("bins", [997, 100003])
+@pytest.mark.parametrize("bins", [997, 4096])
 @pytest.mark.parametrize("bad", [-1, 1])
 def test_an_id_out_of_range_raises_and_writes_nothing_outside(module, bins, bad):
     ids = np.random.default_rng(bins).integers(0, bins, 10**5).astype(np.int32)
@@ -173,11 +175,26 @@ def test_an_id_out_of_range_raises_and_writes_nothing_outside(module, bins, bad)
     assert room[0] == 7.0 and room[-1] == 7.0
 
 
-def test_a_shape_generic_scatter_on_threads():
-    """Sizes known only at run time: compare-and-swap updates, small loops on one thread."""
+def test_a_shape_generic_scatter_stays_sequential():
+    """Sizes known only at run time: the target's size is unknown, the nest sequential."""
     m = tc.define(SOURCE, options=tc.Options(specialize=False))
     rng = np.random.default_rng(9)
     for n, rows in ((3, 2), (17, 1), (N, 997)):
         ids = rng.integers(0, rows, n).astype(np.int32)
         expected = np.bincount(ids, minlength=rows).astype(np.float32)
         np.testing.assert_array_equal(m.hist(ids, np.zeros(rows, np.float32)), expected)
+    assert "parallel" not in scatter_loop(m.hist.compile(ids, np.zeros(rows, np.float32)))
+
+
+def test_a_kernel_generic_in_the_number_of_updates_runs_on_threads():
+    """A second number of ids makes the kernel generic in N (Options(specialize="auto")):
+    the target's 1000 elements are still known, the loop still parallel."""
+    m = tc.define(SOURCE)
+    rng = np.random.default_rng(13)
+    for n in (N, 65537, 3):
+        ids = rng.integers(0, 1000, n).astype(np.int32)
+        expected = np.bincount(ids, minlength=1000).astype(np.float32)
+        np.testing.assert_array_equal(m.hist(ids, np.zeros(1000, np.float32)), expected)
+    compiled = m.hist.compile(ids, np.zeros(1000, np.float32))
+    assert "generic in N" in repr(compiled)
+    assert "parallel, reduction" in scatter_loop(compiled)
