@@ -24,7 +24,8 @@ from polyhedral.packing import PACK_MARK, PACK_STATEMENT, PackPlan
 from polyhedral.register_tiles import UNROLL_MARK
 from polyhedral.scop import Scop, tensor_box
 from polyhedral.statement_groups import SPLIT_STATEMENTS
-from polyhedral.scatter_loops import atomic_scatters, expand_scatters, scatter_def
+from polyhedral.scatter_loops import (atomic_scatters, expand_scatters, scatter_def,
+                                      threaded_scatters)
 from polyhedral.subscripts import lower_value, size_index
 from tclang.lang import program as P
 from tclang.lang.recurrences import recurrence_reads
@@ -546,7 +547,10 @@ def lower_to_loops(scop: Scop, schedule: isl.Schedule, deps: Dependences, name: 
     if scatters:  # after: on a GPU, each scatter has a launch of its own
         atomic = atomic_scatters(scop.statements, scop.definition.tensors,
                                  not reorder) if launches is not None else frozenset()
-        body = expand_scatters(body, scatters, scop.sizes, atomic)
+        threaded = threaded_scatters(scop.statements, scop.definition.tensors, scop.sizes,
+                                     not reorder) if launches is None and parallel \
+            else frozenset()
+        body = expand_scatters(body, scatters, scop.sizes, atomic, threaded)
     sizes = scop.sizes
     extra = tuple(s for plan in (launches or {}).values() for s in plan.statements)
     return L.Kernel(name=name, sizes=scop.definition.sizes,

@@ -4,8 +4,11 @@ The entry is `i32 @tclang_main(T* noalias buffers..., i64* sizes, i64* strides, 
 i8* parallel_for)`. An outermost parallel loop is outlined into an internal function over an
 iteration range, plus a `task(ctx, lo, hi)` wrapper; the entry calls `parallel_for(task,
 ctx, lo, hi)` (the runtime's thread pool) when the loop has enough work, else runs the range
-itself: small kernels never pay for threads. Gathers that fall outside their tensor record
-the tensor, dimension and value in `err` and return 1; nothing outside an array is read.
+itself: small kernels never pay for threads. A parallel loop also marked reduction is a
+scatter's, whose iterations may update the same elements: each chunk updates a private
+copy of the target, merged into it at the end (`colliding_loop`). Gathers that fall
+outside their tensor record the tensor, dimension and value in `err` and return 1;
+nothing outside an array is read.
 """
 
 from __future__ import annotations
@@ -20,11 +23,14 @@ from backends.llvm import types as T
 from backends.llvm import vector_values as V
 from backends.llvm.values import ValueEmitter
 from polyhedral import loop_ir as L
-from tclang.dtypes import DType
+from tclang.dtypes import DType, identity
 from tclang.errors import TCCompileError
 from tclang.lang.program import reads_of
 
 PARALLEL_WORK = 1 << 15  # statement instances below which a loop stays on one thread
+# a scatter target of up to this many elements is privatized per chunk (the polyhedral
+# layer threads only such scatters: polyhedral/scatter_loops.py, the same number)
+PRIVATE_ELEMENTS = 4096
 
 
 class KernelModule:
@@ -171,6 +177,7 @@ class FunctionBuilder:
         self._memo_block, self._memo = None, {}  # see `index`
         self._sizes = self._load_sizes()
         self.scratch = dict(scratch or {})  # name -> the Scratch buffers in scope
+        self.atomic_targets: set[str] = set()  # scatter targets updated atomically here
         self.buffers = {}
         for name, ptr in zip(buffer_names, self.buffer_args):
             if name in self.scratch:
@@ -352,6 +359,8 @@ class FunctionBuilder:
                 self.lane_loop(n, lambda: self.node(n.body))
             case L.For() if n.parallel and self.pfor is not None and n.step == 1:
                 self.parallel_loop(n)
+            case L.For() if n.parallel and n.reduction:
+                self.colliding_loop(n)
             case L.For() if (promotion := self._promotion(n)) is not None:
                 self.promoted_loop(n, promotion)
             case L.For():
@@ -708,6 +717,121 @@ class FunctionBuilder:
         b.cbranch(failed, self.exit, go_on)
         b.position_at_end(go_on)
 
+    def colliding_loop(self, n: L.For, lo: ir.Value | None = None,
+                       hi: ir.Value | None = None) -> None:
+        """Iterations [lo, hi) of a parallel scatter loop whose iterations may update the
+        same elements (polyhedral/scatter_loops.py, `parallel_nest`), while other threads
+        run other iterations. A target of at most PRIVATE_ELEMENTS elements (known when
+        compiled) is privatized: the updates go into a dense copy on this call's stack,
+        set to the operator's identity first, and the copy is merged into the target
+        once at the end, element by element, with compare-and-swap updates. Any other
+        target is updated in place with a compare-and-swap update per instance (an
+        atomic add for integers). A bounds error leaves the loop before the merge: which
+        in-range updates of the call were applied is then unspecified."""
+        kernel = self.km.kernel
+        targets: dict[str, str] = {}
+        for node in L.walk_nodes(n):
+            if isinstance(node, L.Run) and kernel.statement(node.statement).scatter:
+                s = kernel.statement(node.statement)
+                targets[s.target] = s.op
+        private = {}
+        for name, op in targets.items():
+            buf = self.buffers[name][1]
+            try:
+                shape = [L.evaluate(e, dict(kernel.size_values)) for e in buf.shape]
+            except KeyError:
+                continue
+            count = 1
+            for extent in shape:
+                count *= max(extent, 0)
+            if 0 < count <= PRIVATE_ELEMENTS and name not in self.scratch:
+                private[name] = (op, shape, count)
+        b = self.builder
+        shared = {}
+        for name, (op, shape, count) in private.items():
+            pointer, buf, _ = shared[name] = self.buffers[name]
+            storage = T.storage(buf.dtype)
+            array = ir.IRBuilder(self.allocas).alloca(ir.ArrayType(storage, count),
+                                                      name=f"{name}.private")
+            array.align = 64
+            copy = b.bitcast(array, storage.as_pointer())
+            strides, step = [], 1
+            for extent in reversed(shape):
+                strides.append(ir.Constant(T.I64, step))
+                step *= extent
+            self.buffers[name] = (copy, buf, list(reversed(strides)))
+            first = self._flat_loop(f"{name}.init", count)
+            value = ir.Constant(T.register(buf.dtype), identity(op, buf.dtype))
+            T.store(b, value, b.gep(copy, [first], inbounds=True), buf.dtype)
+            self._end_flat_loop()
+        saved = self.atomic_targets
+        self.atomic_targets = set(targets) - set(private)
+        self.loop(n, lo, hi)
+        self.atomic_targets = saved
+        for name, (op, shape, count) in private.items():
+            copy, buf, _ = self.buffers[name]
+            self.buffers[name] = shared[name]
+            names = [f"{name}.merge{d}" for d in range(len(shape))]
+            flat: ir.Value = ir.Constant(T.I64, 0)
+            for var, extent in zip(names, shape):
+                k = self._flat_loop(var, extent)
+                flat = b.add(b.mul(flat, ir.Constant(T.I64, extent)), k)
+                self.env[var] = k
+            value = T.load(b, b.gep(copy, [flat], inbounds=True), buf.dtype)
+            self.atomic_update(op, self.element(name, [self.env[v] for v in names], None),
+                               value, buf.dtype)
+            for var in reversed(names):
+                del self.env[var]
+                self._end_flat_loop()
+
+    def _flat_loop(self, name: str, count: int) -> ir.Value:
+        """Open `for (k = 0; k < count; k++)`; returns k. `_end_flat_loop` closes it."""
+        b = self.builder
+        pre = b.block
+        head, body, done = (b.append_basic_block(f"{name}.{x}") for x in ("head", "body", "done"))
+        b.branch(head)
+        b.position_at_end(head)
+        k = b.phi(T.I64, name=name)
+        k.add_incoming(ir.Constant(T.I64, 0), pre)
+        b.cbranch(b.icmp_signed("<", k, ir.Constant(T.I64, count)), body, done)
+        b.position_at_end(body)
+        self._flat_loops = getattr(self, "_flat_loops", []) + [(k, head, done)]
+        return k
+
+    def _end_flat_loop(self) -> None:
+        b = self.builder
+        k, head, done = self._flat_loops.pop()
+        k.add_incoming(b.add(k, ir.Constant(T.I64, 1)), b.block)
+        b.branch(head)
+        b.position_at_end(done)
+
+    def atomic_update(self, op: str, target: ir.Value, value: ir.Value, dtype: DType) -> None:
+        """target = target <op> value as one atomic step (other threads update the same
+        elements): an atomic add of an integer, else a compare-and-swap loop over the
+        element's bits with the same step `combine` makes (the same NaN and signed-zero
+        rules as the sequential code)."""
+        b = self.builder
+        if op == "+" and not dtype.is_float:
+            b.atomic_rmw("add", target, value, "monotonic")
+            return
+        storage = T.storage(dtype)
+        bits = ir.IntType(dtype.bits)
+        address = b.bitcast(target, bits.as_pointer())
+        first = b.load_atomic(address, "monotonic", dtype.bits // 8)
+        pre = b.block
+        retry, done = b.append_basic_block("cas.retry"), b.append_basic_block("cas.done")
+        b.branch(retry)
+        b.position_at_end(retry)
+        seen = b.phi(bits)
+        seen.add_incoming(first, pre)
+        old = b.bitcast(seen, storage) if dtype.is_float else seen
+        new = self.combine(op, old, value, dtype)
+        pair = b.cmpxchg(address, seen, b.bitcast(new, bits) if dtype.is_float else new,
+                         "monotonic", "monotonic")
+        seen.add_incoming(b.extract_value(pair, 0), b.block)
+        b.cbranch(b.extract_value(pair, 1), done, retry)
+        b.position_at_end(done)
+
     def _buffers_used(self, n: L.For) -> tuple[str, ...]:
         """The buffers the statements inside loop `n` write or read, in kernel order."""
         kernel = self.km.kernel
@@ -717,6 +841,7 @@ class FunctionBuilder:
                 s = kernel.statement(node.statement)
                 used.add(s.target)
                 used.update(read.tensor for read in reads_of(s.value))
+                used.update(read.tensor for e in s.scatter for read in reads_of(e))
                 used.update(p.buffer for p in node.promoted)
             elif isinstance(node, L.Copy):
                 used.update((node.tensor, node.buffer))
@@ -742,7 +867,10 @@ class FunctionBuilder:
         lo, hi = region.args[-(2 + len(outer))], region.args[-(1 + len(outer))]
         for name, arg in zip(outer, region.args[len(region.args) - len(outer):]):
             rb.env[name] = arg
-        rb.loop(n, lo, hi)
+        if n.reduction:  # iterations may update the same elements (a scatter)
+            rb.colliding_loop(n, lo, hi)
+        else:
+            rb.loop(n, lo, hi)
         rb.finish()
         task_ty = ir.FunctionType(ir.VoidType(), [T.I8.as_pointer(), T.I64, T.I64])
         task = ir.Function(km.module, task_ty, f"tclang_task{k}")
@@ -768,6 +896,9 @@ class FunctionBuilder:
         promotion = next((p for p in r.promoted if p.ref == -1), None)
         if s.scatter:
             target = self._scatter_target(s, emitter)
+            if s.target in self.atomic_targets:
+                self.atomic_update(s.op, target, emitter.emit(s.value), dtype)
+                return
         else:
             target = self._target(r, s, indices, promotion)
         value = emitter.emit(s.value)
@@ -797,8 +928,8 @@ class FunctionBuilder:
 
     def _scatter_target(self, s: L.StatementDef, emitter: ValueEmitter) -> ir.Value:
         """The element a scatter updates (tclang/lang/scatters.py): its subscripts
-        evaluated, each checked as a gather's are (never vectorized: its loops are
-        sequential, polyhedral/scatter_loops.py)."""
+        evaluated, each checked as a gather's are (never vectorized; in a parallel loop
+        the element of a privatized copy, see `colliding_loop`)."""
         subscripts = [T.convert(self.builder, emitter.emit(e), e.dtype, DType.INT64)
                       for e in s.scatter]
         self.check_element(s.target, subscripts, range(len(subscripts)), s)
