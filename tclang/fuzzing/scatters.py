@@ -18,6 +18,10 @@ from tclang.fuzzing.generator import (STATS, Decl, Features, GeneratedProgram, M
 
 EXTENTS = (1, 1, 2, 3, 5, 7, 11, 13, 17, 31, 33, 64)
 VOLUME = 20_000
+MANY_VOLUME = 160_000  # a draw with many updates (the reference runs ~150,000 a second)
+# the fewest updates the CPU runs on threads (polyhedral/scatter_loops.py, which the tools
+# may not import; a test holds the two equal)
+PARALLEL_UPDATES = 1 << 15
 _ZERO = {"float": "0.0", "double": "double(0.0)", "int32": "0"}
 
 
@@ -28,12 +32,23 @@ def scatter_program(rng: random.Random) -> GeneratedProgram | None:
     defn = checked_draw(model, "scatter: ")
     if defn is None:
         return None
+    many = rng.random() < 0.25
     for _ in range(30):
         sizes = {s: rng.choice(EXTENTS) for s in defn.sizes}
-        if fits(defn, sizes, VOLUME):
+        cap = VOLUME
+        if many:
+            # enough updates into a small target that the CPU runs the scatter on threads,
+            # into private copies merged at the end (polyhedral/scatter_loops.py:
+            # PARALLEL_UPDATES, PRIVATE_ELEMENTS); else no draw reaches that path
+            rows = sizes.get("L", 1)
+            sizes["N"] = -(-PARALLEL_UPDATES // rows) + rng.choice((0, 1, 7))
+            if "D" in sizes:
+                sizes["D"] = rng.choice((1, 2, 3))
+            cap = MANY_VOLUME
+        if fits(defn, sizes, cap):
             STATS["programs"] += 1
             return GeneratedProgram(model.render(), model.name, sizes, model,
-                                    Features(family="scatter", volume_cap=VOLUME))
+                                    Features(family="scatter", volume_cap=cap))
     return None
 
 

@@ -669,3 +669,24 @@ def test_gradcheck_of_a_program_with_a_bool_output(cache):
         "    O2(i, j) max=! ((O0(i, i) < 1e30) ? (A(i, G(0, i)) ? 1.5 : -0.5) : O0(i, i)) "
         "where exists B(j, j);\n}\n", "kernel", {"L": 3, "P": 1})
     assert gradients.check_torch(program, "gradcheck")[0] == []
+
+
+def test_scatter_draws_reach_the_threaded_cpu_path(cache):
+    """The CPU runs a scatter with many updates into a small target on threads, into
+    private copies (polyhedral/scatter_loops.py); the fuzzer's scatter draws were all too
+    small for that path (VOLUME 20,000 instances) until a quarter of them drew many updates.
+    One of those runs through the differential check, threads and all."""
+    import math
+    from polyhedral import scatter_loops
+    from tclang.fuzzing import scatters
+    assert scatters.PARALLEL_UPDATES == scatter_loops.PARALLEL_UPDATES
+    programs = [p for p in (scatters.scatter_program(random.Random(f"scmany:{k}"))
+                            for k in range(120)) if p is not None]
+
+    def updates(p):
+        s = next(s for s in check_source(p.source)[p.entry].statements if s.is_scatter)
+        return math.prod((r.hi - r.lo).evaluate(p.sizes) for r in s.domain)
+    many = [p for p in programs if updates(p) >= scatters.PARALLEL_UPDATES]
+    assert len(many) >= 0.15 * len(programs), (len(many), len(programs))
+    report = differential.run_differential(many[0], backends=("cpu", "reference"))
+    assert report.status == "pass", report.failures
