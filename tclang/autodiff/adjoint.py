@@ -398,6 +398,14 @@ class _Builder:
         ranges = {r.name: (r.lo, r.hi) for r in s.domain}
         count = _guarded([c for c, _ in _range_bounds(s, {})],
                          D.select(hit, D.const(1, t), None, t))
+        mentioned = _mentions(count, {})
+        for i in [i for i in s.reduction_indices if i not in mentioned]:
+            # a reduction index the candidates do not use (`where exists C(l)`): each of
+            # its points is a candidate, so the count is times its extent, as the weight's
+            # statement multiplies by it (`_scatter`); with the index left out of the
+            # count's text its sum would be over nothing (fuzz seed 2028, program 1276)
+            lo, hi = ranges.pop(i)
+            count = D.mul(count, Raw(f"{type_name(t)}({hi - lo})", 7, t))
         self.emitted.append(_Emitted(
             ties, s.indices, count, {}, ranges, frozenset(),
             bool(s.reduction_indices), op="+=!" if s.reduction_indices else "=",

@@ -269,3 +269,26 @@ def test_an_unused_narrow_input_gets_a_zero_gradient_of_its_type(dtype):
         dA, dbeta = g(A, np.float16(1.5), np.ones(3, np.float32))
         assert np.asarray(dbeta).dtype == np.float16 and float(dbeta) == 0.0
         np.testing.assert_array_equal(dA, [2, 2, 2])
+
+
+@pytest.mark.parametrize("op", ["max", "min"])
+@pytest.mark.parametrize("sizes", [{"P": 5, "Q": 7}, {"P": 1, "Q": 3}, {"P": 13, "Q": 1}])
+def test_ties_of_a_max_over_an_index_the_candidates_do_not_use(op, sizes):
+    """`O(k, j, i) max=! B(i, j, k) where exists C(l)`: every l is a candidate and they all
+    tie, so each gets 1/P of dO. The count of ties left l out of its text (a sum over
+    nothing: 1) while the weight was multiplied by P: the gradient came out P times too
+    large (fuzz seed 2028, program 1276)."""
+    from tclang.fuzzing import gradients
+    from tclang.fuzzing.generator import GeneratedProgram
+    source = (f"def f(double(3, Q, Q) B, int32(P) C) -> (O) {{\n"
+              f"    O(k, j, i) {op}=! B(i, j, k) where exists C(l)\n}}\n")
+    assert gradients.check_grad(GeneratedProgram(source, "f", sizes))[0] == []
+    k = tc.define(source)["f"]
+    rng = np.random.default_rng(0)
+    b = rng.standard_normal((3, sizes["Q"], sizes["Q"]))
+    c = np.zeros(sizes["P"], dtype=np.int32)
+    d = rng.standard_normal((sizes["Q"], sizes["Q"], 3))
+    g = tc.grad(k)
+    _, saved = g.forward(b, c)
+    (db,) = g.backward((b, c), saved, (d,))
+    np.testing.assert_allclose(db, d.transpose(2, 1, 0), rtol=1e-12)  # O is B, permuted
