@@ -153,37 +153,45 @@ def _loop(programs, seconds, seed, backends, out_dir, shrink_failures, regressio
             (seconds is None or time.monotonic() - start < seconds)
 
     k = done = 0
+    interrupted = False
     try:
         with ThreadPoolExecutor(len(idle)) as pool:
-            while running or (idle and more()):
-                while idle and more():
-                    # generated here, in one thread: warnings.catch_warnings is not
-                    # thread-safe, and program k must not depend on the number of jobs
-                    program, worker = generate(random.Random(f"{seed}:{k}")), idle.pop()
-                    future = pool.submit(worker.run, program, backends=backends, seed=k,
-                                         avoid_known=avoid_known)
-                    running[future] = (k, worker)
-                    k += 1
-                finished, _ = wait(running, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    number, worker = running.pop(future)
-                    report = future.result()
-                    slowest = max(slowest, (report.seconds, number))
-                    heaviest = max(heaviest, (report.peak_rss_mb, number))
-                    if _over_limits(report, program_seconds, program_memory_mb):
-                        worker.close()  # a fresh worker: its peak memory starts again
-                    counts[report.status] += 1
-                    features.update(set(report.features))
-                    spent.update(report.check_seconds)
-                    counts["known"] += any("known bug" in x
-                                           for x in report.skipped + [report.why])
-                    for f in report.failures:
-                        counts[f.kind] += 1
-                    if report.status == "fail":
-                        _record(report, number, worker, out_dir, shrink_failures, regressions)
-                    idle.append(worker)
-                    done += 1
-                    _progress(counts, done, time.monotonic() - start)
+            try:
+                while running or (idle and more()):
+                    while idle and more():
+                        # generated here, in one thread: warnings.catch_warnings is not
+                        # thread-safe, and program k must not depend on the number of jobs
+                        program, worker = generate(random.Random(f"{seed}:{k}")), idle.pop()
+                        future = pool.submit(worker.run, program, backends=backends, seed=k,
+                                             avoid_known=avoid_known)
+                        running[future] = (k, worker)
+                        k += 1
+                    finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        number, worker = running.pop(future)
+                        report = future.result()
+                        slowest = max(slowest, (report.seconds, number))
+                        heaviest = max(heaviest, (report.peak_rss_mb, number))
+                        if _over_limits(report, program_seconds, program_memory_mb):
+                            worker.close()  # a fresh worker: its peak memory starts again
+                        counts[report.status] += 1
+                        features.update(set(report.features))
+                        spent.update(report.check_seconds)
+                        counts["known"] += any("known bug" in x
+                                               for x in report.skipped + [report.why])
+                        for f in report.failures:
+                            counts[f.kind] += 1
+                        if report.status == "fail":
+                            _record(report, number, worker, out_dir, shrink_failures, regressions)
+                        idle.append(worker)
+                        done += 1
+                        _progress(counts, done, time.monotonic() - start)
+            except KeyboardInterrupt:
+                # Ctrl-C: stop now and say what the programs run so far found; the
+                # programs in flight end with their workers (their reports go unread)
+                interrupted = True
+                for _, worker in running.values():
+                    worker.close()
     finally:
         for worker in idle + [w for _, w in running.values()]:
             worker.close()
@@ -197,8 +205,9 @@ def _loop(programs, seconds, seed, backends, out_dir, shrink_failures, regressio
     print(feature_summary(features))
     print("worker seconds: " + ", ".join(f"{part} {took:.0f}" for part, took in
                                            sorted(spent.items(), key=lambda x: -x[1])))
-    print(f"{counts['pass']} passed, {failed} failed")
-    return 1 if failed else 0
+    print(f"{counts['pass']} passed, {failed} failed" +
+          (f" (interrupted: {done} of {programs or k} programs ran)" if interrupted else ""))
+    return 130 if interrupted else 1 if failed else 0
 
 
 def feature_summary(features: Counter) -> str:

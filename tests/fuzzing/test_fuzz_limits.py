@@ -82,3 +82,29 @@ def test_a_spawned_worker_does_not_report_its_parents_memory():
     worker.join(10)
     del held
     assert peak < 250, peak
+
+
+def test_ctrl_c_stops_the_run_and_prints_what_it_found(tmp_path):
+    """Ctrl-C during `tclang fuzz` stops it within seconds, with the summary of the
+    programs run so far (their features, the slowest, pass and fail counts) and exit
+    status 130, as a shell reports an interrupted command; before, it waited for the
+    programs in flight and then raised, losing the summary."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=str(root), TCLANG_CACHE_DIR=str(tmp_path / "cache"))
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tclang.cli", "fuzz", "--programs", "500", "--jobs", "1",
+         "--plain", "--seed", "3", "--out", str(tmp_path / "out")],
+        cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(12)  # started, some programs run
+    child.send_signal(signal.SIGINT)
+    start = time.monotonic()
+    out, _ = child.communicate(timeout=120)
+    assert time.monotonic() - start < 30, out
+    assert child.returncode == 130, out
+    assert "interrupted:" in out and "of 500 programs ran" in out and "features:" in out, out
