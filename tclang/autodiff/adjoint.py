@@ -352,9 +352,15 @@ class _Builder:
             routed = True
         elif s.op in ("max", "min") and s.reset:
             weight = self._ties(k, rhs, g)
+        elif s.op in ("max", "min") and self._whole(k):
+            weight = self._ties(k, rhs, g, old=self.before[k])
+            routed = True
         else:
             what = {"*": "a product reduction (write exp of a sum of logs)",
                     "max": "max= without reset", "min": "min= without reset"}.get(s.op, s.op)
+            if s.op in ("max", "min"):
+                what += (" onto part of a value written before, or onto none (it starts "
+                         "from zeros),")
             raise self._error(k, f"{what} has no gradient rule")
         before = self.before[k]
         if before is not None and before in self.active and not routed:
@@ -383,11 +389,26 @@ class _Builder:
         forms = tuple(Affine.index(e.name) if type(e) is P.IndexValue else None for e in subs)
         return P.Read(grad, subs, forms, None, 0, dtype, s.span)
 
-    def _ties(self, k: int, rhs: P.Expr, g: P.Read) -> P.Expr:
-        """max=!/min=!: how many candidates equal the result (a statement), and the weight
-        that routes dT to each of them."""
+    def _whole(self, k: int) -> bool:
+        """Whether max=/min= statement k (no `!`) goes onto a value written before over
+        the whole of it (its indices cover the old value's extent, no range bounded by
+        other indices): then that value is one more candidate at each point (_ties)."""
         s = self.defn.statements[k]
-        if not s.reduction_indices:
+        before = self.before[k]
+        if before is None or s.is_scatter or s.affine_ranges:
+            return False
+        extent = self.versions[before].extent
+        return len(s.indices) == len(extent) and all(
+            r.lo.constant == 0 and (r.hi - e).constant == 0
+            for r, e in zip((s.range_of(i) for i in s.indices), extent))
+
+    def _ties(self, k: int, rhs: P.Expr, g: P.Read, old: str | None = None) -> P.Expr:
+        """max=!/min=!: how many candidates equal the result (a statement), and the weight
+        that routes dT to each of them. `old`: max=/min= without reset onto that value
+        (written before, over the statement's whole domain: _whole), which is one more
+        candidate: it starts the count and gets its share of dT."""
+        s = self.defn.statements[k]
+        if not s.reduction_indices and old is None:
             return g  # one candidate at each point: the result is that candidate
         made = self.made[k]
         version = self.versions[made]
@@ -399,11 +420,27 @@ class _Builder:
         ranges = {r.name: (r.lo, r.hi) for r in s.domain}
         count = _guarded([c for c, _ in _range_bounds(s, {})],
                          D.select(hit, D.const(1, t), None, t))
+        share = D.div(g, _read(ties, s.indices, t, s.span))
+        if old is not None:
+            kept = D.compare("eq", _read(old, s.indices, self.versions[old].dtype, s.span),
+                             result)
+            points = {i: ranges[i] for i in s.indices}
+            self.emitted.append(_Emitted(
+                ties, s.indices, D.select(kept, D.const(1, t), None, t), {}, points,
+                frozenset(), False, op="=",
+                comment=f"# how many candidates (and the value before) tie for the {s.op} "
+                        f"of statement {k + 1}"))
+            self.emitted.append(_Emitted(ties, s.indices, count, {}, ranges, frozenset(),
+                                         bool(s.reduction_indices), op="+="))
+            if old in self.active:  # the old value's share
+                self._emit(_adjoint_label(old), s.indices, D.select(kept, share, None, t),
+                           {}, points, frozenset(), False)
+            return D.select(hit, share, None, t)
         self.emitted.append(_Emitted(
             ties, s.indices, count, {}, ranges, frozenset(),
             bool(s.reduction_indices), op="+=!" if s.reduction_indices else "=",
             comment=f"# how many candidates tie for the {s.op} of statement {k + 1}"))
-        return D.select(hit, D.div(g, _read(ties, s.indices, t, s.span)), None, t)
+        return D.select(hit, share, None, t)
 
     def _reset_scatter(self, k: int) -> bool:
         """Whether scatter k is a `!` form: the checker writes it as the reset of the whole
@@ -872,7 +909,7 @@ class _Builder:
                 every = ", ".join(s.all_indices)
                 where = ", ".join(_range_text(s, i) for i in s.all_indices)
                 target = f"{s.target}({', '.join(s.indices)})" if s.indices else s.target
-                bang = "!"
+                bang = "!" if s.reset else ""
                 if s.is_scatter:  # its subscripts as written; `!` where it reset
                     target = f"{s.target}({', '.join(source(e) for e in s.scatter)})"
                     bang = "!" if self._reset_scatter(k) else ""

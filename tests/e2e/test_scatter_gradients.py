@@ -179,26 +179,34 @@ def test_scatter_extremes_with_ties_follow_the_rule(name, backend, n, rows, widt
     np.testing.assert_allclose(dl, want_dl, rtol=1e-14, atol=0)
 
 
+@pytest.mark.parametrize("bang", ["!", ""])
 @pytest.mark.parametrize("op", ["max", "min"])
-def test_a_scatter_extreme_and_the_guarded_reduction_have_one_gradient(op):
+def test_a_scatter_extreme_and_the_guarded_reduction_have_one_gradient(op, bang):
     """`O(Ids(i), d) max=! X(i, d)` and `O(e, d) max=! e == Ids(i) ? X(i, d) : -1e300`:
-    the same result where an update lands, and the same gradient, ties included."""
+    the same result where an update lands, and the same gradient, ties included; without
+    `!`, onto `O = L * 0.5` written before, L's gradient too."""
     far = "-1e300" if op == "max" else "1e300"
+    init = "" if bang else "O(e, d) = L(e, d) * 0.5\n "
     scatter = tc.define(f"def f(double(N, D) X, int32(N) Ids, double(E, D) L) -> "
-                        f"(double(E, D) O) {{ O(Ids(i), d) {op}=! X(i, d) }}").f
+                        f"(double(E, D) O) {{ {init}O(Ids(i), d) {op}={bang} X(i, d) }}").f
     reduction = tc.define(f"def f(double(N, D) X, int32(N) Ids, double(E, D) L) -> "
-                          f"(double(E, D) O) {{ O(e, d) {op}=! e == Ids(i) ? X(i, d) : {far}"
-                          f" where e in 0:E }}").f
+                          f"(double(E, D) O) {{ {init}O(e, d) {op}={bang} e == Ids(i) ? "
+                          f"X(i, d) : {far} where e in 0:E }}").f
     rng = np.random.default_rng(3)
     for n, rows, width in [(1, 1, 1), (17, 5, 3), (29, 7, 2)]:
         x, ids, lut = _extreme_inputs(rng, n, rows, width, ties=True)
         d_out = rng.standard_normal((rows, width))
         got = []
         for kernel in (scatter, reduction):
-            g = tc.grad(kernel, wrt="X")
-            _, saved = g.forward(x, ids, lut)
-            got.append(g.backward((x, ids, lut), saved, (d_out,))[0])
-        np.testing.assert_allclose(got[0], got[1], rtol=1e-14, atol=0)
+            g = tc.grad(kernel)
+            outs, saved = g.forward(x, ids, lut)
+            outs = outs if isinstance(outs, tuple) else (outs,)
+            got.append(tuple(outs) + tuple(g.backward((x, ids, lut), saved, (d_out,))))
+        (o1, *grads1), (o2, *grads2) = got
+        updated = np.isfinite(o1)  # elsewhere the identity, or the reduction's +-1e300
+        np.testing.assert_array_equal(o1[updated], o2[updated])
+        for a, b in zip(grads1, grads2):
+            np.testing.assert_allclose(a, b, rtol=1e-14, atol=0)
 
 
 def test_a_scatter_extreme_without_a_float_input_is_refused_with_its_statement():
@@ -226,3 +234,52 @@ def test_gradcheck_through_torch():
                   torch.from_numpy(lut).requires_grad_())
         assert torch.autograd.gradcheck(f, inputs, eps=1e-6, atol=1e-6, rtol=1e-5), name
         assert torch.autograd.gradgradcheck(f, inputs, eps=1e-6, atol=1e-6, rtol=1e-5), name
+
+
+# ---- the reduction form without `!` ------------------------------------------------------------
+
+ONTO = {
+    "rows": "def f(double(N, K) X, double(N) L) -> (double(N) O) "
+            "{ O(i) = L(i) * 2.0\n O(i) max= X(i, k) * 0.5 }",
+    "pointwise": "def f(double(N, K) X, double(N) L) -> (double(N) O) "
+                 "{ O(i) = tanh(L(i))\n O(i) min= X(i, 0) }",
+}
+
+
+@pytest.mark.parametrize("backend", ["cpu", "reference"])
+@pytest.mark.parametrize("name", list(ONTO))
+@pytest.mark.parametrize("n,k", [(1, 1), (7, 3), (13, 5)])
+def test_a_max_reduction_onto_a_value_written_before(name, backend, n, k):
+    """`O(i) max= X(i, k)` after `O(i) = L(i)`: the value before is one more candidate
+    (the scatter's rule); tc.grad refused `max=` without reset."""
+    kernel = tc.define(ONTO[name], backend=backend).f
+    g = tc.grad(kernel)
+    rng = np.random.default_rng(n * k)
+    inputs = (rng.standard_normal((n, k)), rng.standard_normal(n))
+    for x, err in _directional_errors(kernel, g, inputs, rng, 1e-6):
+        assert err < 1e-6, f"d/d{x}: relative error {err:.2e}\n{g.source}"
+    if name == "rows":  # with ties: each of the tied candidates gets its share
+        x = np.array([[1.0, 2.0, 2.0], [0.0, 1.0, -1.0], [1.0, 0.5, 1.0]]) * 2.0
+        lut = np.array([1.0, 0.0, 0.5])
+        _, saved = g.forward(x, lut)
+        dx, dl = g.backward((x, lut), saved, (np.array([6.0, 4.0, 9.0]),))
+        # rows 0 and 2: three candidates tie (two of X and the value before), row 1: one
+        np.testing.assert_array_equal(dx, np.array([[0, 2, 2], [0, 4, 0], [3, 0, 3]]) * 0.5)
+        np.testing.assert_array_equal(dl, np.array([2, 0, 3]) * 2.0)
+
+
+@pytest.mark.parametrize("text", [
+    "def f(double(N, K) X) -> (double(N) O) { O(i) max= X(i, k) }",
+    "def f(double(N, K) X, double(N) L) -> (double(N) O) "
+    "{ O(i) = L(i)\n O(i) max= X(i, k) where i in 0:N-1 }",
+])
+def test_a_max_reduction_onto_zeros_or_part_of_a_value_is_refused(text):
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tc.TCWarning)
+        kernel = tc.define(text).f
+    with pytest.raises(tc.TCGradError, match="max= without reset onto part of a value "
+                                             "written before, or onto none") as err:
+        tc.grad(kernel)
+    assert "line 1" in str(err.value) or "line 2" in str(err.value)
+    assert "^" in str(err.value)
