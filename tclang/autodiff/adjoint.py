@@ -20,7 +20,10 @@ reads this value of T comes later) is sent to each tensor element `e` reads:
   product). A gather subscript (`LUT(Ids(b, l), d)`) makes the gradient a scatter-add
   (`dLUT(Ids(b, l), d) += dY(b, l, d)`, after `dLUT = 0`): time proportional to the
   lookups, not to the table. The gradient of a scatter-add (`H(Ids(i)) += X(i)`) is a
-  gather of dH (`dX(i) +=! dH(Ids(i))`); a scatter by max= or min= has no rule yet.
+  gather of dH (`dX(i) +=! dH(Ids(i))`); that of a scatter by max= or min= a gather routed
+  as a max=! reduction's, the ties counted by a scatter-add (_scatter_ties). Without `!`
+  (and a reduction without reset onto a whole value written before) the value before is
+  one more candidate.
 - A tensor written several times has one value per write. The backward reads the values it
   needs as they were when read; values that are not the final ones are saved by the
   forward (an extra output), as PyTorch saves activations. Nothing is recomputed.
