@@ -179,6 +179,22 @@ def test_scatter_extremes_with_ties_follow_the_rule(name, backend, n, rows, widt
     np.testing.assert_allclose(dl, want_dl, rtol=1e-14, atol=0)
 
 
+@pytest.mark.parametrize("name", list(EXTREMES))
+def test_scatter_extremes_with_ties_on_cuda_emulated(name):
+    """The GPU's form: the tie count is an atomic scatter-add (exact: counts of 1.0)."""
+    g = tc.grad(tc.define(EXTREMES[name], backend="cuda-emulated").f)
+    rng = np.random.default_rng(1)
+    x, ids, lut = _extreme_inputs(rng, 13, 3, 2, ties=True)
+    _, saved = g.forward(x, ids, lut)
+    d_out = np.arange(1.0, 7.0).reshape(3, 2)
+    seeds = [d_out] + [np.zeros((3, 2))] * (len(g.output_names) - 1)
+    dx, dl = g.backward((x, ids, lut), saved, tuple(seeds))
+    _, want_dx, want_dl, ties = _numpy_rule(name, x, ids, lut, d_out)
+    assert ties.max() > 1
+    np.testing.assert_allclose(dx, want_dx, rtol=1e-14, atol=0)
+    np.testing.assert_allclose(dl, want_dl, rtol=1e-14, atol=0)
+
+
 @pytest.mark.parametrize("bang", ["!", ""])
 @pytest.mark.parametrize("op", ["max", "min"])
 def test_a_scatter_extreme_and_the_guarded_reduction_have_one_gradient(op, bang):
