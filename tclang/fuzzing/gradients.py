@@ -282,7 +282,7 @@ def _grad_problems(kernel, g, inputs, sizes, rng) -> list[tuple[str, str]]:
               for n in g.output_names]
     # each output's gradient in the output's type (a float32 output stays one in the
     # float64 form where only literals compute it)
-    seeds = tuple(np.where(m, rng.standard_normal(np.shape(outs[names.index(n)])), 0.0).astype(
+    seeds = tuple(np.where(m, rng.standard_normal(m.shape), 0.0).astype(
         np.asarray(outs[names.index(n)]).dtype) for m, n in zip(finite, g.output_names))
     grads = g.backward(tuple(inputs), saved, seeds)
 
@@ -432,9 +432,9 @@ def _confirm(fn, xs, rng, second: bool) -> str | None:
 
 
 def _float_outputs(fn):
-    """fn with its floating-point outputs only (non-finite elements 0): gradcheck takes differences of every
-    output, and a bool one has none (PyTorch: "Subtraction ... with two bool tensors is
-    not supported"; seed 36, program 40)."""
+    """fn with its floating-point outputs only, their non-finite elements 0 (_finite):
+    gradcheck takes differences of every output, and a bool one has none (PyTorch:
+    "Subtraction ... with two bool tensors is not supported"; seed 36, program 40)."""
     def call(*args):
         kept = tuple(_finite(o) for o in _as_tuple(fn(*args)) if o.dtype.is_floating_point)
         return kept[0] if len(kept) == 1 else kept

@@ -1,8 +1,9 @@
 """Gradients through gathers and scatters (tclang/autodiff/adjoint.py): the gradient of a
 gather is a scatter-add (work proportional to the lookups, not the table), the gradient of
 a scatter-add a gather, and that of a scatter by max=/min= a gather routed to the updates
-equal to the result (split evenly between ties, as a max=! reduction's). Checked against finite differences and NumPy's `np.add.at`, and
-through `tclang.torch` with gradcheck."""
+equal to the result (split evenly between ties, as a max=! reduction's). Checked against
+finite differences and NumPy (`np.add.at`, `np.maximum.at`), and through `tclang.torch`
+with gradcheck."""
 
 from __future__ import annotations
 
@@ -69,7 +70,7 @@ def test_the_gradient_of_a_scatter_add_is_a_gather():
     assert "dX(i, d) = dH2(Ids(i), d) * exp(X(i, d))" in g.source, g.source
 
 
-# ---- scatters by max= and min= --------------------------------------------------------------
+# ---- scatters by max= and min= ------------------------------------------------------------
 # The rule of a max=!/min=! reduction (docs/autodiff.md): the candidates equal to the
 # result share its gradient evenly; without `!` the value written before is a candidate.
 
@@ -252,7 +253,7 @@ def test_gradcheck_through_torch():
         assert torch.autograd.gradgradcheck(f, inputs, eps=1e-6, atol=1e-6, rtol=1e-5), name
 
 
-# ---- the reduction form without `!` ------------------------------------------------------------
+# ---- the reduction form without `!` -------------------------------------------------------
 
 ONTO = {
     "rows": "def f(double(N, K) X, double(N) L) -> (double(N) O) "
