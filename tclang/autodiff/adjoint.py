@@ -20,7 +20,10 @@ reads this value of T comes later) is sent to each tensor element `e` reads:
   product). A gather subscript (`LUT(Ids(b, l), d)`) makes the gradient a scatter-add
   (`dLUT(Ids(b, l), d) += dY(b, l, d)`, after `dLUT = 0`): time proportional to the
   lookups, not to the table. The gradient of a scatter-add (`H(Ids(i)) += X(i)`) is a
-  gather of dH (`dX(i) +=! dH(Ids(i))`); a scatter by max= or min= has no rule yet.
+  gather of dH (`dX(i) +=! dH(Ids(i))`); that of a scatter by max= or min= a gather routed
+  as a max=! reduction's, the ties counted by a scatter-add (_scatter_ties). Without `!`
+  (and a reduction without reset onto a whole value written before) the value before is
+  one more candidate.
 - A tensor written several times has one value per write. The backward reads the values it
   needs as they were when read; values that are not the final ones are saved by the
   forward (an extra output), as PyTorch saves activations. Nothing is recomputed.
@@ -344,19 +347,26 @@ class _Builder:
         rhs = self.rhs[k]
         if scans.recurrent(rhs, made):  # the gradient along the chain: a reverse scan
             g = scans.reverse_scan(self, k, rhs, grad, version)
-        if s.is_scatter and s.op != "+":
-            raise self._error(k, f"a scatter by {s.op}= has no gradient rule (only a "
-                                 "scatter-add has: a gather)")
+        routed = False  # a scatter by max=/min= routes the old value's gradient itself
         if s.op == "=" or s.op == "+":
             weight: P.Expr = g
+        elif s.is_scatter and s.op in ("max", "min"):
+            weight = self._scatter_ties(k, rhs, g)
+            routed = True
         elif s.op in ("max", "min") and s.reset:
             weight = self._ties(k, rhs, g)
+        elif s.op in ("max", "min") and self._whole(k):
+            weight = self._ties(k, rhs, g, old=self.before[k])
+            routed = True
         else:
             what = {"*": "a product reduction (write exp of a sum of logs)",
                     "max": "max= without reset", "min": "min= without reset"}.get(s.op, s.op)
+            if s.op in ("max", "min"):
+                what += (" onto part of a value written before, or onto none (it starts "
+                         "from zeros),")
             raise self._error(k, f"{what} has no gradient rule")
         before = self.before[k]
-        if before is not None and before in self.active:
+        if before is not None and before in self.active and not routed:
             self._pass_through(k, before, grad)
         groups: dict[tuple, P.Read] = {}
         for r in _value_reads(rhs):
@@ -382,11 +392,26 @@ class _Builder:
         forms = tuple(Affine.index(e.name) if type(e) is P.IndexValue else None for e in subs)
         return P.Read(grad, subs, forms, None, 0, dtype, s.span)
 
-    def _ties(self, k: int, rhs: P.Expr, g: P.Read) -> P.Expr:
-        """max=!/min=!: how many candidates equal the result (a statement), and the weight
-        that routes dT to each of them."""
+    def _whole(self, k: int) -> bool:
+        """Whether max=/min= statement k (no `!`) goes onto a value written before over
+        the whole of it (its indices cover the old value's extent, no range bounded by
+        other indices): then that value is one more candidate at each point (_ties)."""
         s = self.defn.statements[k]
-        if not s.reduction_indices:
+        before = self.before[k]
+        if before is None or s.is_scatter or s.affine_ranges:
+            return False
+        extent = self.versions[before].extent
+        return len(s.indices) == len(extent) and all(
+            r.lo.constant == 0 and (r.hi - e).constant == 0
+            for r, e in zip((s.range_of(i) for i in s.indices), extent))
+
+    def _ties(self, k: int, rhs: P.Expr, g: P.Read, old: str | None = None) -> P.Expr:
+        """max=!/min=!: how many candidates equal the result (a statement), and the weight
+        that routes dT to each of them. `old`: max=/min= without reset onto that value
+        (written before, over the statement's whole domain: _whole), which is one more
+        candidate: it starts the count and gets its share of dT."""
+        s = self.defn.statements[k]
+        if not s.reduction_indices and old is None:
             return g  # one candidate at each point: the result is that candidate
         made = self.made[k]
         version = self.versions[made]
@@ -406,11 +431,92 @@ class _Builder:
             # count's text its sum would be over nothing (fuzz seed 2028, program 1276)
             lo, hi = ranges.pop(i)
             count = D.mul(count, Raw(f"{type_name(t)}({hi - lo})", 7, t))
+        share = D.div(g, _read(ties, s.indices, t, s.span))
+        if old is not None:
+            kept = D.compare("eq", _read(old, s.indices, self.versions[old].dtype, s.span),
+                             result)
+            points = {i: ranges[i] for i in s.indices}
+            self.emitted.append(_Emitted(
+                ties, s.indices, D.select(kept, D.const(1, t), None, t), {}, points,
+                frozenset(), False, op="=",
+                comment=f"# how many candidates (and the value before) tie for the {s.op} "
+                        f"of statement {k + 1}"))
+            self.emitted.append(_Emitted(ties, s.indices, count, {}, ranges, frozenset(),
+                                         bool(s.reduction_indices), op="+="))
+            if old in self.active:  # the old value's share
+                self._emit(_adjoint_label(old), s.indices, D.select(kept, share, None, t),
+                           {}, points, frozenset(), False)
+            return D.select(hit, share, None, t)
         self.emitted.append(_Emitted(
             ties, s.indices, count, {}, ranges, frozenset(),
             bool(s.reduction_indices), op="+=!" if s.reduction_indices else "=",
             comment=f"# how many candidates tie for the {s.op} of statement {k + 1}"))
-        return D.select(hit, D.div(g, _read(ties, s.indices, t, s.span)), None, t)
+        return D.select(hit, share, None, t)
+
+    def _reset_scatter(self, k: int) -> bool:
+        """Whether scatter k is a `!` form: the checker writes it as the reset of the whole
+        target to the identity (`H(s0) = -inf`, the same source statement), then the
+        scatter onto it (tclang/lang/scatters.py)."""
+        before = self.before[k]
+        if before is None:
+            return False
+        w = self.versions[before].writer
+        if w is None:
+            return False
+        r = self.defn.statements[w]
+        s = self.defn.statements[k]
+        return r.op == "=" and isinstance(r.rhs, P.Const) and r.span == s.span
+
+    def _scatter_ties(self, k: int, rhs: P.Expr, g: P.Read) -> P.Expr:
+        """A scatter by max=/min= (`M(Idx(i)) max=! X(i)`): the rule of a max=!/min=!
+        reduction (_ties), each target element a reduction over the updates that land on
+        it. The candidates equal to the result share its gradient evenly: a count of ties
+        per element (a scatter-add of `hit ? 1 : 0`), then the gradient gathered where
+        each update landed, `hit ? dM(Idx(i)) / ties(Idx(i)) : 0` (time proportional to
+        the lookups). Without `!` the value written before is one more candidate at each
+        element: it starts the count, and gets its share (`old == M ? dM / ties : 0`)."""
+        s = self.defn.statements[k]
+        made = self.made[k]
+        version = self.versions[made]
+        t = version.dtype.compute if version.dtype.is_float else DType.FLOAT32
+        subs = tuple(_rename_reads(e, self.seen_by[k]) for e in s.scatter)
+        forms = tuple(Affine.index(e.name) if type(e) is P.IndexValue else None for e in subs)
+        result = P.Read(made, subs, forms, None, 0, version.dtype, s.span)
+        hit = D.compare("eq", self._candidate(k, rhs), result)
+        ties = f"ties:{made}"
+        self.versions[ties] = _Version(ties, f"ties_{s.target}", None, t, version.extent)
+        names = tuple(self.fresh(f"i{d}") for d in range(len(version.extent)))
+        whole = {n: (Z.const(0), e) for n, e in zip(names, version.extent)}
+        before = self.before[k]
+        bang = self._reset_scatter(k)
+        if bang:
+            start: P.Expr = D.const(0, t)
+            comment = f"# how many updates tie for the {s.op} of statement {k + 1}"
+        else:
+            old = _read(before, names, self.versions[before].dtype, s.span)
+            kept = D.compare("eq", old, _read(made, names, version.dtype, s.span))
+            start = D.select(kept, D.const(1, t), None, t)
+            comment = (f"# how many updates (and the value before) tie for the {s.op} of "
+                       f"statement {k + 1}")
+        self.emitted.append(_Emitted(ties, names, start, {}, whole, frozenset(names), False,
+                                     op="=", comment=comment))
+        lhs, scatter = [], []
+        for e in subs:
+            if type(e) is P.IndexValue:
+                lhs.append(e.name), scatter.append(None)
+            else:
+                lhs.append(self.fresh("j")), scatter.append(e)
+        self.emitted.append(_Emitted(
+            ties, tuple(lhs), D.select(hit, D.const(1, t), None, t), {},
+            {r.name: (r.lo, r.hi) for r in s.domain}, frozenset(), True, op="+=",
+            scatter=tuple(scatter)))
+        if not bang and before in self.active:  # the old value's share
+            grad = _read(_adjoint_label(made), names, version.dtype, s.span)
+            share = D.select(kept, D.div(grad, _read(ties, names, t, s.span)), None, t)
+            self._emit(_adjoint_label(before), names, share, {}, whole, frozenset(names),
+                       False)
+        return D.select(hit, D.div(g, P.Read(ties, subs, forms, None, 0, t, s.span)),
+                        None, t)
 
     def _candidate(self, k: int, rhs: P.Expr) -> P.Expr:
         """The candidates of max=!/min=! statement k, as the backward compares them with
@@ -814,15 +920,21 @@ class _Builder:
                 every = ", ".join(s.all_indices)
                 where = ", ".join(_range_text(s, i) for i in s.all_indices)
                 target = f"{s.target}({', '.join(s.indices)})" if s.indices else s.target
+                bang = "!" if s.reset else ""
+                if s.is_scatter:  # its subscripts as written; `!` where it reset
+                    target = f"{s.target}({', '.join(source(e) for e in s.scatter)})"
+                    bang = "!" if self._reset_scatter(k) else ""
                 # the type said (a reprinted literal may type otherwise): the backward
                 # declares the saved tensor with it
                 dtype = self.versions[f"cand:{self.made[k]}"].dtype
                 value = source(s.rhs) if isinstance(s.rhs, P.Cast) and \
                     s.rhs.dtype is dtype else f"{type_name(dtype)}({source(s.rhs)})"
                 lines.append(f"    {candidates[k]}({every}) = {value} where {where}")
-                lines.append(f"    {target} {s.op}=! {candidates[k]}({every}) where {where}")
+                lines.append(f"    {target} {s.op}={bang} {candidates[k]}({every}) "
+                             f"where {where}")
             else:
-                lines.append("    " + text)
+                if text:  # (a scatter's reset shares its statement's text)
+                    lines.append("    " + text)
             if k in copies:
                 tensor, copy = copies[k]
                 v = self.versions[self.made[k]]

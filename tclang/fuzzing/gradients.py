@@ -275,18 +275,25 @@ def _grad_problems(kernel, g, inputs, sizes, rng) -> list[tuple[str, str]]:
     defn = kernel.definition
     names = [t.name for t in defn.outputs]
     outs, saved = g.forward(*inputs)
+    # the elements finite at x: an element a scatter by max=! never updates keeps the
+    # identity, -inf, and would make <w, f> NaN at every step; such elements are left
+    # out of the objective (their weight 0 in the seed too)
+    finite = [np.isfinite(np.asarray(outs[names.index(n)], np.float64))
+              for n in g.output_names]
     # each output's gradient in the output's type (a float32 output stays one in the
     # float64 form where only literals compute it)
-    seeds = tuple(rng.standard_normal(np.shape(outs[names.index(n)])).astype(
-        np.asarray(outs[names.index(n)]).dtype) for n in g.output_names)
+    seeds = tuple(np.where(m, rng.standard_normal(m.shape), 0.0).astype(
+        np.asarray(outs[names.index(n)]).dtype) for m, n in zip(finite, g.output_names))
     grads = g.backward(tuple(inputs), saved, seeds)
 
     def objective(xs) -> float:
         o = kernel(*xs)
         o = o if isinstance(o, tuple) else (o,)
-        return sum(float(np.sum(w * np.asarray(o[names.index(n)], np.float64)))
-                   for w, n in zip(seeds, g.output_names))
-    noise = _noise(defn, sizes, [outs[names.index(n)] for n in g.output_names], seeds)
+        return sum(float(np.sum(w * np.where(m, np.asarray(o[names.index(n)], np.float64),
+                                             0.0)))
+                   for w, m, n in zip(seeds, finite, g.output_names))
+    noise = _noise(defn, sizes, [np.where(m, np.asarray(outs[names.index(n)], np.float64), 0.0)
+                                 for m, n in zip(finite, g.output_names)], seeds)
     params = [t.name for t in defn.inputs]
     problems = []
     for x, gx in zip(g.wrt, grads):
@@ -390,7 +397,7 @@ def _confirm(fn, xs, rng, second: bool) -> str | None:
 
     def first(args, create_graph=False):
         args = [a.detach().requires_grad_(k in diff) for k, a in enumerate(args)]
-        o = [x for x in _as_tuple(fn(*args)) if x.dtype.is_floating_point]
+        o = [_finite(x) for x in _as_tuple(fn(*args)) if x.dtype.is_floating_point]
         total = sum((w * x).sum() for w, x in zip(seeds, o))
         grads = torch.autograd.grad(total, [args[k] for k in diff], allow_unused=True,
                                     create_graph=create_graph)
@@ -425,13 +432,21 @@ def _confirm(fn, xs, rng, second: bool) -> str | None:
 
 
 def _float_outputs(fn):
-    """fn with its floating-point outputs only: gradcheck takes differences of every
-    output, and a bool one has none (PyTorch: "Subtraction ... with two bool tensors is
-    not supported"; seed 36, program 40)."""
+    """fn with its floating-point outputs only, their non-finite elements 0 (_finite):
+    gradcheck takes differences of every output, and a bool one has none (PyTorch:
+    "Subtraction ... with two bool tensors is not supported"; seed 36, program 40)."""
     def call(*args):
-        kept = tuple(o for o in _as_tuple(fn(*args)) if o.dtype.is_floating_point)
+        kept = tuple(_finite(o) for o in _as_tuple(fn(*args)) if o.dtype.is_floating_point)
         return kept[0] if len(kept) == 1 else kept
     return call
+
+
+def _finite(o):
+    """o with its non-finite elements 0: an element a scatter by max=! never updates
+    keeps the identity, -inf, and every difference of it is NaN (it has no gradient: its
+    seed is 0 then)."""
+    import torch
+    return torch.where(torch.isfinite(o.detach()), o, torch.zeros_like(o))
 
 
 def _as_tuple(x) -> tuple:

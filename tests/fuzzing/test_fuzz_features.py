@@ -203,6 +203,43 @@ def test_the_grad_check_seeds_a_float32_output_with_float32(cache):
     assert gradients.check_grad(program) == ([], ["grad"])
 
 
+SCATTER_MAX = GeneratedProgram(
+    "def hist(int32(N) Ids, float(N, D) X, float(E, D) Tab) -> (float(E, D) O) {\n"
+    "    O(e0, e1) = Tab(e0, e1)\n"
+    "    O(Ids(i), d) max= X(i, d) * 0.5\n}\n", "hist", {"N": 11, "D": 3, "E": 7})
+
+
+def test_the_grad_check_checks_scatters_by_max_and_min(cache, monkeypatch):
+    """tc.grad refused them ("not differentiable"); the scatter family's max=/min= draws
+    are checked now, and a wrong gradient of one is found. Elements a `!` scatter never
+    updates keep -inf: left out of the objective, not a point "not smooth"."""
+    assert gradients.check_grad(SCATTER_MAX) == ([], ["grad"])
+    bang = GeneratedProgram("def f(int32(N) Ids, float(N) X, float(E) Tab) -> (float(E) O) "
+                            "{ O(Ids(i)) min=! tanh(X(i)) + Tab(Ids(i)) }", "f",
+                            {"N": 3, "E": 17})
+    assert gradients.check_grad(bang) == ([], ["grad"])
+    from tclang.fuzzing.scatters import scatter_program
+    drawn = Counter()
+    for k in range(300):
+        program = scatter_program(random.Random(f"scatter-grad:{k}"))
+        if program is None or "float" not in program.source or \
+                not any(op in program.source for op in (" max=", " min=")):
+            continue
+        failures, notes = gradients.check_grad(program, seed=k)
+        assert failures == [], (program.source, failures)
+        drawn[notes[0]] += 1
+        if sum(drawn.values()) == 6:
+            break
+    assert drawn["grad"] >= 5, drawn
+    from tclang.autodiff import Gradient
+    real = Gradient.backward
+    monkeypatch.setattr(Gradient, "backward", lambda self, *a: tuple(
+        g * 1.5 for g in real(self, *a)))
+    failures, _ = gradients.check_grad(SCATTER_MAX)
+    assert [(f.kind, f.detail[:6]) for f in failures] == [("grad-mismatch", "d/dX: "),
+                                                          ("grad-mismatch", "d/dTab")]
+
+
 def test_the_grad_check_counts_what_has_no_gradient(cache):
     floor = GeneratedProgram("def f(float(N) X) -> (Y) { Y(i) = floor(X(i)) }", "f", {"N": 3})
     assert gradients.check_grad(floor) == ([], ["grad: not differentiable"])
