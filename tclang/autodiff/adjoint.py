@@ -620,8 +620,10 @@ class _Builder:
         for v, f in sigma.items():
             lo, hi = (self.named(e) for e in ranges[v])
             text = _affine_text(f)
-            guards.append(f"{text} >= {lo}")
-            guards.append(f"{text} < {hi}")
+            # a bound with a min or max in it as several affine ones (Z.pieces), so the
+            # guard stays one the language reads as a bound on the backward's reads
+            guards += [f"{text} >= {p}" for p in Z.pieces(lo, "max")]
+            guards += [f"{text} < {p}" for p in Z.pieces(hi, "min")]
         index_text = {v: (_affine_text(f), _affine_level(f)) for v, f in sigma.items()}
         index_text.update(flipped)
         reduction = [i for i in s.all_indices if i not in lhs and i not in sigma and

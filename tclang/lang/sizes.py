@@ -399,6 +399,23 @@ def _dominates(kind: str, a: SizeExpr, b: SizeExpr) -> bool:
     return high <= 0 if kind == "min" else low >= 0
 
 
+def pieces(e: SizeExpr, kind: str) -> list[SizeExpr]:
+    """`e` as the min (kind "min") or the max (kind "max") of expressions with no such min
+    or max left at their top: `min(K - 1, W) + 1` is min(K, W + 1), `N - max(A, B)` is
+    min(N - A, N - B). So `x < e` is the conjunction of `x < p` over the pieces of a min,
+    and `x >= e` of `x >= p` over those of a max: a guard written so stays affine, where a
+    `min(...)` in it is a call the language does not read as a bound."""
+    poly, parts = _split(e)
+    for part, coef in parts.items():
+        if isinstance(part, MinMax) and (coef, part.kind) in ((1, kind), (-1, _OTHER[kind])):
+            rest = _join(poly, {p: c for p, c in parts.items() if p is not part})
+            return [x for a in part.args for x in pieces(add(rest, a * coef), kind)]
+    return [e]
+
+
+_OTHER = {"min": "max", "max": "min"}
+
+
 def definitely(e: SizeExpr, relation: str) -> bool:
     """Whether `e <relation> 0` holds for all sizes >= 1 (relation: <, <=, >, >=, ==)."""
     low, high = e.bounds()

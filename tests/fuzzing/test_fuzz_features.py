@@ -610,6 +610,20 @@ def test_second_derivative_of_a_window(cache):
     assert gradients.check_torch(program, "gradgradcheck")[0] == []
 
 
+@pytest.mark.parametrize("sizes", [dict(I=1, J=1, K=16, L=1, W=1), dict(I=3, J=2, K=5, L=2, W=7),
+                                   dict(I=2, J=3, K=7, L=1, W=3)])
+def test_grad_of_a_read_whose_index_range_is_a_min(cache, sizes):
+    """k's range is 1:min(K - 1, W) + 1; the backward guarded its read of P by
+    `k2 < min(K - 1, W) + 1`, a call the language does not read as a bound, so the read
+    counted as unguarded and out of bounds ("please report"; fuzz seed 2029, program 20,
+    drawn by the permuted family's new non-plain reads). The bound is written as the
+    conjunction `k2 < K && k2 < W + 1` (sizes.pieces)."""
+    program = GeneratedProgram("def permuted(float(L, W, K, I) P, float(L, K, J) Q) -> (Z) {\n"
+                               "    Z(j, i) +=! P(l, k - 1, k, i - 1) * Q(l, k, j)\n}\n",
+                               "permuted", sizes)
+    assert gradients.check_grad(program)[0] == []
+
+
 @pytest.mark.parametrize("sizes", [{"P": 2, "L": 4}, {"P": 3, "L": 5}, {"P": 1, "L": 1}])
 def test_second_derivative_of_a_shifted_diagonal_read(cache, sizes):
     """The backward reads dT0(l + (l2 - l) / 2, (l2 - l) / 2); the backward of that solved

@@ -34,3 +34,15 @@ def test_simplified_forms_evaluate_as_the_unsimplified_ones():
         assert Z.maximum(Z.minimum(N, 2), 5).evaluate(env) == max(min(n, 2), 5)
         assert Z.minimum(Z.maximum(N - 3, M), Z.maximum(N, M)).evaluate(env) == \
             min(max(n - 3, m), max(n, m))
+
+
+def test_a_bound_with_a_min_or_max_splits_into_affine_pieces():
+    K, W, A, B = (Z.size(x) for x in "KWAB")
+    assert [str(p) for p in Z.pieces(Z.minimum(K - 1, W) + 1, "min")] == ["K", "W + 1"]
+    assert [str(p) for p in Z.pieces(N - Z.maximum(A, B), "min")] == ["N - A", "N - B"]
+    assert [str(p) for p in Z.pieces(Z.maximum(A, B) + 2, "max")] == ["A + 2", "B + 2"]
+    assert [str(p) for p in Z.pieces(Z.maximum(A, B) + 2, "min")] == ["max(A, B) + 2"]
+    for n, a, b, k, w in [(1, 1, 1, 1, 1), (5, 2, 9, 4, 3), (9, 7, 2, 1, 8)]:
+        env = dict(N=n, A=a, B=b, K=k, W=w)
+        e = Z.minimum(Z.maximum(A, B), N) + 1
+        assert min(p.evaluate(env) for p in Z.pieces(e, "min")) == e.evaluate(env)
