@@ -723,6 +723,11 @@ class _Builder:
         if any(isinstance(n, P.IndexValue) and n.name in pads
                for r in others for sub in r.subscripts for n in P.walk(sub)):
             return None  # the solved index is read elsewhere: it needs its guard
+        if any(isinstance(n, P.IndexValue) and n.name in pads
+               for n in _walk_except(contribution, weight)):
+            # used as a value too (`k <= i`): the padded form leaves it unsolved, with no
+            # range (fuzz seed 2029, program 221)
+            return None
         if sum(1 for r in P.reads_of(contribution) if r.tensor == weight.tensor) != 1:
             return None
         grad = weight.tensor
@@ -1111,6 +1116,15 @@ def _under_select(e: P.Expr, read: P.Read) -> bool:
                                            for n in P.walk(branch)):
             return True
     return False
+
+
+def _walk_except(e: P.Expr, skip: P.Expr):
+    """The nodes of `e` (as P.walk) outside the subtree `skip`."""
+    if e is skip:
+        return
+    yield e
+    for kid in P.children(e):
+        yield from _walk_except(kid, skip)
 
 
 def _mentions(e: P.Expr, index_text: dict) -> set[str]:

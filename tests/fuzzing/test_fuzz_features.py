@@ -610,6 +610,17 @@ def test_second_derivative_of_a_window(cache):
     assert gradients.check_torch(program, "gradgradcheck")[0] == []
 
 
+@pytest.mark.parametrize("sizes", [dict(N=4, M=6), dict(N=1, M=3), dict(N=7, M=11)])
+def test_grad_of_a_window_whose_output_index_is_also_a_value(cache, sizes):
+    """The backward of a window reads dO padded (a transposed convolution written as a
+    convolution), which drops the solved output index k; `k <= j` used k as a value too,
+    so the backward named an index with no range ("please report"; fuzz seed 2029,
+    program 221). Such a window keeps the guarded form."""
+    program = GeneratedProgram("def f(float(N, M) A) -> (O) {\n    O(j, k) +=! ((k <= j) ? "
+                               "2.0 : 0.5) * A(j, k + l) where l in 0:3\n}\n", "f", sizes)
+    assert gradients.check_grad(program)[0] == []
+
+
 @pytest.mark.parametrize("sizes", [dict(I=1, J=1, K=16, L=1, W=1), dict(I=3, J=2, K=5, L=2, W=7),
                                    dict(I=2, J=3, K=7, L=1, W=3)])
 def test_grad_of_a_read_whose_index_range_is_a_min(cache, sizes):
