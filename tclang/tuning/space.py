@@ -25,10 +25,6 @@ from tclang.lang.program import Definition
 
 Candidate = tuple  # ((knob, value), ...), sorted by knob; None = automatic
 
-CPU_KNOBS = ("fusion", "tile", "loop_order", "unroll", "parallel", "vectorize",
-             "vector_width", "register_tile", "pack")
-GPU_KNOBS = ("fusion", "tile", "loop_order", "unroll", "block", "shared_memory",
-             "private_memory")
 MAX_ORDER_MEMBERS = 4  # beyond this, loop orders are sampled rather than listed
 GPU_POINTS = (1, 2, 4, 8)  # points a thread takes along a mapped member (its register tile)
 GPU_JAM = 16  # at most this many points a thread (backends/cuda/codegen.py's JAM)
