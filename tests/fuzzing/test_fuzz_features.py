@@ -752,3 +752,45 @@ def test_scatter_draws_reach_the_threaded_cpu_path(cache):
     assert len(many) >= 0.15 * len(programs), (len(many), len(programs))
     report = differential.run_differential(many[0], backends=("cpu", "reference"))
     assert report.status == "pass", report.failures
+
+
+_HALF_BACKWARD = r'''
+import numpy as np, tclang as tc, warnings
+warnings.simplefilter("ignore")
+from tclang.tools.inputs import random_inputs
+source = SOURCE
+k = tc.define(source)["kernel"]
+g = tc.grad(k)
+inputs = random_inputs(k.definition, {"Q": 3, "M": 3}, np.random.default_rng(0))
+outs, saved = g.forward(*inputs)
+args = list(inputs) + [saved[s.name] for s in g.plan.saved] + [np.ones(o.shape) for o in outs]
+tc.define(g.plan.backward)[g.plan.backward_name](*args)
+'''
+
+
+@pytest.mark.xfail(strict=True, reason="OPEN: the backward of a half program segfaults in a "
+                                       "parallel vector loop (fuzz seed 2030, program 323)")
+def test_open_backward_of_a_half_window_in_a_parallel_vector_loop(tmp_path):
+    """tc.grad's backward kernel of this program (half A; a window `A(i + j) where j in
+    0:3`; guarded reads) dies with SIGSEGV on the CPU with the automatic options. It runs
+    with Options(vectorize=False), parallel=False or fusion="min", with check_bounds=True,
+    and with A float32 instead of half: the half gradient's float32 accumulators (dA_f32)
+    in a parallel, vectorized loop of extent 3 are where to look. Run in a child process,
+    so that the crash fails this test, not the test run."""
+    import subprocess
+    import sys
+    source = ("def kernel(half(Q) A, float32(M, M) B, int32(M, M) C) -> (O1, O2) {\n"
+              "    T0(i) min=! (int32(((Q - i >= 0 && Q - i < Q) ? A(Q - i) : 1)) % -3 - "
+              "C(i, i))\n"
+              "    O1(k, i) +=! (A(i + j) + fmax(((float(((M - k >= 0 && M - k < M) ? "
+              "T0(M - k) : 0)) * float32(i)) * hypot(((j - 1 >= 0 && j - 1 <= Q - 1) ? "
+              "A(j - 1) : 1), 0.5)), ((-double(k)) * ((false || (k >= Q)) ? ((Q - i >= 0 && "
+              "Q - i < Q) ? A(Q - i) : 1) : double(((!(k - 2 < 0 || k - 2 >= M) && "
+              "!(k - 2 < 0 || k - 2 >= M)) ? C(k - 2, k - 2) : 0)))))) where j in 0:3, "
+              "k in 0:2*M\n"
+              "    O2(i, j) = O1(i, j)\n}\n")
+    env = dict(os.environ, TCLANG_CACHE_DIR=str(tmp_path))
+    result = subprocess.run([sys.executable, "-c",
+                             _HALF_BACKWARD.replace("SOURCE", repr(source))],
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
