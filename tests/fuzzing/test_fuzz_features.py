@@ -774,9 +774,14 @@ def test_open_backward_of_a_half_window_in_a_parallel_vector_loop(tmp_path):
     """tc.grad's backward kernel of this program (half A; a window `A(i + j) where j in
     0:3`; guarded reads) dies with SIGSEGV on the CPU with the automatic options. It runs
     with Options(vectorize=False), parallel=False or fusion="min", with check_bounds=True,
-    and with A float32 instead of half: the half gradient's float32 accumulators (dA_f32)
-    in a parallel, vectorized loop of extent 3 are where to look. Run in a child process,
-    so that the crash fails this test, not the test run."""
+    and with A float32 instead of half. tc.grad is not needed: its backward, a forward
+    program of three statements accumulating into a half dA (a `+=!` over a window, a
+    `+=` with `hypot(float(A(q2)), 0.5)`, a padded `+=`), crashes by itself, with either
+    loader (TCLANG_LOADER=mcjit too) and on one thread. Under gdb: `call *%r15` with r15 = 0
+    in the outlined `tclang_region` function, just after `vcvtph2ps` of an A element and
+    with 0.5 in xmm1, that is the call of libm's hypotf through a register that holds no
+    address on that path. Run in a child process, so that the crash fails this test, not
+    the test run."""
     import subprocess
     import sys
     source = ("def kernel(half(Q) A, float32(M, M) B, int32(M, M) C) -> (O1, O2) {\n"
