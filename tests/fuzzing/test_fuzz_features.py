@@ -780,8 +780,10 @@ def test_open_backward_of_a_half_window_in_a_parallel_vector_loop(tmp_path):
     loader (TCLANG_LOADER=mcjit too) and on one thread. Under gdb: `call *%r15` with r15 = 0
     in the outlined `tclang_region` function, just after `vcvtph2ps` of an A element and
     with 0.5 in xmm1, that is the call of libm's hypotf through a register that holds no
-    address on that path. Run in a child process, so that the crash fails this test, not
-    the test run."""
+    address on that path. Bisected: it came with stop 40's guards merge (1561e69 runs it,
+    ac22ee6 crashes), and it runs when polyhedral/guard_splitting.py's split_guards is
+    skipped: the unswitched copies of the parallel vector loop are where to look. Run in a
+    child process, so that the crash fails this test, not the test run."""
     import subprocess
     import sys
     source = ("def kernel(half(Q) A, float32(M, M) B, int32(M, M) C) -> (O1, O2) {\n"
