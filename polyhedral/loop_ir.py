@@ -204,8 +204,9 @@ class For:
     parallel: the iterations are independent (coincident): the CPU backend may run them on
     several threads. parallel and reduction together: a scatter's loop on threads
     (polyhedral/scatter_loops.py), whose iterations may update the same elements of its
-    target: the backend combines them (privatized copies merged at the end). vectorize: innermost and stride-1, worth SIMD. reduction: the loop
-    carries only reduction dependences, so a float reduction in it may be reassociated.
+    target: the backend combines them (privatized copies merged at the end). vectorize:
+    innermost and stride-1, worth SIMD. reduction: the loop carries only reduction
+    dependences, so a float reduction in it may be reassociated.
     unroll: unroll by this factor (0: backend's choice). unrolled: a register tile's point
     loop (constant bounds), emitted as straight-line code, one copy of the body per
     iteration; where `vectorize` also holds (its iterations carry no dependence) and the

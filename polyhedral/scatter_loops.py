@@ -33,7 +33,8 @@ index order, the same on every run (the reference interpreter runs every nest so
 On a GPU a scatter gets a launch of one thread per update, each update an atomic one
 (`atomic_scatters`); with `Options(reorder_reductions=False)`, or a type CUDA has no atomic
 update for (half, bfloat16, 8- and 16-bit integers, an int64 min or max), one thread runs
-the nest in index order instead. Each update's subscripts are checked against the target's extents first.
+the nest in index order instead. Each update's subscripts are checked against the target's
+extents first.
 """
 
 from __future__ import annotations

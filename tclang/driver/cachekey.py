@@ -45,7 +45,7 @@ def code_digest() -> str:
     import backends
     import polyhedral
     digest = hashlib.sha256()
-    tclang_root = Path(__file__).resolve().parents[1]  # tclang/ (this file is tclang/driver/cachekey.py)
+    tclang_root = Path(__file__).resolve().parents[1]  # (this file: tclang/driver/)
     for root in (tclang_root, Path(polyhedral.__file__).parent, Path(backends.__file__).parent):
         for path in sorted(root.rglob("*")):
             if path.suffix in (".py", ".lark", ".h") and path.is_file():
