@@ -162,3 +162,9 @@ class TCGradError(_LocatedError):
     operation with no usable derivative, or wrt= names no differentiable input."""
 
     kind = "gradient error"
+
+
+class TCZeroGradientError(TCGradError):
+    """No output depends on the inputs differentiated with respect to: the gradient is
+    zero everywhere. tc.grad says so rather than generate a kernel of zeros; a double
+    backward through tclang.torch takes it as the zero it is (tclang/torch.py)."""

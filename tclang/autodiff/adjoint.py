@@ -46,7 +46,7 @@ from tclang.autodiff import derivatives as D
 from tclang.autodiff.source_text import Raw, source
 from tclang.dtypes import DType, promote
 from tclang.autodiff import scans
-from tclang.errors import TCGradError, TCSemanticError
+from tclang.errors import TCGradError, TCSemanticError, TCZeroGradientError
 from tclang.lang.passes.rewrite import rewrite_bottom_up
 from tclang.lang.program_text import type_name
 
@@ -319,7 +319,7 @@ class _Builder:
                 self.seed_label[out.name] = _adjoint_label(label)
                 self.written.add(_adjoint_label(label))
         if not seeds:
-            raise TCGradError(f"no output of {self.defn.name} depends on "
+            raise TCZeroGradientError(f"no output of {self.defn.name} depends on "
                               f"{self._wrt_text()}", self.defn.span,
                               hint="check wrt=: the gradient would be zero")
         return seeds

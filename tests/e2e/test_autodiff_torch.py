@@ -264,3 +264,18 @@ def test_gradgradcheck_on_the_corpus(case):
         return
     assert torch.autograd.gradgradcheck(f, tuple(inputs), eps=1e-6, atol=1e-5, rtol=1e-4,
                                         fast_mode=True)
+
+
+def test_a_double_backward_whose_first_derivative_is_constant_is_zero():
+    """`O0 = (alpha > 0) ? beta : 1.5 * beta`: dO0/dalpha is 0 wherever it exists, so the
+    backward's outputs depend on none of its float inputs and tc.grad of it refuses with
+    "no output ... depends on" (TCZeroGradientError). Through tclang.torch with
+    create_graph=True that refusal came out of gradgradcheck as an error (fuzz seed 2030,
+    program 672); the second derivative is the zero autograd gives constants."""
+    pytest.importorskip("torch")
+    from tclang.fuzzing import gradients
+    from tclang.fuzzing.generator import GeneratedProgram
+    source = ("def fuzz(float64 alpha, int8 beta) -> (O0) {\n"
+              "    O0 = ((!(beta > 0) || (alpha() > 0.0)) ? double(beta) : "
+              "((!(beta() != 0) || false) ? double(beta()) : (float(beta()) * 1.5)))\n}\n")
+    assert gradients.check_torch(GeneratedProgram(source, "fuzz", {}), "gradgradcheck")[0] == []
