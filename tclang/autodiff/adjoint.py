@@ -219,14 +219,19 @@ class _Builder:
         the sizes: the added name is (the header binds it through the target's shape)."""
         if isinstance(e, Z.Poly):
             return e
-        for known, expr in self.added.items():
-            if (expr - e).constant == 0:
-                self.named_extents.add(known)
-                return Z.size(known)
-        name = self.fresh(f"S{len(self.added)}")
-        self.added[name] = e
+        name = self.added_name(e)
         self.named_extents.add(name)
         return Z.size(name)
+
+    def added_name(self, e: Z.SizeExpr) -> str:
+        """The size name the backward adds for forward size expression `e` (one already
+        added for an equal expression, else a new one)."""
+        for known, expr in self.added.items():
+            if (expr - e).constant == 0:
+                return known
+        name = self.fresh(f"S{len(self.added)}")
+        self.added[name] = e
+        return name
 
     # -- naming
     def fresh(self, base: str) -> str:
@@ -961,6 +966,7 @@ class _Backward:
         self.b, self.names, self.saved, self.seeds = b, names, saved, seeds
         self.seed_names, self.grad_names, self.added, self.name = \
             seed_names, grad_names, added, name
+        self.bound: set[str] = set()  # added size names some parameter's shape binds
         self.header = self._header()
 
     def _dims(self, shape) -> str:
@@ -970,14 +976,9 @@ class _Backward:
                                           str(e) in self.b.defn.sizes):
                 parts.append(str(e))
                 continue
-            for known, expr in self.added.items():
-                if (expr - e).constant == 0:
-                    parts.append(known)
-                    break
-            else:
-                new = self.b.fresh(f"S{len(self.added)}")
-                self.added[new] = e
-                parts.append(new)
+            name = self.b.added_name(e)
+            self.bound.add(name)  # a parameter's shape binds it
+            parts.append(name)
         return f"({', '.join(parts)})" if parts else ""
 
     def _header(self) -> list[str]:
@@ -989,8 +990,7 @@ class _Backward:
             params.append(f"{type_name(defn.tensor(out).dtype)}{self._dims(extent)} {seed}")
         outs = [f"{type_name(defn.tensor(x).dtype)}{_shape_text(defn.tensor(x).shape)} "
                 f"{self.grad_names[x]}" for x in self.b.wrt]
-        unbound = sorted(n for n in self.b.named_extents
-                         if not any(re.search(rf"[(,] ?{n}[,)]", p) for p in params))
+        unbound = sorted(self.b.named_extents - self.bound)
         if unbound:  # a linear scan of an intermediate: nothing the backward takes has
             # its shape, so the added size cannot be bound
             extent = self.added[unbound[0]]
