@@ -178,6 +178,7 @@ class FunctionBuilder:
         self._sizes = self._load_sizes()
         self.scratch = dict(scratch or {})  # name -> the Scratch buffers in scope
         self.atomic_targets: set[str] = set()  # scatter targets updated atomically here
+        self._flat_loops: list = []  # (counter, head, done) of `_flat_loop`s still open
         self.buffers = {}
         for name, ptr in zip(buffer_names, self.buffer_args):
             if name in self.scratch:
@@ -795,7 +796,7 @@ class FunctionBuilder:
         k.add_incoming(ir.Constant(T.I64, 0), pre)
         b.cbranch(b.icmp_signed("<", k, ir.Constant(T.I64, count)), body, done)
         b.position_at_end(body)
-        self._flat_loops = getattr(self, "_flat_loops", []) + [(k, head, done)]
+        self._flat_loops.append((k, head, done))
         return k
 
     def _end_flat_loop(self) -> None:
