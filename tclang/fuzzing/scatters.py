@@ -5,7 +5,7 @@ A gathered subscript on the left, `O(Ids(i), d) op rhs`, with op `+=!`, `max=!`,
 whose values `tclang.tools.inputs.random_inputs` keeps inside the target (and repeats: few rows,
 many lookups); a value that may gather too (`Tab(Ids(i), d)`); and sometimes a statement
 after the scatter that reads all of its target, or one before it that the scatter reads.
-float32, float64 and int32. They are `Model`s like the generic ones, so the shrinker
+float32, float64, int32 and half. They are `Model`s like the generic ones, so the shrinker
 works on them; their `family` is "scatter".
 """
 
@@ -22,12 +22,14 @@ MANY_VOLUME = 160_000  # a draw with many updates (the reference runs ~150,000 a
 # the fewest updates the CPU runs on threads (polyhedral/scatter_loops.py, which the tools
 # may not import; a test holds the two equal)
 PARALLEL_UPDATES = 1 << 15
-_ZERO = {"float": "0.0", "double": "double(0.0)", "int32": "0"}
+_ZERO = {"float": "0.0", "double": "double(0.0)", "int32": "0", "half": "half(0.0)"}
 
 
 def scatter_program(rng: random.Random) -> GeneratedProgram | None:
     """A random scatter program (None if the draw does not check or fit: draw again)."""
-    model = _model(rng, rng.choice(("float", "float", "double", "int32")))
+    # half too: its sums took the float32-accumulator rewrite, which a scatter broke
+    # (fuzz seed 2030, program 724)
+    model = _model(rng, rng.choice(("float", "float", "double", "int32", "half")))
     STATS["attempts"] += 1
     defn = checked_draw(model, "scatter: ")
     if defn is None:
@@ -89,4 +91,4 @@ def _value(rng: random.Random, x: str, dtype: str, gather: list[str] | None) -> 
         value = rng.choice((x, x, f"{x} * 0.5", f"tanh({x})", "1.0"))
     if gather is not None:  # the table at the same point: a gather on the right too
         value = f"{value} + Tab({', '.join(gather)})"
-    return value
+    return f"half({value})" if dtype == "half" else value
