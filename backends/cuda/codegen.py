@@ -66,6 +66,7 @@ template <class I, class F> TC_DEV I tc_f2i(F x, I lo, I hi) {  /* saturating, N
   if (x >= (F)hi) return hi;
   return (I)x; }
 TC_DEV float tc_round_half(float x) { return __half2float(__float2half_rn(x)); }
+TC_DEV float tc_round_half(double x) { return __half2float(__double2half(x)); }  /* once */
 TC_DEV float tc_round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 TC_DEV float tc_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 TC_DEV double tc_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
@@ -844,8 +845,9 @@ def _cast(x: str, src: DType, dst: DType) -> str:
         return x
     if dst is DType.BOOL:
         return f"({x} != 0)"
-    if dst is DType.FLOAT16:
-        return f"tc_round_half((float)({x}))"
+    if dst is DType.FLOAT16:  # a double rounds to half once, as NumPy and the CPU do
+        wide = "double" if src is DType.FLOAT64 else "float"
+        return f"tc_round_half(({wide})({x}))"
     if dst is DType.BFLOAT16:
         return f"tc_round_bf16((float)({x}))"
     if dst.is_float:

@@ -20,6 +20,7 @@ import weakref
 
 import llvmlite.binding as llvm
 
+from backends.llvm import elf_loader
 from tclang.errors import TCCompileError
 from tclang.locks import fork_safe
 
@@ -149,6 +150,11 @@ class MCJITCode:
                     llvm.add_symbol(name, ctypes.cast(getattr(libc, name), ctypes.c_void_p).value)
             engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""),
                                                 _new_target_machine())
+            try:  # after the engine: making one lets LLVM search the process's libraries
+                _check_resolvable(object_code)
+            except TCCompileError:
+                engine.close()
+                raise
             engine.add_object_file(llvm.ObjectFileRef.from_data(object_code))
             engine.finalize_object()
             self._engine = engine
@@ -159,6 +165,21 @@ class MCJITCode:
         with _lock:
             return self._engine.get_function_address(name) or \
                 self._engine.get_global_value_address(name)
+
+
+def _check_resolvable(object_code: bytes) -> None:
+    """TCCompileError naming each function the object calls that neither this process nor
+    LLVM has: MCJIT would link its calls to address 0 without a word, and the kernel would
+    die with SIGSEGV when it got there (a runtime-library call LLVM's code generator
+    chose, `__truncdfhf2`, did: fuzz seed 2030, program 323)."""
+    missing = [name for name in elf_loader.undefined_symbols(object_code)
+               if not llvm.address_of_symbol(name)]
+    if missing:
+        raise TCCompileError(
+            f"the generated code calls {', '.join(missing)}, which this process does not "
+            "have (a runtime-library function LLVM chose for this CPU); the kernel was not "
+            "loaded. Please report it, with the program (`tclang explain --stage llvm-opt` "
+            "shows where the call is); the reference backend runs the program meanwhile")
 
 
 def _dispose(engine) -> None:

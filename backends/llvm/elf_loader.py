@@ -112,6 +112,19 @@ def load_object(data: bytes, resolve: Callable[[str], int] = process_symbol) -> 
     return LoadedObject(base, size, names)
 
 
+def undefined_symbols(data: bytes) -> list[str]:
+    """The names an ELF object needs from outside itself (none for another format): MCJIT
+    leaves one it cannot resolve as address 0 and says nothing, so codegen.MCJITCode asks
+    first."""
+    try:
+        sections = _sections(data)
+        symbols = _symbols(data, sections)
+    except Unsupported:
+        return []
+    return sorted({name for name, _binding, shndx, _value in symbols
+                   if shndx == SHN_UNDEF and name and name != "_GLOBAL_OFFSET_TABLE_"})
+
+
 def _sections(data: bytes) -> list[dict]:
     if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         raise Unsupported("not a little-endian ELF64 object")

@@ -96,6 +96,45 @@ def test_unknown_symbols_are_refused():
         elf_loader.load_object(blobs["object"], resolve=lambda name: 0)
 
 
+def test_a_call_no_one_can_resolve_is_a_compile_error_not_a_jump_to_zero():
+    """MCJIT links a call of a function that neither the process nor LLVM has to address
+    0, silently: the kernel died with SIGSEGV where it called it (`__truncdfhf2`, fuzz
+    seed 2030, program 323). Both loaders now refuse such an object, by name."""
+    import llvmlite.ir as ir
+    from backends.llvm import codegen
+    from tclang.errors import TCCompileError
+    module = ir.Module()
+    module.triple = codegen.host()[0]
+    double = ir.FunctionType(ir.DoubleType(), [ir.DoubleType()])
+    main = ir.Function(module, double, "tclang_main")
+    missing = ir.Function(module, double, "tclang_no_such_function")
+    builder = ir.IRBuilder(main.append_basic_block())
+    builder.ret(builder.call(missing, [main.args[0]]))
+    _, object_code = codegen.optimize_module(str(module), False)
+    assert elf_loader.undefined_symbols(object_code) == ["tclang_no_such_function"]
+    for mcjit in (False, True):
+        with pytest.raises(TCCompileError, match="calls tclang_no_such_function"):
+            loading.LoadedCode(object_code, ("tclang_main",), mcjit=mcjit)
+
+
+def test_mcjit_as_the_first_engine_of_a_process_finds_libc_and_libm(tmp_path):
+    """LLVM searches the process's libraries only once an engine exists: the check that
+    every called function resolves must come after it, or a fresh process under
+    TCLANG_LOADER=mcjit would refuse a kernel calling memset and hypotf."""
+    import os
+    import subprocess
+    import sys
+    code = ("import numpy as np, tclang as tc\n"
+            "m = tc.define('def f(float(N) A) -> (O, P) { O(i) = hypot(A(i), 0.5)\\n"
+            "P(i, j) = 0.0 where i in 0:N, j in 0:N }')\n"
+            "o, p = m.f(np.ones(300, np.float32))\n"
+            "assert abs(o[0] - 1.25 ** 0.5) < 1e-6 and not p.any()\n")
+    env = dict(os.environ, TCLANG_LOADER="mcjit", TCLANG_CACHE_DIR=str(tmp_path))
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
 def test_the_thread_pool_links_and_runs_from_its_object():
     linked = elf_loader.load_object(threads.runtime_object())
     assert {"tclang_parallel_for", "tclang_pool_configure", "tclang_pool_stats"} <= \
