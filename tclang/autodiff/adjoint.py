@@ -363,6 +363,9 @@ class _Builder:
         elif s.op in ("max", "min") and self._whole(k):
             weight = self._ties(k, rhs, g, old=self.before[k])
             routed = True
+        elif self._scales(k):
+            weight = self._scaled(k, rhs, g, grad)
+            routed = True
         else:
             what = {"*": "a product reduction (write exp of a sum of logs)",
                     "max": "max= without reset", "min": "min= without reset"}.get(s.op, s.op)
@@ -396,6 +399,30 @@ class _Builder:
         subs = tuple(_rename_reads(e, self.seen_by[k]) for e in s.scatter)
         forms = tuple(Affine.index(e.name) if type(e) is P.IndexValue else None for e in subs)
         return P.Read(grad, subs, forms, None, 0, dtype, s.span)
+
+    def _scales(self, k: int) -> bool:
+        """Whether statement k is `T(i) *= e` with no reduction index, onto a value written
+        before: each point of T is multiplied once, by its own factor (a scale in place,
+        not a product over anything), so the product rule is its gradient."""
+        s = self.defn.statements[k]
+        return (s.op == "*" and not s.reset and not s.reduction_indices and not s.is_scatter
+                and not s.exists and s.condition is None and self.before[k] is not None
+                and not scans.recurrent(self.rhs[k], self.made[k]))
+
+    def _scaled(self, k: int, rhs: P.Expr, g: P.Read, grad: str) -> P.Expr:
+        """`T(i) *= e` (_scales): T's new value is old(i) * e(i). The old value's gradient
+        is dT * e where the statement runs and dT elsewhere; the weight of e's reads is
+        dT * old(i)."""
+        s = self.defn.statements[k]
+        old = self.before[k]
+        version = self.versions[old]
+        if old in self.active:
+            self._pass_through(k, old, grad, overwrites=True)  # dT where it does not run
+            inside = _guarded([c for c, _ in _range_bounds(s, {})], D.mul(g, rhs))
+            if inside is not None:
+                self._emit(_adjoint_label(old), s.indices, inside, {},
+                           {r.name: (r.lo, r.hi) for r in s.domain}, frozenset(), False)
+        return D.mul(g, _read(old, s.indices, version.dtype, s.span))
 
     def _whole(self, k: int) -> bool:
         """Whether max=/min= statement k (no `!`) goes onto a value written before over
@@ -541,12 +568,13 @@ class _Builder:
                                             tuple(s.range_of(i).hi for i in s.all_indices))
         return _read(label, s.all_indices, rhs.dtype, s.span)
 
-    def _pass_through(self, k: int, before: str, grad: str) -> None:
+    def _pass_through(self, k: int, before: str, grad: str, overwrites: bool = False) -> None:
         """The gradient of the value the statement overwrote (or added to): all of dT for
-        `T += e`; for `T = e` over part of T, dT where the statement does not write."""
+        `T += e`; for `T = e` over part of T (or `overwrites`: the caller routes the rest
+        itself), dT where the statement does not write."""
         s = self.defn.statements[k]
         old = self.versions[before]
-        overwrites = s.reset or s.op == "="
+        overwrites = overwrites or s.reset or s.op == "="
         if overwrites and not any(n in s.indices for n, _, _ in s.affine_ranges) and \
                 all(r.lo.constant == 0 and (r.hi - e).constant == 0 for r, e in
                               zip((s.range_of(i) for i in s.indices), old.extent)):
