@@ -19,6 +19,9 @@ compile runs under a `Budget`:
   after a fallback) the stages left get a grace (the same budget again, at least
   MIN_GRACE seconds) and then fail the same way, so a compile costs at most about twice
   its budget (plus one isl call that was running: isl is not interrupted), never hours;
+  LLVM's optimization runs in its own process, which is killed at what the budget has
+  left (backends/llvm/jit.py: `optimizer_limit`), and the module is optimized again
+  without LLVM's vectorizers, marked degraded the same way;
 - after PROGRESS_AFTER seconds a tqdm bar on stderr names the stage it is in (only when
   stderr is a terminal, or TCLANG_PROGRESS=1 forces it; TCLANG_PROGRESS=0 silences it),
   updated at every check: between stages and inside their loops, not during one long

@@ -66,7 +66,7 @@ class LLVMBackend:
                           unrolled_width=max(2, target.vector_bytes // 4))
         text = str(km.build())
         jit.check_code_size(text, kernel.name)
-        optimised, object_code = jit.optimize(text, vectorize=kernel.choices.vectorize)
+        optimised, object_code = _optimized(text, kernel)
         blobs = {"object": object_code, "llvm": text.encode(), "llvm-opt": optimised.encode(),
                  "static": b"1" if km.static else b"0", "runtime": jit.runtime_object()}
         return _artifact(blobs, [b.name for b in kernel.buffers],
@@ -74,6 +74,29 @@ class LLVMBackend:
 
     def restore(self, blobs, info):
         return _artifact(blobs, [b.name for b in info.buffers], list(info.statements))
+
+
+def _optimized(text: str, kernel: L.Kernel) -> tuple[str, bytes]:
+    """LLVM's O3 of the kernel's module, within the compile budget (jit.optimizer_limit).
+    Past it, the cheaper way out: the same module without LLVM's vectorizers (where LLVM's
+    worst cases are), the compile marked degraded (tclang/budget.py: the driver keeps it
+    in memory only, and compiles it in full again later)."""
+    from backends.llvm import jit
+    from tclang import budget as compile_budget
+    budget = compile_budget.current()
+
+    def remaining():
+        return None if budget is None else budget.remaining()
+
+    vectorize = kernel.choices.vectorize
+    try:
+        return jit.optimize(text, vectorize, jit.optimizer_limit(text, remaining()))
+    except jit.OptimizerTimeout as slow:
+        if not vectorize:
+            raise
+        if budget is not None:
+            budget.fall_back(f"{slow}: compiled without LLVM's vectorizers")
+        return jit.optimize(text, False, jit.optimizer_limit(text, remaining()))
 
 
 def _artifact(blobs: dict[str, bytes], buffer_names: list[str], statements: list):

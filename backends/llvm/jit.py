@@ -29,7 +29,7 @@ import sys
 from tclang.environment import positive_number
 from tclang.errors import TCCompileError
 from tclang.forked_server import (ForkedServer, RequestFailed, ServerDied, ServerError,
-                                  ServerUnavailable)
+                                  ServerTimeout, ServerUnavailable)
 
 DEFAULT_MAX_IR_MB = 32  # O3 on more takes minutes and gigabytes
 
@@ -65,10 +65,31 @@ def start() -> None:
             pass  # the first request works in-process
 
 
-def optimize(ir_text: str, vectorize: bool = True) -> tuple[str, bytes]:
+class OptimizerTimeout(TCCompileError):
+    """LLVM's optimization of one module ran past its time limit; its process was killed."""
+
+
+def optimizer_limit(ir_text: str, remaining: float | None) -> float | None:
+    """Seconds the optimizer may take on `ir_text`: what the compile budget has left
+    (None: no budget), at most SECONDS_BASE plus SECONDS_PER_MB of IR, at least
+    SECONDS_MIN. O3 of a 2 MB module takes a second or two; LLVM's vector combiner has
+    worst cases that do not end (fuzz seed 2031, program 120: more than an hour)."""
+    cap = SECONDS_BASE + SECONDS_PER_MB * len(ir_text) / 1e6
+    if remaining is not None:
+        cap = min(cap, remaining)
+    return max(SECONDS_MIN, cap)
+
+
+SECONDS_BASE, SECONDS_PER_MB, SECONDS_MIN = 10.0, 4.0, 2.0
+
+
+def optimize(ir_text: str, vectorize: bool = True,
+             limit: float | None = None) -> tuple[str, bytes]:
     """(optimised IR text, object code) for one module of generated IR; `vectorize`
-    False (Options(vectorize=False)) keeps LLVM's loop and SLP vectorizers off."""
-    return _ask(("optimize", ir_text, vectorize))
+    False (Options(vectorize=False)) keeps LLVM's loop and SLP vectorizers off. `limit`:
+    seconds, past which `OptimizerTimeout` (the optimizer process is killed; where no
+    process can be forked the work runs in this one, unlimited)."""
+    return _ask(("optimize", ir_text, vectorize), limit)
 
 
 @functools.lru_cache(maxsize=1)
@@ -91,11 +112,13 @@ def runtime_object() -> bytes:
     return _ask(("runtime",))
 
 
-def _ask(request: tuple):
+def _ask(request: tuple, limit: float | None = None):
     """The optimizer's answer to `request`; in this process where none can be forked."""
     with _llvm_quiet():
         try:
-            return _optimizer.call(request)
+            return _optimizer.call(request, limit)
+        except ServerTimeout as slow:
+            raise OptimizerTimeout(f"{slow} optimizing the generated IR") from None
         except RequestFailed as failure:
             if failure.kind == "TCCompileError":
                 raise TCCompileError(failure.message) from None

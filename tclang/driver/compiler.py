@@ -421,8 +421,9 @@ def _compile(defn: Definition, sizes, options: Options, backend: Backend, target
 
     # one budget for the whole compile (tclang/budget.py): scheduling (in the middle end's
     # helper process, replaced now and then: islpy leaks on every compile) and code generation
-    with recursion_room(), compile_budget.compiling(defn.name, options):
+    with recursion_room(), compile_budget.compiling(defn.name, options) as budget:
         scheduled = middle_end.schedule(defn, sizes, options, target, layouts)
+        fell_back = budget.fell_back
         ctrl_c.checkpoint()  # a Ctrl-C that Python dropped meanwhile: here, not after LLVM
         kernel = scheduled.kernel
         stages = Stages(defn.name)
@@ -433,10 +434,13 @@ def _compile(defn: Definition, sizes, options: Options, backend: Backend, target
         for name, text in artifact.stages.items():
             stages.show(name, text)
         loops = format_kernel(kernel)
+        retry_at = scheduled.retry_at
+        if retry_at is None and budget.fell_back != fell_back:  # the backend's way out
+            from polyhedral.scheduler import RETRY_AFTER
+            retry_at = time.monotonic() + RETRY_AFTER
     timings = {**scheduled.timings, **stages.timings}
     return Compiled(kernel_info(scheduled, loops), artifact, kernel, timings, "compiled",
-                    bands=scheduled.bands,
-                    retry_at=scheduled.retry_at)
+                    bands=scheduled.bands, retry_at=retry_at)
 
 
 def allocate(buffer: L.Buffer, shape: tuple[int, ...], zero: bool) -> np.ndarray:

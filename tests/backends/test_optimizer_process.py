@@ -106,3 +106,44 @@ def test_a_helper_killed_once_answers_within_its_time_limit():
         assert deaths.value == 0
     finally:
         _stop(server)
+
+
+@pytest.fixture
+def stalling_optimizer(monkeypatch):
+    """The LLVM optimizer process never finishes a vectorized optimization (as LLVM's
+    vector combiner did on the backward of fuzz seed 2031, program 120: over an hour), and
+    its limit is half a second."""
+    real = jit._optimizer.handler
+    _stop(jit._optimizer)
+
+    def handler(request):
+        if request[0] == "optimize" and request[2]:  # vectorize
+            import time
+            time.sleep(600)
+        return real(request)
+    monkeypatch.setattr(jit._optimizer, "handler", handler)
+    monkeypatch.setattr(jit, "optimizer_limit", lambda text, remaining: 0.5)
+    yield
+    monkeypatch.undo()
+    _stop(jit._optimizer)
+
+
+def test_an_optimization_past_its_limit_compiles_without_the_vectorizers(
+        stalling_optimizer, capsys):
+    """Before: the compile waited for LLVM forever (the fuzzer's "no result after 120 s").
+    Now the optimizer process is killed at its limit and the module is optimized again
+    without the vectorizers: the kernel is right, and degraded (compiled in full later,
+    never stored on disk as the full one)."""
+    from tclang.driver import compiler
+    kernel = _fresh_kernel()
+    x = np.arange(7, dtype=np.float32)
+    np.testing.assert_array_equal(kernel(x), x * 3 + 1)
+    compiled = [c for c in map(compiler._memory.get, compiler._memory)
+                if c is not None and c.info.name == kernel.name]
+    assert compiled and all(c.degraded for c in compiled)
+
+
+def test_the_optimizer_limit_follows_the_budget_and_the_module_size():
+    assert jit.optimizer_limit("x" * 2_000_000, None) == pytest.approx(18.0)
+    assert jit.optimizer_limit("x" * 2_000_000, 5.0) == 5.0
+    assert jit.optimizer_limit("x", 0.1) == jit.SECONDS_MIN
