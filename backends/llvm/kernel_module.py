@@ -306,6 +306,15 @@ class FunctionBuilder:
                 self._made.append(e)
         return value
 
+    def _forget_indices_of(self, var: str) -> None:
+        """Forget the index expressions of this block that use `var`: it is bound to
+        another value now. A lane split binds its loop's variable to each lane in turn in
+        one block; an index derived from it (`l = c3 - 1`, a loop isl shifted) was emitted
+        for lane 0 and then read for every lane: each lane summed lane 0's element
+        (fuzz seed 2031, program 291, through a gradient)."""
+        if self._memo_block is self.builder.block:
+            self._memo = {e: v for e, v in self._memo.items() if not L.uses_var(e, var)}
+
     def emit_op(self, e: L.Op, operand, wrap=("nsw",)) -> ir.Value:
         """`e`'s operation on its operands, `operand(a)` emitting each: `index`, or a
         statement's emitter binding its index variables (ValueEmitter.subscript). `wrap`:
@@ -565,12 +574,14 @@ class FunctionBuilder:
             parts: dict[int, list] = {}
             for lane in range(lanes):
                 self.env[node.var] = b.add(base, ir.Constant(T.I64, lane), flags=("nsw",))
+                self._forget_indices_of(node.var)  # `l = c3 - 1` is lane 0's no more
                 for run, k in zip(runs, targets):
                     value = self._run_value(run)
                     per_lane = parts.setdefault(k, [None] * lanes)
                     per_lane[lane] = value if per_lane[lane] is None else \
                         b.fadd(per_lane[lane], value, flags=("reassoc", "contract"))
             self.env[node.var] = base
+            self._forget_indices_of(node.var)
             out = list(phis)
             for k, scalars in parts.items():
                 built = ir.Constant(out[k].type, [ir.Constant(scalars[0].type, 0.0)] * lanes)

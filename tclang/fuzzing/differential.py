@@ -266,10 +266,11 @@ def _differential(program, backends, options_sets, check_bounds, seed, avoid_kno
         if features.interrupt is not None and (checks is None or "interrupt" in checks):
             _interrupted(report, program, configs, inputs, expected, rtol, check_bounds,
                          avoid_known, defn)
-        for backend, options in configs:
+        for n, (backend, options) in enumerate(configs):
             bug = known_bug(defn, backend, options, sizes) if avoid_known else None
+            checked = check_bounds and not unchecked_config(options, n)
             failure = "skipped" if bug else \
-                _one(program, backend, options, inputs, expected, rtol, check_bounds)
+                _one(program, backend, options, inputs, expected, rtol, checked)
             if failure == "skipped":
                 report.skipped.append(label(backend, options) + (f" (known bug: {bug})"
                                                                  if bug else ""))
@@ -326,6 +327,16 @@ def _interrupted(report, program, configs, inputs, expected, rtol, check_bounds,
             report.skipped.append(f"{failure.config} (known bug: {bug})")
         else:
             report.failures.append(failure)
+
+
+def unchecked_config(options, n: int) -> bool:
+    """Whether configuration `n` runs without bounds checks. The oracle ran with them, so
+    every read of the program at these sizes is in bounds: the automatic configuration
+    runs the code users run, unchecked, and every other configuration alternates. Until
+    this, every configuration was checked, and checked code is other code: two wrong
+    results of the unchecked CPU code (a lane split summing lane 0's element, a call of a
+    function the process lacks) were out of every generated program's reach."""
+    return options is None or n % 2 == 1
 
 
 def _one(program, backend, options, inputs, expected, rtol, check_bounds):

@@ -22,13 +22,16 @@ from tclang.fuzzing.generator import (STATS, Decl, Features, GeneratedProgram, M
 
 NARROW = ("half", "bf16")  # stored in 16 bits, computed in float32
 KINDS = ("triangular", "guarded", "masked", "prefix", "softmax", "ranged", "unbounded",
-         "permuted")
+         "permuted", "accumulated")
 # extents near the warp, vector, block and 1024 boundaries, and small odd ones
 EXTENTS = (1, 2, 3, 5, 7, 31, 32, 33, 31, 32, 33, 63, 64, 65, 127, 128, 129, 255, 256, 257,
            511, 1023, 1024, 1025)
 # a permuted contraction's: around one and two AVX2 vectors (the one- and two-vector
 # register tiles, issue 33 item 1), size-1 and small odd ones
 PERMUTED_EXTENTS = (1, 2, 3, 5, 7, 8, 9, 13, 15, 16, 17, 19)
+# the sums into one target's: multiples of both vector widths (4 doubles, 8 floats), where
+# the CPU splits a reduction loop into lanes, and small odd ones
+ACCUMULATED_EXTENTS = (1, 2, 3, 4, 4, 5, 8, 8, 16)
 VOLUME = 40_000  # statement instances: the reference interpreter runs ~150,000 a second
 
 # `where j in lo:hi` with bounds that use i (issue 35 item 4): triangles, bands, a diagonal
@@ -46,12 +49,14 @@ def reduction_program(rng: random.Random) -> GeneratedProgram | None:
                         (60, 15, 15, 10, 5 if bfloat16_callable() else 0))[0]
     model = {"triangular": _triangular, "guarded": _guarded, "masked": _masked,
              "prefix": _prefix, "softmax": _softmax, "ranged": _ranged,
-             "unbounded": _unbounded, "permuted": _permuted}[kind](rng, dtype)
+             "unbounded": _unbounded, "permuted": _permuted,
+             "accumulated": _accumulated}[kind](rng, dtype)
     STATS["attempts"] += 1
     defn = checked_draw(model, f"{kind}: ")
     if defn is None:
         return None
-    sizes = _sizes(defn, rng, PERMUTED_EXTENTS if kind == "permuted" else EXTENTS)
+    sizes = _sizes(defn, rng, {"permuted": PERMUTED_EXTENTS,
+                               "accumulated": ACCUMULATED_EXTENTS}.get(kind, EXTENTS))
     if sizes is None:
         STATS["rejected"] += 1
         STATS[f"reject:{kind}: no sizes fit"] += 1
@@ -271,6 +276,38 @@ def _permuted(rng, dtype: str) -> Model:
     op = rng.choice(("+=!", "+=!", "+="))
     return _model("permuted", inputs, ["Z"], _statements(rng, "Z", tuple(o), op, rhs, (),
                                                          dtype))
+
+
+def _accumulated(rng, dtype: str) -> Model:
+    """Two or three sums into one target, each over reduction indices of its own and
+    operands in their own layouts: a gradient's shape (`dB(i, j) += ...` once per use of
+    B). isl fuses them into one nest and shifts a loop to keep them apart (`l = c3 - 1`),
+    and the CPU splits a reduction loop whose trip is a multiple of the vector width into
+    lanes: that split read lane 0's element for every lane under a shifted loop (fuzz
+    seed 2031, program 291, found only through a gradient)."""
+    if dtype in NARROW or dtype == "int32":
+        dtype = rng.choice(("float", "double"))
+    out = rng.sample(["i", "j"], rng.randint(1, 2))
+    inputs, body = [], []
+    nested = rng.random() < 0.6  # each sum over the last one's indices and one more
+    for n in range(rng.randint(2, 3)):
+        red = ["k", "l", "m"][:n + 1] if nested else rng.sample(["k", "l", "m"],
+                                                                rng.randint(1, 2))
+        idx = rng.sample(out + red, len(out) + len(red)) if rng.random() < 0.5 else \
+            rng.sample(out, len(out)) + red  # the reduction innermost: lanes split along it
+        name = "PQR"[n]
+        inputs.append(_decl(dtype, name, tuple(i.upper() for i in idx)))
+        rhs = f"{name}({', '.join(idx)})"
+        if rng.random() < 0.5:
+            scale = "XYV"[n]
+            rhs += f" * {scale}({red[0]})"
+            inputs.append(_decl(dtype, scale, (red[0].upper(),)))
+        if n == 0:  # (an initialization's indices need their ranges: it reads nothing)
+            body += _statements(rng, "Z", tuple(out), rng.choice(("+=!", "+=")), rhs,
+                                tuple(f"{i} in 0:{i.upper()}" for i in out), dtype)
+        else:
+            body.append(Stmt("Z", tuple(out), "+=", Node(rhs), ()))
+    return _model("accumulated", inputs, ["Z"], body)
 
 
 def _unbounded(rng, dtype: str) -> Model:

@@ -162,3 +162,33 @@ def test_back_to_back_parallel_loops_stay_correct_with_spinning_helpers():
             np.testing.assert_array_equal(out, want)
             after = threads.statistics()
         assert after["helper_chunks"] > before["helper_chunks"]
+
+
+ACCUMULATED = """
+def grad_like(double(P) C, double(P, L, N, S) Q, double(P, N, L) R) -> (Z) {
+    Z(i, j) +=! R(k, i, j)
+    Z(i, j) += Q(k, j, i, l) * C(k)
+}
+def chained(float(J, K) P, float(K) X, float(J, K, L) Q, float(K) Y) -> (Z) {
+    Z(j) +=! P(j, k) * X(k)
+    Z(j) += Q(j, k, l) * Y(k)
+}
+"""
+
+
+@pytest.mark.parametrize("sizes", [dict(N=3, L=2, P=2, S=4), dict(N=3, L=2, P=2, S=8),
+                                   dict(N=5, L=3, P=3, S=7), dict(N=1, L=1, P=1, S=16)])
+def test_a_lane_split_of_a_shifted_loop_sums_every_lane(sizes):
+    """Two sums into one target: isl shifts the second's `l` loop (`l = c3 - 1`), and a
+    reduction loop whose trip is a multiple of the vector width is split into lanes in
+    one block. The index `c3 - 1` was emitted for lane 0 and read for every lane: each
+    lane summed lane 0's element (the gradient of fuzz seed 2031, program 291)."""
+    rng = np.random.default_rng(0)
+    n, l, p, s = (sizes[k] for k in "NLPS")
+    C, Q, R = rng.random(p), rng.random((p, l, n, s)), rng.random((p, n, l))
+    want = np.einsum("kij->ij", R) + np.einsum("kjil,k->ij", Q, C)
+    np.testing.assert_allclose(tc.define(ACCUMULATED).grad_like(C, Q, R), want, rtol=1e-12)
+    j, k, l = n, p, s
+    P, X, Q2, Y = (rng.random(d).astype(np.float32) for d in ((j, k), (k,), (j, k, l), (k,)))
+    want = P @ X + np.einsum("jkl,k->j", Q2, Y)
+    np.testing.assert_allclose(tc.define(ACCUMULATED).chained(P, X, Q2, Y), want, rtol=1e-5)
