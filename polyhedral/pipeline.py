@@ -49,6 +49,7 @@ from tclang import budget as compile_budget
 from tclang.lang import program as P
 from tclang.lang.passes import finish, optimize, passes_text
 from tclang.lang.passes.rewrite import check_names
+from tclang.lang.passes.contraction_layouts import CONTRACTION_LAYOUTS, pack_contractions
 from tclang.lang.passes.stored_terms import STORED_TERMS, store_reduction_terms
 from tclang.environment import switch
 from tclang.stages import Stages
@@ -111,7 +112,8 @@ def _schedule(defn: P.Definition, sizes: Mapping[str, int] | None, options: Opti
     if any(s.is_scatter for s in defn.statements):  # the passes know no scatter
         options, store = replace(options, passes=False), False
     with stages("passes"):
-        defn, report, stored = run_passes(defn, sizes, options, store, verify=verify)
+        defn, report, stored = run_passes(defn, sizes, options, store, verify=verify,
+                                          pack=packs_contractions(options, target, sizes))
     with stages("scop"):
         defn = scop_definition(defn, sizes, options, report, verify=verify)
         scop = build_scop(defn, sizes)
@@ -196,8 +198,18 @@ def _transform(result, scop, deps, options: Options, target: Target,
     return tree, plans, strategy
 
 
+def packs_contractions(options: Options, target: Target,
+                       sizes: Mapping[str, int] | None) -> bool:
+    """Whether tensor contractions are copied into a matrix product's layout
+    (tclang/lang/passes/contraction_layouts.py): on the CPU, for known sizes, under the
+    automatic schedule, with the reduction order the scheduler's to choose."""
+    return (options.passes is not False and not target.is_grid and sizes is not None
+            and options.tile is None and rows_automatic(options)
+            and options.reorder_reductions is not False)
+
+
 def run_passes(defn: P.Definition, sizes: Mapping[str, int] | None, options: Options,
-               store: bool, *, verify: bool = False):
+               store: bool, *, verify: bool = False, pack: bool = False):
     """The passes stage: (the definition after the passes, explain's report of them, the
     temporaries that store row reductions' terms). `verify`: every pass's output is
     checked to name only what its statements have (tclang/lang/passes/rewrite.py,
@@ -208,6 +220,11 @@ def run_passes(defn: P.Definition, sizes: Mapping[str, int] | None, options: Opt
         check_names(defn, "the front end")
     if options.passes is not False:  # dead code, folding, exact identities, shared values
         defn, report = optimize(defn, sizes, verify=verify)
+    if pack:
+        defn, notes = pack_contractions(defn, sizes)
+        defn = _checked(defn, CONTRACTION_LAYOUTS, verify)
+        if notes:
+            report.append((CONTRACTION_LAYOUTS, notes))
     if store:
         defn, notes, stored = store_reduction_terms(defn, sizes, SLICE_BYTES)
         defn = _checked(defn, STORED_TERMS, verify)

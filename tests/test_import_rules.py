@@ -39,7 +39,7 @@ RULES = {
     "backends": (("backends",), ("backends", "polyhedral.loop_ir", "tclang.lang.program",
                                  "tclang.errors", "tclang.dtypes", "tclang.bfloat16",
                                  "tclang.environment", "tclang.target", "tclang.machine",
-                                 "tclang.locks", "tclang.atomic_files",
+                                 "tclang.locks", "tclang.atomic_files", "tclang.budget",
                                  "tclang.forked_server", "llvmlite", "pycuda", "torch")),
     # the door and its caches (the tuning database it reads tuned options from among
     # them): everything below it, never the runtime, the tools or the package face
