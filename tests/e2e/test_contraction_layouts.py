@@ -23,7 +23,8 @@ SPECS = [  # (einsum, extents, rewritten on the CPU): interleaved groups, severa
     ("bkjlp,bklq->bjpq", dict(b=2, j=3, p=5, k=7, l=2, q=37), True),
     ("abk,kcd->abcd", dict(a=3, b=1, c=5, d=7, k=17), False),  # already in layout
     ("spmu,qnp->unsmq", dict(m=3, n=2, p=64, q=29, s=4, u=3), False),
-    ("lfub,fv->lvbu", dict(b=4, f=67, l=3, u=5, v=43), True),  # l leads: an outer loop
+    ("lfub,fv->lvbu", dict(b=4, f=67, l=3, u=5, v=43), False),  # depth in order: packing
+    ("tbwp,btucq->wucqp", dict(b=3, c=2, p=33, q=5, t=5, u=3, w=3), True),  # depth (t, b), (b, t)
     ("bhqd,bhkd->bqhk", dict(b=2, h=3, q=5, k=7, d=8), False),
 ]
 
@@ -83,9 +84,9 @@ def test_an_interleaved_contraction_is_copied_into_layout():
 
 
 @pytest.mark.parametrize("spec", ["mk,kn->mn", "km,kn->mn", "mk,nk->mn", "bmk,bkn->bmn",
-                                  "bhqd,bhkd->bhqk", "nchw,mc->nmhw"])
+                                  "bhqd,bhkd->bhqk", "nchw,mc->nmhw", "hli,lie->eh"])
 def test_matrix_products_keep_their_layouts(spec):
-    extents = {i: 16 for i in "bhmnkqdcw"}
+    extents = {i: 16 for i in "bhmnkqdcwlie"}
     text = _passes_text(_source(spec, "float"), extents)
     assert CONTRACTION_LAYOUTS not in text
 

@@ -20,9 +20,11 @@ tiles take as an outer loop as it is) the rewrite changed kernels that were fast
 The orders of each group are chosen among the ones the tensors already have so that the
 fewest elements are copied (an operand already in layout is read as it is), and only where
 the copies are small next to the work (each copied element feeds at least
-`MIN_WORK_PER_COPY` multiply-adds). Matrix products (one index per group) keep
-their own layouts, batched or not (attention's Q K^T): the register tiles and packing handle
-each of their layouts already.
+`MIN_WORK_PER_COPY` multiply-adds), and only where the depth indices are not one run of
+adjacent dimensions in the same order in both operands (`_walks_in_order`): otherwise the
+register tiles' packing copies what needs it block by block already. So matrix products,
+batched or not (attention's Q K^T), keep their layouts, as does a contraction whose only
+disorder is in its rows or lanes.
 Exact: the copies move values, the sum adds the same products (its reduction order is
 the scheduler's anyway; `Options(reorder_reductions=False)`, which fixes it to the order
 written, turns this pass off, as do `Options(passes=False)`, a manual tile or loop order,
@@ -75,6 +77,19 @@ def _plain(read: P.Read) -> tuple[str, ...] | None:
     return names
 
 
+def _walks_in_order(ir: tuple[str, ...], il: tuple[str, ...], depth: set[str]) -> bool:
+    """Whether the depth indices are one run of adjacent dimensions in both operands, in
+    the same order: then the reduction is one flattened index to the register tiles, and
+    an operand read with a stride along the lanes or rows is what their packing copies,
+    block by block (polyhedral/packing.py). Copying it whole then only added work: a
+    (f) * (f, v) contraction with its lanes in another order, 38.7 -> 49.3 ms."""
+    def run(indices):
+        at = [k for k, i in enumerate(indices) if i in depth]
+        return tuple(indices[k] for k in at) if at[-1] - at[0] == len(at) - 1 else None
+    first = run(ir)
+    return first is not None and first == run(il)
+
+
 def _plan(defn: P.Definition, s: P.Statement, sizes: Mapping[str, int]):
     """(rows read, lanes read, their orders, the result's order, the depth order), or
     None where statement s is no contraction to copy into layout."""
@@ -112,6 +127,8 @@ def _plan(defn: P.Definition, s: P.Statement, sizes: Mapping[str, int]):
         return None
     if len(m) == 1 and len(n) == 1 and len(depth) == 1:
         return None  # a (batched) matrix product: the register tiles handle its layouts
+    if _walks_in_order(ir, il, depth):
+        return None  # the reduction loops walk both in order: packing handles the rest
 
     def ordered(group, *sequences):
         return {tuple(i for i in seq if i in group) for seq in sequences}
