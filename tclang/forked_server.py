@@ -29,6 +29,7 @@ Guarantees, for every user of ForkedServer:
 from __future__ import annotations
 
 import itertools
+import math
 import multiprocessing
 import os
 import signal
@@ -143,7 +144,7 @@ class ForkedServer:
         self._running()
         request_id = next(self.requests)
         try:
-            self.conn.send((request_id, request))
+            self.conn.send((request_id, request, limit))
             return self._reply(request_id, deadline, limit)
         except (EOFError, OSError):  # its end of the pipe closed: it ended
             raise _Died(*self._ended()) from None
@@ -253,6 +254,14 @@ class _Died(Exception):
         self.how, self.signal = how, signal
 
 
+_ALARM_GRACE = 2.0
+"""A request with a time limit ends its helper by SIGALRM (whose default action ends the
+process) at twice the limit, plus a second: the parent kills it at the limit, but a parent
+that died meanwhile (a fuzz worker ended as hung, a Python killed) cannot, and the helper
+sees its parent go only between requests. An LLVM optimization that would not end ran on
+for an hour in such an orphan."""
+
+
 def _serve(handler, conn, parent_end, parent: int, prepare) -> None:
     """The helper's loop: (request id, request) in, (request id, "ok", result) or (request
     id, "error", (exception class name, text)) out, until the parent goes."""
@@ -271,10 +280,14 @@ def _serve(handler, conn, parent_end, parent: int, prepare) -> None:
             while not conn.poll(1.0):
                 if os.getppid() != parent:
                     return
-            request_id, request = conn.recv()
+            request_id, request, limit = conn.recv()
         except (EOFError, OSError):
             return  # the compiler's process has gone
+        if limit is not None:  # see _ALARM_GRACE
+            signal.alarm(math.ceil(limit * _ALARM_GRACE) + 1)
         try:
             conn.send((request_id, "ok", handler(request)))
         except Exception as err:  # reported to the parent, which decides
             conn.send((request_id, "error", (type(err).__name__, str(err))))
+        finally:
+            signal.alarm(0)

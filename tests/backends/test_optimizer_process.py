@@ -147,3 +147,32 @@ def test_the_optimizer_limit_follows_the_budget_and_the_module_size():
     assert jit.optimizer_limit("x" * 2_000_000, None) == pytest.approx(18.0)
     assert jit.optimizer_limit("x" * 2_000_000, 5.0) == 5.0
     assert jit.optimizer_limit("x", 0.1) == jit.SECONDS_MIN
+
+
+def _sleeps(request):
+    import time
+    time.sleep(60)
+
+
+def test_a_helper_whose_parent_cannot_kill_it_ends_by_its_own_alarm(monkeypatch):
+    """A request with a limit arms the helper's SIGALRM at twice the limit plus a second:
+    a parent that died cannot kill it at the limit (a fuzz worker ended as hung left an
+    LLVM optimizer running for an hour). Here the parent's kill is switched off."""
+    import time
+    from tclang.forked_server import ServerTimeout
+    server = ForkedServer(_sleeps, "sleepy helper")
+    monkeypatch.setattr(server, "_stop", server._drop)  # the parent never kills it
+    try:
+        server.start()
+        pid = server.pid
+        with pytest.raises(ServerTimeout):
+            server.call("anything", limit=0.2)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.05)
+        assert done and os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGALRM
+    finally:
+        monkeypatch.undo()
