@@ -45,6 +45,7 @@ class Function:
         self.kernel = kernel
         self.definition = kernel.definition
         self._gradient: Gradient | None = None
+        self._refused: TCGradError | None = None  # why tc.grad refused, once asked
         self._operator = None  # (custom op, outputs): for torch.compile, made on first use
         # Functions of the backward definition and of the training forward (made on first
         # use): what makes the backward differentiable (_Apply.backward)
@@ -62,9 +63,18 @@ class Function:
 
     @property
     def gradient(self) -> Gradient:
-        """The gradient with respect to every floating-point input (made on first use)."""
+        """The gradient with respect to every floating-point input (made on first use). A
+        refusal is kept too: torch's gradgradcheck runs the backward once per perturbed
+        input, and a backward of 224 KB took tc.grad 5 s to refuse, each time (fuzz seed
+        2032, program 369: minutes, reported as a hang)."""
+        if self._refused is not None:
+            raise self._refused.with_traceback(None)
         if self._gradient is None:
-            self._gradient = Gradient(self.kernel)
+            try:
+                self._gradient = Gradient(self.kernel)
+            except TCGradError as err:
+                self._refused = err
+                raise
         return self._gradient
 
     def __call__(self, *inputs):

@@ -1070,7 +1070,10 @@ class _Backward:
                     raise TCGradError(f"the backward of {self.b.defn.name} does not check "
                                       f"({err.message}); please report it with the "
                                       "definition", self.b.defn.span) from None
-                wheres[k] = set(self.b.emitted[k].ranges)
+                if len(src) > ALL_WHERES_CHARS:  # each check costs seconds: one more only
+                    wheres = [set(e.ranges) for e in self.b.emitted]
+                else:
+                    wheres[k] = set(self.b.emitted[k].ranges)
                 continue
             changed = False
             for k, (e, st) in enumerate(zip(self.b.emitted, checked.statements)):
@@ -1120,6 +1123,13 @@ class _Backward:
             except (KeyError, ZeroDivisionError):
                 return False
         return True
+
+
+ALL_WHERES_CHARS = 50_000
+"""A backward's text past which a statement that does not check gives every statement its
+where ranges at once, instead of one statement per check: the front end checks about 50 KB
+a second, and a second derivative of 224 KB was checked ten times over (fuzz seed 2032,
+program 369: a minute per differentiation, reported as a hang)."""
 
 
 # ---- helpers -----------------------------------------------------------------------------
