@@ -77,9 +77,9 @@ def test_every_feature_is_drawn_from_the_seed():
 
 def test_reduction_programs_reach_the_warp_and_1024():
     from tclang.fuzzing.reductions import KINDS, reduction_program
-    programs = [p for p in (reduction_program(random.Random(f"red:{k}")) for k in range(120))
+    programs = [p for p in (reduction_program(random.Random(f"red:{k}")) for k in range(160))
                 if p is not None]
-    assert len(programs) >= 110
+    assert len(programs) >= 145
     assert {p.features.family for p in programs} == set(KINDS)
     extents = {v for p in programs for v in p.sizes.values()}
     assert extents & {31, 32, 33} and extents & {1023, 1024, 1025} and extents & {3, 5, 7}
@@ -93,7 +93,8 @@ def test_reduction_programs_reach_the_warp_and_1024():
     past = [p for p in programs if p.features.family in ("triangular", "prefix", "guarded",
                                                          "ranged")
             and "+=!" in p.source and max(p.sizes.values()) > 32]
-    assert len(past) >= 0.13 * len(programs), len(past)  # (0.15 before "permuted" came)
+    # (0.15 before "permuted" came, 0.13 before "accumulated")
+    assert len(past) >= 0.08 * len(programs), len(past)
     # permuted contractions around one and two vectors of lanes (issue 33 item 1)
     permuted = [p for p in programs if p.features.family == "permuted"]
     assert any(8 <= v < 16 for p in permuted for v in p.sizes.values())
