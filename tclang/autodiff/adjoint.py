@@ -353,8 +353,9 @@ class _Builder:
         if scans.recurrent(rhs, made):  # the gradient along the chain: a reverse scan
             g = scans.reverse_scan(self, k, rhs, grad, version)
         routed = False  # a scatter by max=/min= routes the old value's gradient itself
-        if s.op == "=" or s.op == "+":
-            weight: P.Expr = g
+        if s.op == "=" or s.op == "+" or \
+                (s.op == "*" and s.reset and not s.reduction_indices and not s.is_scatter):
+            weight: P.Expr = g  # (`T(i) *=! e` over no index: the product of e alone)
         elif s.is_scatter and s.op in ("max", "min"):
             weight = self._scatter_ties(k, rhs, g)
             routed = True

@@ -328,6 +328,9 @@ SCALES_IN_PLACE = [
     # onto a reduction's result, masked
     "def f(double(N) A, double(N) X) -> (O) {\n  O(i) +=! A(i) * X(j) where j in 0:N\n"
     "  O(i) *= (X(i) > 0.0) ? X(i) : 0.5\n}",
+    # a product with reset over no index: the one factor (fuzz seed 2033, program 76)
+    "def f(double(N) A, double(N) X) -> (O) {\n  O(i) *=! tanh(A(i)) * X(i)\n"
+    "  O(i) += A(i)\n}",
 ]
 
 
