@@ -42,6 +42,7 @@ from typing import Mapping
 from tclang.dtypes import DType
 from tclang.lang import program as P
 from tclang.lang.affine import Affine
+from tclang.lang.passes.rewrite import fresh_tensor_name
 from tclang.lang.program_text import expression_text
 from tclang.lang.sizes import known_value
 
@@ -165,16 +166,7 @@ def _rewrite(defn: P.Definition, k: int, plan):
     rows, lanes, layout, depth = plan
     s = defn.statements[k]
     dtype = defn.tensor(s.target).dtype
-    taken = set(defn.tensors) | set(defn.sizes)
     before, temporaries, copied = [], [], []
-
-    def fresh(base: str) -> str:
-        name, j = base, 0
-        while name in taken:
-            j += 1
-            name = f"{base}{j}"
-        taken.add(name)
-        return name
 
     def statement(target: str, indices, op: str, rhs: P.Expr, reductions=()) -> P.Statement:
         text = f"{target}({', '.join(indices)}) {op} {expression_text(rhs)}"
@@ -184,7 +176,8 @@ def _rewrite(defn: P.Definition, k: int, plan):
                            (), s.span, text=text)
 
     def temporary(base: str, indices) -> str:
-        name = fresh(base)
+        name = fresh_tensor_name(replace(defn, temporaries=defn.temporaries +
+                                         tuple(temporaries)), base)
         temporaries.append(P.Tensor(name, dtype, tuple(s.range_of(i).hi for i in indices),
                                     "temporary", s.span))
         return name

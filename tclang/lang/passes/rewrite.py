@@ -141,3 +141,14 @@ def _lacking(what: str, names) -> str:
     listed = ", ".join(sorted(names))
     which = "an index" if len(names) == 1 else "indices"
     return f"{what} naming {listed}, {which} the statement does not have"
+
+
+def fresh_tensor_name(defn: P.Definition, base: str) -> str:
+    """`base`, or `base1`, `base2`, ...: a name no tensor or size of `defn` has (a new
+    temporary of a pass)."""
+    taken = set(defn.tensors) | set(defn.sizes)
+    name, k = base, 0
+    while name in taken:
+        k += 1
+        name = f"{base}{k}"
+    return name

@@ -27,7 +27,7 @@ from typing import Mapping
 from tclang.dtypes import DType
 from tclang.lang import program as P
 from tclang.lang.passes.common import computed_in, share_across_statements
-from tclang.lang.passes.rewrite import postorder
+from tclang.lang.passes.rewrite import fresh_tensor_name, postorder
 from tclang.lang.program_text import expression_text
 from tclang.lang.sizes import known_value
 
@@ -78,7 +78,7 @@ def _store_one(defn: P.Definition, k: int, sizes, slice_bytes: int):
         return None
     if not computed_in(term, [x.rhs for x in defn.statements[k + 1:]]):
         return None  # no consumer computes it: the pass over the program below finds none
-    name = _fresh(defn, f"{s.target}_term")
+    name = fresh_tensor_name(defn, f"{s.target}_term")
     span = s.span
     store = P.Statement(s.position, name, s.all_indices, "=", False, term, (), s.domain, (),
                         span, text=f"{name}({', '.join(s.all_indices)}) = "
@@ -96,12 +96,3 @@ def _store_one(defn: P.Definition, k: int, sizes, slice_bytes: int):
 
 def _costly(e: P.Expr) -> bool:
     return any(type(x) is P.Call and x.name not in CHEAP_CALLS for x in postorder([e]))
-
-
-def _fresh(defn: P.Definition, base: str) -> str:
-    taken = set(defn.tensors) | set(defn.sizes)
-    name, k = base, 0
-    while name in taken:
-        k += 1
-        name = f"{base}{k}"
-    return name
