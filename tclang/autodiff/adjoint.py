@@ -602,6 +602,10 @@ class _Builder:
         new: set[str] = set()
         sigma: dict[str, Affine] = {}
         guards: list[str] = []
+        # guards on a subscript's solution, rendered after the last subscript is solved: a
+        # later subscript may solve an index they mention (`(2*l + y + 1) % 2 == 0` with l
+        # solved as P - p9 by the next one; fuzz seed 2032, program 369, second order)
+        solved_guards: list[tuple[str, Affine, str]] = []
         gathers: list[tuple[str, P.Expr]] = []
         out_ranges: dict[str, tuple[Z.SizeExpr, Z.SizeExpr]] = {}
         dims = [self._dim_name(x, d) for d in range(len(read.subscripts))]
@@ -631,7 +635,7 @@ class _Builder:
             out_ranges[y] = (Z.const(0), extent)
             v = self._pick(a, lhs, sigma, s)
             if v is None:  # every index in it is known: an equality guard
-                guards.append(f"{y} == {_affine_text(a)}")
+                solved_guards.append((f"{y} == ", a, ""))
                 continue
             c = a.coefficient(v)
             rest = a - Affine.index(v).scale(c)
@@ -641,10 +645,12 @@ class _Builder:
                 solved = rest - Affine.index(y)
             else:
                 top = Affine.index(y) - rest if c > 0 else rest - Affine.index(y)
-                guards.append(f"{_affine_text(top, paren=True)} % {abs(c)} == 0")
+                solved_guards.append(("", top, f" % {abs(c)} == 0"))
                 solved = top.floordiv(abs(c))
             sigma = {u: _substitute(f, {v: solved}) for u, f in sigma.items()}
             sigma[v] = solved
+        guards += [before + _affine_text(_substitute(form, sigma), paren=bool(after)) + after
+                   for before, form, after in solved_guards]
         padded = self._padded(k, sigma, weight, contribution, x, lhs, read)
         flipped: dict[str, tuple[str, int]] = {}
         done: set[str] = set()

@@ -469,8 +469,10 @@ class _Builder:
                 subs.append(f"{g.name}({', '.join(inner)})")
             elif not x.startswith("@") and idx.exts and r < 0.92:
                 i, j, c = rng.choice(list(idx.exts)), rng.choice(list(idx.exts)), rng.randint(1, 2)
+                # a stride with another index in the same subscript (2*i + j): its gradient
+                # solves one subscript for i under a divisibility guard that mentions j
                 s = rng.choice((f"{i} + {c}", f"{i} - {c}", f"2*{i} - {c * c}", f"{i} + {j}",
-                                f"{x} - {i}", f"{i} - {j}"))
+                                f"{x} - {i}", f"{i} - {j}", f"2*{i} + {j}"))
                 subs.append(s)
                 guards.append(rng.choice((f"{s} >= 0 && {s} < {x}", f"{s} >= 0 && {s} <= {x} - 1",
                                           f"!({s} < 0 || {s} >= {x})")))
