@@ -80,34 +80,49 @@ def verify_enabled() -> bool:
     return switch("TCLANG_VERIFY", False)
 
 
+STAGE_FAILURES = (isl.Error, ValueError, KeyError)
+"""What isl and the pipeline's own code raise inside a stage that means "this stage failed":
+a `TCCompileError` naming the stage (tclang/stages.py)."""
+
+
 def schedule_definition(defn: P.Definition, sizes: Mapping[str, int] | None,
                         options: Options, target: Target,
                         layouts: tuple | None = None,
                         collect: dict[str, str] | None = None) -> ScheduledKernel:
-    """Schedule one definition for `target`, for concrete `sizes` or (None) for all sizes;
-    `sizes` that name only some of the sizes make code generic in the others (the
-    automatic dynamic shapes of Options(specialize="auto"), tclang/runtime/kernels.py).
-    `layouts`: each input's layout key (tclang/layouts.py: the strides in elements the
-    code may hold as constants, None where read at run time, and a bound on the offsets
-    of a layout with run-time strides), when specialized.
-    `collect` receives each stage's text (tclang explain); TCLANG_DUMP prints them."""
+    """Schedule one definition for `target`, called alone (explain, export, a tool, a
+    benchmark): under the compile's budget if one is open, else one of its own. `collect`
+    receives each stage's text (tclang explain); TCLANG_DUMP prints them. The compile door
+    calls `schedule_stages` itself, inside the budget and with the stages it opened."""
+    with compile_budget.compiling(defn.name, options):
+        stages = Stages(defn.name, failures=STAGE_FAILURES, collect=collect)
+        return schedule_stages(defn, sizes, options, target, layouts, stages)
+
+
+def schedule_stages(defn: P.Definition, sizes: Mapping[str, int] | None,
+                    options: Options, target: Target, layouts: tuple | None,
+                    stages: Stages) -> ScheduledKernel:
+    """Schedule one definition for `target`, for concrete `sizes` or (None) for all sizes,
+    inside an open compile budget (tclang/budget.py), timing and showing each stage in
+    `stages` (made with STAGE_FAILURES); `sizes` that name only some of the sizes make code
+    generic in the others (the automatic dynamic shapes of Options(specialize="auto"),
+    tclang/runtime/kernels.py). `layouts`: each input's layout key (tclang/layouts.py: the
+    strides in elements the code may hold as constants, None where read at run time, and a
+    bound on the offsets of a layout with run-time strides), when specialized."""
     store = (options.passes is not False and not target.is_grid and rows_automatic(options)
              and sizes is not None)
-    with compile_budget.compiling(defn.name, options):  # the driver's, or one of its own
-        scheduled = _schedule(defn, sizes, options, target, layouts, collect, store)
-        stored = scheduled.stored_terms
-        if stored and not all(p.contracted for p in scheduled.kernel.temporaries
-                              if p.buffer.name in stored):  # a full array: recompute instead
-            scheduled = _schedule(defn, sizes, options, target, layouts, collect, False)
+    scheduled = _schedule(defn, sizes, options, target, layouts, stages, store)
+    stored = scheduled.stored_terms
+    if stored and not all(p.contracted for p in scheduled.kernel.temporaries
+                          if p.buffer.name in stored):  # a full array: recompute instead
+        scheduled = _schedule(defn, sizes, options, target, layouts, stages, False)
     return scheduled
 
 
 def _schedule(defn: P.Definition, sizes: Mapping[str, int] | None, options: Options,
-              target: Target, layouts: tuple | None, collect: dict[str, str] | None,
+              target: Target, layouts: tuple | None, stages: Stages,
               store: bool) -> ScheduledKernel:
-    """schedule_definition's stages; `store`: store row reductions' costly terms for their
+    """schedule_stages's stages; `store`: store row reductions' costly terms for their
     consumers (tclang/lang/passes/stored_terms.py)."""
-    stages = Stages(defn.name, failures=(isl.Error, ValueError, KeyError), collect=collect)
     verify = verify_enabled()
     if any(s.is_scatter for s in defn.statements):  # the passes know no scatter
         options, store = replace(options, passes=False), False
@@ -170,7 +185,7 @@ def _schedule(defn: P.Definition, sizes: Mapping[str, int] | None, options: Opti
         kernel = with_choices(kernel, options, target, layouts)
     stages.show("loops", lambda: format_kernel(kernel))
     return ScheduledKernel(kernel, final_schedule, strategy, fallback,
-                           bounds, tuple(reports), stages.timings, stored, retry_at)
+                           bounds, tuple(reports), dict(stages.timings), stored, retry_at)
 
 
 def _transform(result, scop, deps, options: Options, target: Target,

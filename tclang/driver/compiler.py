@@ -9,7 +9,7 @@ the pipeline and the backend; `loop_ir`, `stage_texts`, `compile_timings` and
 runtime, export, explain and the tools never build a target, a key or a KernelInfo.
 
     target = compile_target(backend, options)                      # once per compile
-    scheduled = schedule_definition(defn, sizes, options, target, layouts)  # middle end
+    scheduled = schedule_stages(defn, sizes, options, target, layouts, stages)  # middle end
     artifact = backend.build(scheduled.kernel, target)              # code generation + JIT
 
 in front of two caches: an in-memory map (same key, same process: nothing is redone) and
@@ -21,6 +21,9 @@ memory only until its `retry_at` (then the next lookup compiles again). Backends
 imported on first use, so a machine without CUDA imports tclang fine and only
 `backend="cuda"` needs PyCUDA. The middle end runs in a helper process that
 is replaced every 200 compilations (tclang/driver/middle_end.py: islpy leaks on every compile).
+The door opens the compile's budget (tclang/budget.py) and the middle end its stages
+(tclang/stages.py) before the pipeline runs: the pipeline records into them and opens
+neither (`schedule_definition`, the pipeline called alone by explain or export, opens both).
 """
 
 from __future__ import annotations

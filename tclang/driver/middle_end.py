@@ -38,7 +38,7 @@ from tclang import budget as compile_budget
 from tclang.errors import TCCompileError, TCError
 from tclang.forked_server import (ForkedServer, RequestFailed, ServerDied, ServerError,
                                   ServerUnavailable)
-from tclang.stages import requested
+from tclang.stages import Stages, requested
 
 MIDDLE_END_MAX_COMPILES = 200
 """Compilations one helper runs before it is replaced: it grows by islpy's leak (~5 MB
@@ -50,10 +50,12 @@ POLYHEDRAL_STAGES = frozenset(("passes", "scop", "dependences", "schedule", "tra
 
 
 def schedule(defn, sizes, options, target, layouts):
-    """polyhedral.pipeline.schedule_definition(defn, sizes, options, target, layouts), run
-    in the helper process (in this one where it cannot be, see the module's docstring)."""
-    from polyhedral.pipeline import schedule_definition  # loaded here: each fork shares it
-    inline = lambda: schedule_definition(defn, sizes, options, target, layouts)  # noqa: E731
+    """polyhedral.pipeline.schedule_stages(defn, sizes, options, target, layouts, stages)
+    inside the compile's budget (open: the compile door's), run in the helper process (in
+    this one where it cannot be, see the module's docstring)."""
+    from polyhedral.pipeline import STAGE_FAILURES, schedule_stages  # each fork shares it
+    inline = lambda: schedule_stages(defn, sizes, options, target, layouts,  # noqa: E731
+                                     Stages(defn.name, STAGE_FAILURES))
     if requested() & POLYHEDRAL_STAGES:
         return inline()
     environment = {k: v for k, v in os.environ.items() if k.startswith("TCLANG_")}
@@ -103,12 +105,13 @@ def stop() -> None:
 def _answer(request: bytes) -> bytes:
     """In the helper: (status, payload) pickled; "ok" with the ScheduledKernel, "raised"
     with the exception and its traceback, "unpicklable" when neither can be sent."""
-    from polyhedral.pipeline import schedule_definition
+    from polyhedral.pipeline import STAGE_FAILURES, schedule_stages
     defn, sizes, options, target, layouts, environment, budget = pickle.loads(request)
     _use_environment(environment)
     try:
         with compile_budget.continuing(budget):  # the compiler's deadline, continued
-            answer = ("ok", schedule_definition(defn, sizes, options, target, layouts))
+            stages = Stages(defn.name, STAGE_FAILURES)
+            answer = ("ok", schedule_stages(defn, sizes, options, target, layouts, stages))
     except Exception as err:  # noqa: BLE001 - raised again in the compiler's process
         answer = ("raised", (err, traceback.format_exc()))
     try:
