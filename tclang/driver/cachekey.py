@@ -3,7 +3,7 @@
 Canonical source (the definition's tokens, so comments and spacing do not matter), entry
 name, argument shapes/dtypes/layout keys (tclang/layouts.py; or ranks and dtypes when
 shape-generic), every option, the backend and its target description, the versions of
-tclang, islpy, LLVM and NumPy, and a digest of tclang's own code files. Printed isl text is
+tclang, islpy, LLVM and NumPy, and a digest of tclang's own source. Printed isl text is
 never part of a key: it is not canonical.
 """
 
@@ -38,33 +38,34 @@ def canonical_source(defn: Definition) -> str:
 
 @lru_cache(maxsize=1)
 def code_digest() -> str:
-    """tclang's own code (front end, polyhedral layer, backends): a change to the compiler
-    invalidates what it compiled, even without a version bump. Read cheaply, from the
-    names, sizes and modification times of its files, not their contents: reading all
-    2.6 MB of them took ~24 ms of every cold compile and every disk hit, and an edit, a
-    checkout or a reinstall changes a file's time. (The call records' identity of the
-    installed code, tclang/driver/call_records.py, is this digest too.)"""
+    """A digest of tclang's own code (front end, polyhedral layer, backends): a change to
+    the compiler invalidates what it compiled, even without a version bump. By content,
+    not by the files' times: packagers set every file's time alike (a Nix store's are
+    all 1), so an edit of the same size would keep the key. Walked with os.scandir
+    (pathlib's rglob took ~15 of the 24 ms this cost every cold compile and disk hit)."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     return files_digest(root, ("tclang", "polyhedral", "backends"))
 
 
 def files_digest(root: str, packages: tuple[str, ...]) -> str:
-    """The names, sizes and modification times of the code files (.py, .lark, .h) under
+    """The relative paths and contents of the code files (.py, .lark, .h) under
     `root`/each package, outside __pycache__."""
     digest = hashlib.sha256()
     for package in packages:
-        for path, stat in sorted(_code_files(os.path.join(root, package))):
-            digest.update(f"{os.path.relpath(path, root)}:{stat.st_size}:"
-                          f"{stat.st_mtime_ns};".encode())
+        for path, _ in sorted(code_files(os.path.join(root, package))):
+            digest.update(os.path.relpath(path, root).encode() + b"\0")
+            with open(path, "rb") as f:
+                digest.update(f.read())
     return digest.hexdigest()[:16]
 
 
-def _code_files(folder: str):
+def code_files(folder: str):
+    """(path, os.stat_result) of each code file under `folder`, outside __pycache__."""
     with os.scandir(folder) as entries:
         for entry in entries:
             if entry.is_dir(follow_symlinks=False):
                 if entry.name != "__pycache__":
-                    yield from _code_files(entry.path)
+                    yield from code_files(entry.path)
             elif entry.name.endswith((".py", ".lark", ".h")):
                 yield entry.path, entry.stat()
 

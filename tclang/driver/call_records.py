@@ -36,7 +36,7 @@ import numpy as np
 
 from tclang.driver import diskcache
 from tclang.bfloat16 import dtype_key, dtype_of_key
-from tclang.driver.cachekey import code_digest, installed_files, key_digest as _digest
+from tclang.driver.cachekey import code_files, installed_files, key_digest as _digest
 
 FORMAT = 1  # bump when a record's layout changes
 
@@ -50,12 +50,15 @@ def enabled() -> bool:
 
 @lru_cache(maxsize=1)
 def code_identity() -> str:
-    """The installed code, cheaply: tclang's own files by names, sizes and modification
-    times (cachekey.code_digest: not their contents, reading 2.6 MB costs milliseconds),
+    """The installed code, cheaply: names, sizes and modification times of tclang's own
+    files (not their contents, as the compile key reads them: that costs milliseconds),
     and the versions or installed files of what compiles and runs its code."""
     from tclang.version import __version__
     digest = hashlib.sha256()
-    digest.update(f"code:{code_digest()};".encode())
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for package in ("tclang", "polyhedral", "backends"):
+        for path, stat in sorted(code_files(os.path.join(root, package))):
+            digest.update(f"{path}:{stat.st_size}:{stat.st_mtime_ns};".encode())
     for name in ("llvmlite", "islpy"):
         digest.update(f"{name}:{installed_files(name)};".encode())
     digest.update(f"{__version__};{np.__version__};{sys.version}".encode())
