@@ -145,7 +145,8 @@ def _schedule(defn: P.Definition, sizes: Mapping[str, int] | None, options: Opti
     stages.show("dependences", lambda: dependences_text(deps))
     budget = compile_budget.current()
     with stages("schedule", check=False):  # a spent budget: program order (scheduler.py)
-        result = compute_schedule(scop, deps, options.fusion or automatic_fusion(defn, sizes))
+        result = compute_schedule(scop, deps, options.fusion or
+                                  _automatic_fusion(defn, sizes, report))
     fallback, retry_at = result.fallback, result.retry_at
     budget.scheduled = True  # from here a spent budget never loses the schedule
     if budget.exceeded() and budget.fell_back is None:  # the stages left get a grace
@@ -211,6 +212,16 @@ def _transform(result, scop, deps, options: Options, target: Target,
             check_legality(tree, deps, scop, cause)
         tree = graft_copies(tree, packs)  # only adds copies of read-only operands
     return tree, plans, strategy
+
+
+def _automatic_fusion(defn: P.Definition, sizes, report: list) -> str:
+    """polyhedral/guard_splitting.py's choice, except for a contraction copied into a
+    matrix product's layout: its copies and its product are nests apart by design, and
+    fused, isl's scheduler ran past its 3 s limit aligning the result's copy
+    (`Z(g, v, e, h, m) = Z_sum(g*35 + h, ...)`) with the product's loops."""
+    if any(name == CONTRACTION_LAYOUTS for name, _ in report):
+        return "min"
+    return automatic_fusion(defn, sizes)
 
 
 def packs_contractions(options: Options, target: Target,
