@@ -25,8 +25,9 @@ SPECS = [  # (einsum, extents, rewritten on the CPU): interleaved groups, severa
     # b=4 k=64 j=48 l=8 p=16 q=64, copied 9.5 ms, as it is 5.7 ms, np.einsum 9 ms)
     ("bkjlp,bklq->bjpq", dict(b=2, j=3, p=5, k=7, l=2, q=37), False),
     ("abk,kcd->abcd", dict(a=3, b=1, c=5, d=7, k=17), False),  # already in layout
-    ("spmu,qnp->unsmq", dict(m=3, n=2, p=64, q=29, s=4, u=3), False),
-    ("lfub,fv->lvbu", dict(b=4, f=67, l=3, u=5, v=43), False),  # depth in order: packing
+    # depth in order but a short stride-1 index of the result: copied too
+    ("spmu,qnp->unsmq", dict(m=3, n=2, p=64, q=29, s=4, u=3), True),
+    ("lfub,fv->lvbu", dict(b=4, f=67, l=3, u=5, v=43), True),
     ("tbwp,btucq->wucqp", dict(b=3, c=2, p=31, q=17, t=15, u=3, w=3), True),  # depth (t, b), (b, t)
     ("bhqd,bhkd->bqhk", dict(b=2, h=3, q=5, k=7, d=8), False),
     # the result's stride-1 index a batch index: either operand may give the lanes
@@ -153,3 +154,17 @@ def test_flat_copies_at_odd_prime_and_size_one_extents(every_contraction_copied,
     module = tc.define(_source(spec, "float"))
     np.testing.assert_allclose(module.c(A, B), np.einsum(spec, A, B), rtol=1e-4, atol=1e-5)
     assert CONTRACTION_LAYOUTS in module.c.compile(A, B).stage_text("passes")
+
+
+@pytest.mark.parametrize("h, copied", [(171, False), (127, True)])
+def test_depth_in_order_and_long_result_lanes_keep_their_layout(h, copied):
+    """bhvk,obv->okbh: its depth v walks both operands in order; with the result's
+    stride-1 index h at least PACKED_LANES long the packing handles the rest (2.1x
+    np.einsum as it is, 1.4x copied), shorter it is copied into layout."""
+    from tclang.lang.frontend import check_source
+    from tclang.lang.passes.contraction_layouts import PACKED_LANES, _plan
+    assert 127 < PACKED_LANES <= 171
+    defn = check_source(_source("bhvk,obv->okbh", "float"))["c"]
+    extents = dict(b=121, h=h, k=5, o=32, v=73)
+    plan = _plan(defn, defn.statements[0], {f"S{k.upper()}": v for k, v in extents.items()})
+    assert (plan is not None) == copied
