@@ -1060,9 +1060,21 @@ class _Backward:
                     for name, x in zip(e.lhs, e.scatter)]
             lhs = f"{tensor}({', '.join(subs)})"
         order = [i for i in e.ranges if i in where]
-        clause = ", ".join(f"{i} in {e.ranges[i][0]}:{e.ranges[i][1]}" for i in order)
+        clause = ", ".join(f"{i} in {self._bound(e.ranges[i][0])}:{self._bound(e.ranges[i][1])}"
+                           for i in order)
         text = f"    {lhs} {e.op} {body}" + (f" where {clause}" if clause else "")
         return text
+
+    def _bound(self, e: Z.SizeExpr) -> Z.SizeExpr:
+        """A where range's bound as the size name the header binds for it (`S0` for
+        `M - 1`): a temporary written over `0:S0` by one statement (a saved tensor's
+        extent) and `0:M - 1` by another got the extent `max(M - 1, S0)`, and the backward
+        of this backward, which writes such an extent as a where range, could not (fuzz
+        seed 2034, program 1286)."""
+        for name in sorted(self.bound):
+            if (self.added[name] - e).constant == 0:
+                return Z.size(name)
+        return e
 
     def text(self) -> str:
         from tclang.lang.frontend import check_source

@@ -429,3 +429,34 @@ def test_a_guard_on_a_stride_names_only_the_left_sides_indices(source, sizes):
     program = GeneratedProgram(source, "f", {"N": sizes[0], "M": sizes[1]})
     failures, notes = gradients.check_grad(program)
     assert failures == [] and notes[0] == "grad", (failures, notes)
+
+
+PROGRAM_1286 = (  # fuzz seed 2034, program 1286
+    "def fuzz(float16(M, 3) A, uint8(M, M) B) -> (O2) {\n"
+    "    T0(i, k) max=! (A(j + i, k) * (-(((((k - 2 >= 0 && k - 2 <= M - 1 && k - 1 >= 0 && "
+    "k - 1 <= M - 1) ? B(k - 2, k - 1) : 0) != 0) || (((!(i - k < 0 || i - k >= M)) ? "
+    "A(i - k, k) : 0.0) > 0.0)) ? (true ? 1.5 : -0.5) : double(((M - k >= 0 && M - k < M && "
+    "i + 2 >= 0 && i + 2 <= M - 1) ? B(M - k, i + 2) : 0))))) where j in 0:2\n"
+    "    T1(k, i, j, l) = fmax(hypot((float(B(i, j)) - T0(k, l)), (((i >= j) || true) ? "
+    "float((i - M)) : float(j))), A(i, 3 - 1 - l))\n"
+    "    O2(j, l, i, k) = min((min(A(l, k), T0(j, k)) / (fabs(double(B(i, i))) + 1.0)), "
+    "((!(k - 1 < 0 || k - 1 >= M)) ? T1(0, l, k - 1, k) : 0));\n}\n")
+
+
+def test_a_where_range_names_the_size_the_backward_binds():
+    """T0's rows run over 0:M - 1, which the backward binds as S0 (T0 is saved): one
+    statement wrote dT0 over 0:S0 and another over `where k in 0:M - 1`, so dT0's extent
+    was max(M - 1, S0), and the second derivative, which writes that extent as a where
+    range, did not check."""
+    from tclang.fuzzing import gradients
+    from tclang.fuzzing.generator import GeneratedProgram
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tc.TCWarning)
+        g = tc.grad(tc.define(PROGRAM_1286)["fuzz"])
+        assert "# S0 = M - 1" in g.plan.backward and "in 0:M - 1" not in g.plan.backward
+        tc.grad(tc.define(g.plan.backward)[g.plan.backward_name])
+        if gradients.torch_available():
+            failures, notes = gradients.check_torch(GeneratedProgram(PROGRAM_1286, "fuzz",
+                                                                     {"M": 2}),
+                                                    "gradgradcheck")
+            assert failures == [] and notes[0] == "gradgradcheck", (failures, notes)
