@@ -8,9 +8,13 @@
 - No hypothesis deadlines: CI machines are slow and noisy.
 - Tests marked `slow` (soak tests) are skipped unless a -m expression is given, e.g.
   `pytest -m slow`.
+- Ctrl-C is Python's KeyboardInterrupt even where the suite was started with SIGINT
+  ignored (`nohup ... &` from a script: the shell ignores it in background jobs), as it is
+  in any interactive run: the Ctrl-C tests check that tclang leaves that handler alone.
 """
 
 import os
+import signal
 import tempfile
 
 import pytest
@@ -21,6 +25,9 @@ _cache = tempfile.TemporaryDirectory(prefix="tclang-test-cache-")
 os.environ["TCLANG_CACHE_DIR"] = _cache.name
 _key = tempfile.TemporaryDirectory(prefix="tclang-test-key-")
 os.environ["TCLANG_CACHE_KEY_FILE"] = os.path.join(_key.name, "cache.key")
+
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 settings.register_profile("tclang", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("tclang")
