@@ -976,9 +976,11 @@ class _Builder:
                 dtype = self.versions[f"cand:{self.made[k]}"].dtype
                 value = source(s.rhs) if isinstance(s.rhs, P.Cast) and \
                     s.rhs.dtype is dtype else f"{type_name(dtype)}({source(s.rhs)})"
-                lines.append(f"    {candidates[k]}({every}) = {value} where {where}")
-                lines.append(f"    {target} {s.op}={bang} {candidates[k]}({every}) "
-                             f"where {where}")
+                # no where at all over no index (`O max= e`: an empty clause did not
+                # parse; fuzz seed 2035, program 575)
+                clause = f" where {where}" if where else ""
+                lines.append(f"    {candidates[k]}({every}) = {value}{clause}")
+                lines.append(f"    {target} {s.op}={bang} {candidates[k]}({every}){clause}")
             else:
                 if text:  # (a scatter's reset shares its statement's text)
                     lines.append("    " + text)

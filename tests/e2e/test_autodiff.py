@@ -460,3 +460,15 @@ def test_a_where_range_names_the_size_the_backward_binds():
                                                                      {"M": 2}),
                                                     "gradgradcheck")
             assert failures == [] and notes[0] == "gradgradcheck", (failures, notes)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7])
+def test_a_min_over_no_index_onto_an_earlier_value_is_differentiated(n):
+    """`O min= X(0) * 0.5` keeps its candidates for the backward; over no index its
+    training forward wrote an empty `where`, which did not parse (fuzz seed 2035,
+    program 575)."""
+    from tclang.fuzzing import gradients
+    from tclang.fuzzing.generator import GeneratedProgram
+    source = ("def f(double(N) X) -> (O) {\n  O min=! X(i)\n  O min= X(0) * 0.5\n}")
+    failures, notes = gradients.check_grad(GeneratedProgram(source, "f", {"N": n}))
+    assert failures == [] and notes[0] == "grad", (failures, notes)
