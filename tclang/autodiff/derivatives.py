@@ -22,7 +22,7 @@ import math
 from typing import Callable
 
 from tclang.lang import program as P
-from tclang.autodiff.source_text import source
+from tclang.autodiff.source_text import Raw, source
 from tclang.dtypes import DType, promote
 
 
@@ -136,7 +136,7 @@ def select(cond: P.Expr, then: P.Expr | None, other: P.Expr | None,
     t = _joined(then, other)
     # nested guards with zero elsewhere become one guard: (a ? (b ? x : 0) : 0) -> (a && b ? x : 0)
     if _is_const(other, 0) and isinstance(then, P.Select) and _is_const(then.other, 0) \
-            and not _reads_in(cond) and not _reads_in(then.cond):
+            and _affine_condition(cond) and _affine_condition(then.cond):
         return select(P.Binary("and", cond, then.cond, DType.BOOL), then.then, None, t)
     return P.Select(cond, _as(then, t), _as(other, t), t)
 
@@ -153,10 +153,46 @@ def _same(a: P.Expr, b: P.Expr) -> bool:
     return max(sizes) <= _SAME_NODES and source(a) == source(b)
 
 
-def _reads_in(e: P.Expr) -> bool:
-    """Whether a condition reads a tensor: such a condition is not affine, and a read
-    under it is not guarded by an affine condition merged with it."""
-    return any(isinstance(x, P.Read) for x in P.walk(e))
+def _affine_condition(e) -> bool:
+    """Whether the language reads condition `e` as affine (tclang/lang/expressions.py,
+    `condition`): `&&`, `||` and `!` of bool literals and comparisons of affine integer
+    expressions of indices and sizes. Only an affine condition guards the reads under it:
+    `a && b` with `b` data (a read, or a float comparison like `2.0 > 0.0`) guards
+    nothing, so a read that `a` kept in bounds would be out of bounds (fuzz seed 2036,
+    program 418, second order). Conservative: what it cannot tell is not affine."""
+    if isinstance(e, Raw):  # the generator's own guards on indices
+        return True
+    if isinstance(e, P.Binary) and e.op in ("and", "or"):
+        return _affine_condition(e.lhs) and _affine_condition(e.rhs)
+    if isinstance(e, P.Unary) and e.op == "not":
+        return _affine_condition(e.operand)
+    if isinstance(e, P.Const):
+        return e.dtype is DType.BOOL
+    if isinstance(e, P.Compare):
+        return _affine_integer(e.lhs) and _affine_integer(e.rhs)
+    return False
+
+
+def _affine_integer(e) -> bool:
+    """An integer expression affine in indices and sizes (constant factors and divisors)."""
+    if isinstance(e, (P.IndexValue, P.SizeValue)):
+        return True
+    if isinstance(e, P.Const):
+        return isinstance(e.value, int) and not isinstance(e.value, bool)
+    if isinstance(e, P.Unary) and e.op == "neg":
+        return _affine_integer(e.operand)
+    if isinstance(e, P.Binary) and e.op in ("add", "sub"):
+        return _affine_integer(e.lhs) and _affine_integer(e.rhs)
+    if isinstance(e, P.Binary) and e.op == "mul":
+        return (_integer_constant(e.lhs) and _affine_integer(e.rhs)) or \
+            (_integer_constant(e.rhs) and _affine_integer(e.lhs))
+    if isinstance(e, P.Binary) and e.op in ("div", "mod"):
+        return _integer_constant(e.rhs) and _affine_integer(e.lhs)
+    return False
+
+
+def _integer_constant(e) -> bool:
+    return isinstance(e, P.Const) and isinstance(e.value, int) and not isinstance(e.value, bool)
 
 
 def call(name: str, *args: P.Expr) -> P.Call:

@@ -483,6 +483,12 @@ class _Builder:
         if guards:
             zero = "false" if t.dtype is DType.BOOL else \
                 rng.choice(("0", "0.0", "1")) if t.dtype.is_float else "0"
+            if rng.random() < 0.15:  # a condition that is not affine and reads nothing,
+                # under the guard: merged with it, it left the read unguarded in a backward
+                # (fuzz seed 2036, program 418)
+                i, j = rng.choice(list(idx.exts) or ["0"]), rng.choice(list(idx.exts) or ["0"])
+                cond = rng.choice((f"float({i}) > 0.5", "2.0 > 0.0", f"{i} * {j} >= 1"))
+                node = Node(f"(({cond}) ? {{0}} : {zero})", (node,))
             node = Node(f"(({' && '.join(guards)}) ? {{0}} : {zero})", (node,))
         return Val(node, t.dtype, t.exact, max(t.mag, 1))
 

@@ -96,6 +96,10 @@ def grad_forms(source: str, entry: str) -> list[str]:
         "where exists": any(s.exists for s in defn.statements),
         "a guarded read": any(isinstance(x, P.Read) and x.guard is not None
                               for s in defn.statements for x in P.walk(s.rhs)),
+        # (generator._read: a condition neither affine nor on data, inside a guard)
+        "a condition not affine under a guard": re.search(
+            r"\? \(\((float\(\w+\) > 0\.5|2\.0 > 0\.0|\w+ \* \w+ >= 1)\) \?",
+            source) is not None,
     }
     return [f"grad of {name}" for name, found in forms.items() if found]
 

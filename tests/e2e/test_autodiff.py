@@ -472,3 +472,31 @@ def test_a_min_over_no_index_onto_an_earlier_value_is_differentiated(n):
     source = ("def f(double(N) X) -> (O) {\n  O min=! X(i)\n  O min= X(0) * 0.5\n}")
     failures, notes = gradients.check_grad(GeneratedProgram(source, "f", {"N": n}))
     assert failures == [] and notes[0] == "grad", (failures, notes)
+
+
+DATA_CONDITIONS_UNDER_GUARDS = [
+    # an affine guard around a condition that is not affine (no read in it, but a float
+    # comparison): merged into `i >= 1 && float(i) > 1.5`, which guards nothing, the
+    # backward's read dO(k + 1) was out of bounds ("please report"; fuzz seed 2036,
+    # program 418, at second order)
+    "def f(double(N) X) -> (O) {\n  O(i) = (i >= 1) ? ((float(i) > 1.5) ? X(i - 1) : 0.0)"
+    " : 0.0 where i in 0:N\n}",
+    "def f(double(N) X) -> (O) {\n  O(i) = (i >= 1) ? ((2.0 > 0.0) ? X(i - 1) * X(i - 1)"
+    " : 0.0) : 0.0 where i in 0:N\n}",
+    "def f(double(N) X) -> (O) {\n  O(i) = (i >= 1) ? ((2.0 > 0.0) ? tanh(X(i - 1)) :"
+    " atan(X(N - i))) : 0.0 where i in 0:N\n}",
+]
+
+
+@pytest.mark.parametrize("source", DATA_CONDITIONS_UNDER_GUARDS)
+@pytest.mark.parametrize("n", [1, 2, 7])
+def test_a_guard_is_not_merged_with_a_condition_on_data(source, n):
+    from tclang.fuzzing import gradients
+    from tclang.fuzzing.generator import GeneratedProgram
+    failures, notes = gradients.check_grad(GeneratedProgram(source, "f", {"N": n}))
+    assert failures == [] and notes[0] == "grad", (failures, notes)
+
+
+def test_second_derivative_of_a_guard_around_a_condition_on_data():
+    g = tc.grad(tc.define(DATA_CONDITIONS_UNDER_GUARDS[1])["f"])
+    tc.grad(g)  # its backward checks (it read dO2 out of bounds, as above)
