@@ -91,9 +91,14 @@ class Backend(Protocol):
 
     def build(self, kernel: L.Kernel, target: Target) -> Artifact: ...
 
-    # optional: `prepare()`, called when a compile is about to start (the disk cache had
-    # nothing): start what takes long and can run beside the polyhedral work (the CPU
-    # backend's optimizer process loading LLVM)
+    # optional: `prepare()`, called when a source is parsed (tc.define: its first call
+    # will likely compile) and when a compile starts (the disk cache had nothing): start
+    # what takes long and can run beside the parse and the polyhedral work (the CPU
+    # backend's optimizer process loading LLVM); cheap when it already runs
+
+    # optional: `while_scheduling()`, called in the compiling process while the middle
+    # end's process schedules (the compiler would only wait): load what `build` needs
+    # (the CPU backend imports its LLVM IR builder)
 
     # optional: `attach_store(store: SealedStore)`, called once by the driver when it
     # loads the backend: where a backend that keeps build products of its own (the

@@ -24,7 +24,7 @@ names the stage.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Mapping
 
 import islpy as isl
@@ -32,7 +32,6 @@ import islpy as isl
 from polyhedral import loop_ir as L
 from polyhedral.bounds import bounds_conditions, check_bounds
 from polyhedral.recurrences import check_recurrences
-from polyhedral.bounds_runtime import BoundsCondition
 from polyhedral.contraction import SLICE_BYTES, contract_temporaries
 from polyhedral.dependences import compute_dependences
 from polyhedral.guard_splitting import automatic_fusion, split_guards
@@ -42,6 +41,7 @@ from polyhedral.lowering import lower_to_loops
 from polyhedral.packing import graft_copies
 from polyhedral.row_fusion import fuse_rows
 from polyhedral.scheduler import RETRY_AFTER, compute_schedule, schedule_text
+from polyhedral.scheduled import ScheduledKernel
 from polyhedral.scop import build_scop
 from polyhedral.gpu import map_to_gpu
 from polyhedral.tiling import BandReport, apply_loop_order, transform_bands
@@ -59,20 +59,6 @@ from tclang.lang.guarded_sums import restrict_guarded_sums
 from tclang.lang.half_accumulators import widen_half_reductions
 from tclang.lang.reduction_scales import factor_out_scales
 from tclang.lang.wide_indices import widen_indices
-
-
-@dataclass(frozen=True)
-class ScheduledKernel:
-    kernel: L.Kernel
-    schedule: str  # the final isl schedule tree, as text
-    strategy: str  # the fusion strategy that produced it (" + rows": rows fused after it)
-    fallback: str | None  # why the requested strategy was not used
-    bounds: tuple[BoundsCondition, ...]  # shape-generic kernels: sizes that break a read
-    bands: tuple[BandReport, ...] = ()
-    timings: dict[str, float] = field(default_factory=dict, compare=False)
-    stored_terms: tuple[str, ...] = ()  # temporaries of tclang/lang/passes/stored_terms.py
-    # a degraded schedule (polyhedral/scheduler.py): when to try the full one again
-    retry_at: float | None = None
 
 
 def verify_enabled() -> bool:

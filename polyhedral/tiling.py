@@ -11,35 +11,18 @@ polyhedral notes, section 6.2).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import islpy as isl
 
 from polyhedral import bands as B
 from polyhedral import packing as P
 from polyhedral import register_tiles as R
 from polyhedral.row_fusion import ROW_MARK
+from polyhedral.scheduled import UNTILED, BandReport  # noqa: F401 - re-exported
 from polyhedral.scop import Scop
 from tclang import budget as compile_budget
 from tclang.errors import TCScheduleError
 from tclang.options import Options
 from tclang.target import Target
-
-UNTILED = 1 << 30  # a "tile" larger than any loop: the member stays whole
-
-
-@dataclass
-class BandReport:
-    """What the passes did to one band, for explain output and tests: `tile` the size of
-    each member (UNTILED: kept whole), `indices` the index each member runs over (names
-    joined by "/" where statements differ), `reason` why it was tiled so, or not at all."""
-
-    members: int
-    tile: tuple[int, ...] | None
-    order: tuple[int, ...]
-    indices: tuple[str, ...] = ()
-    reason: str = ""
-    extents: tuple[int | None, ...] = ()  # each member's, where known
 
 
 def transform_bands(schedule: isl.Schedule, scop: Scop, options: Options, target: Target,

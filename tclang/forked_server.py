@@ -113,14 +113,17 @@ class ForkedServer:
         with self.lock:
             self._running()
 
-    def call(self, request: Any, limit: float | None = None) -> Any:
+    def call(self, request: Any, limit: float | None = None,
+             meanwhile: Callable[[], Any] | None = None) -> Any:
         """The handler's result; ServerError when there is none (RequestFailed when the
         handler raised, ServerDied when two processes in a row died working on it).
-        `limit` is in seconds of wall-clock time, None for no limit."""
+        `limit` is in seconds of wall-clock time, None for no limit. `meanwhile()` runs
+        here once the request is sent, while the helper works on it (what the caller will
+        need next, loaded in the time it would wait); an exception from it is dropped."""
         deadline = None if limit is None else time.monotonic() + limit
         with self.lock:
             try:
-                status, payload = self._attempt(request, deadline, limit)
+                status, payload = self._attempt(request, deadline, limit, meanwhile)
             except _Died as died:  # a fresh process, sent the same request once more
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
@@ -138,13 +141,18 @@ class ForkedServer:
                 raise RequestFailed(*payload)
             return payload
 
-    def _attempt(self, request: Any, deadline: float | None,
-                 limit: float | None) -> tuple[str, Any]:
+    def _attempt(self, request: Any, deadline: float | None, limit: float | None,
+                 meanwhile: Callable[[], Any] | None = None) -> tuple[str, Any]:
         """One try: (status, payload) from a running process; _Died if it died on it."""
         self._running()
         request_id = next(self.requests)
         try:
             self.conn.send((request_id, request, limit))
+            if meanwhile is not None:
+                try:
+                    meanwhile()
+                except Exception:  # noqa: BLE001 - what it loads fails again where needed
+                    pass
             return self._reply(request_id, deadline, limit)
         except (EOFError, OSError):  # its end of the pipe closed: it ended
             raise _Died(*self._ended()) from None

@@ -62,9 +62,9 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture
 def fresh_middle_end():
-    """The middle end's helper process (tclang/driver/middle_end.py) is forked on a compile and
-    kept: stop it before and after, so that a test's patches of the polyhedral layer reach
-    the process that compiles and leave with it."""
+    """The middle end's helper process (tclang/driver/middle_end.py) is forked by tc.define
+    (or a compile) and kept: stop it before and after, so that a test's patches of the
+    polyhedral layer reach the process that compiles and leave with it."""
     from tclang.driver import middle_end
     middle_end.stop()
     yield middle_end

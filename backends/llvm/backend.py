@@ -58,6 +58,12 @@ class LLVMBackend:
         from backends.llvm import jit
         jit.start()
 
+    def while_scheduling(self) -> None:
+        """The LLVM IR builder (llvmlite.ir, ~20 ms of imports) loads while the middle
+        end's process schedules, not after."""
+        import importlib
+        importlib.import_module("backends.llvm.kernel_module")
+
     def build(self, kernel: L.Kernel, target: Target) -> Artifact:
         from backends.llvm import jit
         from backends.llvm.kernel_module import KernelModule  # llvmlite.ir: not for a cache hit

@@ -28,6 +28,7 @@ neither (`schedule_definition`, the pipeline called alone by explain or export, 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import time
@@ -272,6 +273,29 @@ def kernel_info(scheduled, loops: str) -> KernelInfo:
 _memory = HeldWhileUsed(max_variants())
 
 
+@contextlib.contextmanager
+def expecting_compile(backend_name: str):
+    """Around the parse of a source no call record answered for (tc.define): its first
+    call will most likely compile, so the compile's helpers start now. The middle end's
+    process (tclang/driver/middle_end.py) starts before the parse and imports isl and the
+    polyhedral layer while this process parses and checks; the backend's (the CPU's LLVM
+    optimizer, `Backend.prepare`) starts after it, and loads LLVM while this process
+    computes the cache key and the middle end schedules: started together with the first,
+    three processes shared two cores during the parse. A cold compile then waits for none
+    of those imports. A backend name that is not one starts nothing: the call reports it."""
+    from tclang.driver import middle_end
+    from tclang.errors import TCError
+    middle_end.start()
+    yield
+    try:
+        backend = get_backend(backend_name)
+    except TCError:
+        return
+    prepare = getattr(backend, "prepare", None)
+    if prepare is not None:
+        prepare()
+
+
 def compile_definition(defn: Definition, sizes: dict[str, int] | None, options: Options,
                        backend_name: str, target: Target, key: tuple, layouts,
                        fresh: bool = False) -> Compiled:
@@ -425,7 +449,8 @@ def _compile(defn: Definition, sizes, options: Options, backend: Backend, target
     # one budget for the whole compile (tclang/budget.py): scheduling (in the middle end's
     # helper process, replaced now and then: islpy leaks on every compile) and code generation
     with recursion_room(), compile_budget.compiling(defn.name, options) as budget:
-        scheduled = middle_end.schedule(defn, sizes, options, target, layouts)
+        scheduled = middle_end.schedule(defn, sizes, options, target, layouts,
+                                        getattr(backend, "while_scheduling", None))
         fell_back = budget.fell_back
         ctrl_c.checkpoint()  # a Ctrl-C that Python dropped meanwhile: here, not after LLVM
         kernel = scheduled.kernel

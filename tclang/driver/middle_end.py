@@ -28,6 +28,7 @@ A test that patches a polyhedral module stops it before and after (`stop`).
 
 from __future__ import annotations
 
+import importlib
 import os
 import pickle
 import signal
@@ -49,13 +50,16 @@ POLYHEDRAL_STAGES = frozenset(("passes", "scop", "dependences", "schedule", "tra
                                "loops"))
 
 
-def schedule(defn, sizes, options, target, layouts):
+def schedule(defn, sizes, options, target, layouts, meanwhile=None):
     """polyhedral.pipeline.schedule_stages(defn, sizes, options, target, layouts, stages)
     inside the compile's budget (open: the compile door's), run in the helper process (in
-    this one where it cannot be, see the module's docstring)."""
-    from polyhedral.pipeline import STAGE_FAILURES, schedule_stages  # each fork shares it
-    inline = lambda: schedule_stages(defn, sizes, options, target, layouts,  # noqa: E731
-                                     Stages(defn.name, STAGE_FAILURES))
+    this one where it cannot be, see the module's docstring). `meanwhile()` runs in this
+    process while the helper schedules (ForkedServer.call)."""
+    def inline():
+        from polyhedral.pipeline import STAGE_FAILURES, schedule_stages
+        return schedule_stages(defn, sizes, options, target, layouts,
+                               Stages(defn.name, STAGE_FAILURES))
+
     if requested() & POLYHEDRAL_STAGES:
         return inline()
     environment = {k: v for k, v in os.environ.items() if k.startswith("TCLANG_")}
@@ -66,7 +70,7 @@ def schedule(defn, sizes, options, target, layouts):
     except (pickle.PicklingError, TypeError, AttributeError, RecursionError):
         return inline()
     try:
-        answer = _helper.call(request)
+        answer = _helper.call(request, meanwhile=meanwhile)
     except (ServerUnavailable, RequestFailed):  # no helper, or its own code failed: here
         return inline()
     except ServerDied as died:  # twice in a row: the server tried a fresh process once
@@ -93,6 +97,21 @@ def schedule(defn, sizes, options, target, layouts):
             error.add_note(f"raised in the middle end's process:\n{where}")  # (3.11+)
         raise error
     return inline()  # "unpicklable": the result or the exception, made again here
+
+
+def start() -> None:
+    """Fork the helper now, if none runs: it imports isl and the polyhedral layer (~80 ms)
+    while this process still parses and checks the source (tc.define calls this before it
+    parses). This process then never imports them for a compile: the answer it unpickles
+    is loop IR (polyhedral/scheduled.py). Nothing happens where TCLANG_DUMP asks for a
+    polyhedral stage (scheduled here) or no process can be forked (the first compile
+    schedules here)."""
+    if requested() & POLYHEDRAL_STAGES:
+        return
+    try:
+        _helper.start()
+    except ServerUnavailable:
+        pass
 
 
 def stop() -> None:
@@ -136,6 +155,7 @@ def _prepare() -> None:
     sys.setrecursionlimit(max(sys.getrecursionlimit(), FRAMES_PER_LEVEL * MAX_HEIGHT + 1000))
     helper = os.getpid()
     os.register_at_fork(after_in_child=lambda: _die_with(helper))
+    importlib.import_module("polyhedral.pipeline")  # isl and the passes, before a request
 
 
 def _die_with(parent: int) -> None:

@@ -19,6 +19,7 @@ loop IR load on the first call that needs them.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
@@ -990,15 +991,26 @@ def define_module(source: str, backend: str = "cpu", options: Options | None = N
     cleanly."""
     if not isinstance(source, str) or not call_records.enabled():
         from tclang.lang.frontend import check_source
-        return Module(check_source(source), backend, options, tuned=tuned)
+        with _expecting_compile(backend):
+            program = check_source(source)
+        return Module(program, backend, options, tuned=tuned)
     signatures = call_records.signatures(source)
     if signatures is not None:
         return Module(None, backend, options, tuned=tuned, source=source,
                       signatures=signatures)
-    from tclang.lang.checker import warnings_given
-    from tclang.lang.frontend import check_source
-    before = warnings_given()
-    program = check_source(source)
+    with _expecting_compile(backend):
+        from tclang.lang.checker import warnings_given
+        from tclang.lang.frontend import check_source
+        before = warnings_given()
+        program = check_source(source)
     if warnings_given() == before:
         call_records.remember_source(source, program)
     return Module(program, backend, options, tuned=tuned)
+
+
+def _expecting_compile(backend):
+    """The compiler's helpers start around the parse (compiler.expecting_compile)."""
+    if not isinstance(backend, str):
+        return contextlib.nullcontext()
+    from tclang.driver.compiler import expecting_compile
+    return expecting_compile(backend)

@@ -8,6 +8,7 @@ import faulthandler
 import multiprocessing
 import os
 import signal
+import time
 import uuid
 
 import numpy as np
@@ -176,3 +177,43 @@ def test_a_helper_whose_parent_cannot_kill_it_ends_by_its_own_alarm(monkeypatch)
         assert done and os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGALRM
     finally:
         monkeypatch.undo()
+
+
+def _waits_for(path):
+    """A handler that answers only once `path` exists (made by the caller's `meanwhile`)."""
+    def handler(request):
+        deadline = time.monotonic() + 20
+        while not os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return request * 2 if os.path.exists(path) else None
+    return handler
+
+
+def test_meanwhile_runs_while_the_helper_works(tmp_path):
+    """`call(..., meanwhile=f)` runs f once the request is sent and before the answer is
+    awaited: the handler here answers only after f made its file."""
+    flag = tmp_path / "loaded"
+    server = ForkedServer(_waits_for(str(flag)), "waiting helper")
+    try:
+        assert server.call(21, limit=30, meanwhile=flag.touch) == 42
+        flag.unlink()
+
+        def fails():
+            flag.touch()
+            raise ValueError("an import that failed")
+        assert server.call(4, limit=30, meanwhile=fails) == 8  # dropped: the answer stands
+    finally:
+        _stop(server)
+
+
+def test_ctrl_c_in_meanwhile_abandons_the_request(tmp_path):
+    server = ForkedServer(_waits_for(str(tmp_path / "never")), "waiting helper")
+
+    def interrupted():
+        raise KeyboardInterrupt
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            server.call(1, limit=30, meanwhile=interrupted)
+        assert server.pid is None  # killed and reaped, as for a Ctrl-C while waiting
+    finally:
+        _stop(server)

@@ -55,10 +55,80 @@ def test_a_disk_hit_loads_no_compiler(tmp_path):
     """Specialized and shape-generic kernels: the second process runs them, checks a
     shape-generic call's bounds and reads both loop IRs, all without isl."""
     first = run_probe(tmp_path)
-    assert first["cache"] == ["compiled", "compiled"] and "islpy" in first["heavy"]
-    # compiling, LLVM loads only in the optimizer process (jit.py), beside the scheduling
-    assert "llvmlite.binding" not in first["heavy"] and len(first["helpers"]) >= 1
+    assert first["cache"] == ["compiled", "compiled"]
+    # compiling, isl loads only in the middle end's process (tclang/driver/middle_end.py)
+    # and LLVM only in the optimizer's (jit.py): both started at tc.define, beside the parse
+    assert first["heavy"] == ["backends.llvm.kernel_module"] and len(first["helpers"]) >= 2
     assert first["refused"] and first["loops"]
     second = run_probe(tmp_path)
     assert second == dict(cache=["disk", "disk"], heavy=[], helpers=[], refused=True,
                           loops=True)
+
+
+def probe(code: str, cache_dir: Path, **env) -> dict:
+    """Run `code` in a fresh Python with a private cache; its last line printed, as JSON."""
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                            text=True, timeout=300,
+                            env={**__import__("os").environ, "TCLANG_CACHE_DIR": str(cache_dir),
+                                 **env})
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+DEFINE_ONLY = """
+import json
+import tclang as tc
+from tclang.driver import middle_end
+from tclang.forked_server import helper_pids
+tc.define("def add(float(N) A) -> (B) { B(i) = A(i) + 1 }")
+print(json.dumps(dict(middle_end=middle_end._helper.pid, helpers=helper_pids())))
+"""
+
+
+def test_a_process_that_only_defines_leaves_no_helper_behind(tmp_path):
+    """tc.define starts the middle end and the optimizer (they load isl and LLVM beside the
+    parse); a process that ends without compiling takes them with it."""
+    import time
+    seen = probe(DEFINE_ONLY, tmp_path)
+    assert seen["middle_end"] is not None and len(seen["helpers"]) >= 2
+    deadline = time.monotonic() + 30
+    alive = seen["helpers"]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        alive = [pid for pid in alive if _running(pid)]
+    assert not alive, f"helpers still running after their parent ended: {alive}"
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_no_helper_is_started_where_a_polyhedral_stage_is_dumped(tmp_path):
+    """TCLANG_DUMP=schedule schedules in this process (its dumps go to this stderr)."""
+    seen = probe(DEFINE_ONLY, tmp_path, TCLANG_DUMP="schedule")
+    assert seen["middle_end"] is None
+
+
+NO_FORK = """
+import json, os
+import numpy as np
+def refused():
+    raise OSError(11, "Resource temporarily unavailable")
+os.fork = refused
+import tclang as tc
+from tclang.forked_server import helper_pids
+mm = tc.define("def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }")
+a = np.arange(35, dtype=np.float32).reshape(7, 5)
+b = np.arange(15, dtype=np.float32).reshape(5, 3)
+print(json.dumps(dict(right=bool(np.allclose(mm.mm(a, b), a @ b)), helpers=helper_pids())))
+"""
+
+
+def test_define_and_compile_where_no_process_can_be_forked(tmp_path):
+    """Where no helper can start (a process limit), tc.define and the first call work in
+    this process: scheduling and LLVM's optimizer run here."""
+    assert probe(NO_FORK, tmp_path) == dict(right=True, helpers=[])

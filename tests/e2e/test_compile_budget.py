@@ -60,10 +60,13 @@ def middle_end_here(monkeypatch):
     from tclang.driver import middle_end
     from tclang.forked_server import ServerUnavailable
 
-    def unavailable(request):
+    def unavailable(request, **_):
         raise ServerUnavailable("no helper in these tests")
 
     monkeypatch.setattr(middle_end._helper, "call", unavailable)
+    yield
+    monkeypatch.undo()
+    middle_end.stop()  # tc.define forked one while the stages were patched: gone with them
 
 
 @pytest.fixture

@@ -136,10 +136,13 @@ def every_contraction_copied(monkeypatch):
     from tclang.forked_server import ServerUnavailable
     from tclang.lang.passes import contraction_layouts
 
-    def unavailable(request):
+    def unavailable(request, **_):
         raise ServerUnavailable("the patched pass runs here")
     monkeypatch.setattr(middle_end._helper, "call", unavailable)
     monkeypatch.setattr(contraction_layouts, "MIN_WORK_PER_COPY", 0)
+    yield
+    monkeypatch.undo()
+    middle_end.stop()  # tc.define forked one while the pass was patched: gone with it
 
 
 @pytest.mark.parametrize("spec, _, flat", FLATTENED)
