@@ -62,6 +62,8 @@ def schedule(defn, sizes, options, target, layouts, meanwhile=None):
 
     if requested() & POLYHEDRAL_STAGES:
         return inline()
+    if _helper.pid is None and _threaded():  # see _threaded: the helper inherits it
+        importlib.import_module("polyhedral.pipeline")
     environment = {k: v for k, v in os.environ.items() if k.startswith("TCLANG_")}
     try:
         request = pickle.dumps((defn, sizes, options, target, layouts, environment,
@@ -106,12 +108,21 @@ def start() -> None:
     is loop IR (polyhedral/scheduled.py). Nothing happens where TCLANG_DUMP asks for a
     polyhedral stage (scheduled here) or no process can be forked (the first compile
     schedules here)."""
-    if requested() & POLYHEDRAL_STAGES:
+    if requested() & POLYHEDRAL_STAGES or _threaded():
         return
     try:
         _helper.start()
     except ServerUnavailable:
         pass
+
+
+def _threaded() -> bool:
+    """Whether other Python threads run in this process. A child forked while another
+    thread imports a module waits for that module's lock for ever (its holder does not
+    exist in the child), and the helper imports the polyhedral layer after the fork: so
+    where other threads run, the helper is forked at the first compile, after this process
+    imported that layer itself (`schedule`), and imports nothing."""
+    return len(sys._current_frames()) > 1
 
 
 def stop() -> None:

@@ -132,3 +132,27 @@ def test_define_and_compile_where_no_process_can_be_forked(tmp_path):
     """Where no helper can start (a process limit), tc.define and the first call work in
     this process: scheduling and LLVM's optimizer run here."""
     assert probe(NO_FORK, tmp_path) == dict(right=True, helpers=[])
+
+
+THREADED = """
+import json, sys, threading
+import numpy as np
+done = threading.Event()
+threading.Thread(target=done.wait, daemon=True).start()  # another Python thread runs
+import tclang as tc
+from tclang.driver import middle_end
+mm = tc.define("def mm(float(M,K) A, float(K,N) B) -> (C) { C(m,n) +=! A(m,k) * B(k,n) }")
+early = middle_end._helper.pid
+a = np.arange(35, dtype=np.float32).reshape(7, 5)
+b = np.arange(15, dtype=np.float32).reshape(5, 3)
+right = bool(np.allclose(mm.mm(a, b), a @ b))
+print(json.dumps(dict(early=early, right=right, isl="islpy" in sys.modules,
+                      helper=middle_end._helper.pid is not None)))
+"""
+
+
+def test_with_other_threads_the_helper_forks_after_this_process_imported_isl(tmp_path):
+    """A child forked while another thread imports a module waits on that module's lock
+    for ever: where other threads run, tc.define forks nothing, and the compile forks the
+    helper once this process imported the polyhedral layer (the helper imports nothing)."""
+    assert probe(THREADED, tmp_path) == dict(early=None, right=True, isl=True, helper=True)
