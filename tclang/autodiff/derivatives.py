@@ -24,6 +24,7 @@ from typing import Callable
 from tclang.lang import program as P
 from tclang.autodiff.source_text import Raw, source
 from tclang.dtypes import DType, promote
+from tclang.lang.guarded_sums import affine_condition
 
 
 class NotDifferentiable(Exception):
@@ -154,45 +155,12 @@ def _same(a: P.Expr, b: P.Expr) -> bool:
 
 
 def _affine_condition(e) -> bool:
-    """Whether the language reads condition `e` as affine (tclang/lang/expressions.py,
-    `condition`): `&&`, `||` and `!` of bool literals and comparisons of affine integer
-    expressions of indices and sizes. Only an affine condition guards the reads under it:
-    `a && b` with `b` data (a read, or a float comparison like `2.0 > 0.0`) guards
+    """Whether the language reads condition `e` as affine (guarded_sums.affine_condition,
+    the typed program's reading of it). Only an affine condition guards the reads under
+    it: `a && b` with `b` data (a read, or a float comparison like `2.0 > 0.0`) guards
     nothing, so a read that `a` kept in bounds would be out of bounds (fuzz seed 2036,
-    program 418, second order). Conservative: what it cannot tell is not affine."""
-    if isinstance(e, Raw):  # the generator's own guards on indices
-        return True
-    if isinstance(e, P.Binary) and e.op in ("and", "or"):
-        return _affine_condition(e.lhs) and _affine_condition(e.rhs)
-    if isinstance(e, P.Unary) and e.op == "not":
-        return _affine_condition(e.operand)
-    if isinstance(e, P.Const):
-        return e.dtype is DType.BOOL
-    if isinstance(e, P.Compare):
-        return _affine_integer(e.lhs) and _affine_integer(e.rhs)
-    return False
-
-
-def _affine_integer(e) -> bool:
-    """An integer expression affine in indices and sizes (constant factors and divisors)."""
-    if isinstance(e, (P.IndexValue, P.SizeValue)):
-        return True
-    if isinstance(e, P.Const):
-        return isinstance(e.value, int) and not isinstance(e.value, bool)
-    if isinstance(e, P.Unary) and e.op == "neg":
-        return _affine_integer(e.operand)
-    if isinstance(e, P.Binary) and e.op in ("add", "sub"):
-        return _affine_integer(e.lhs) and _affine_integer(e.rhs)
-    if isinstance(e, P.Binary) and e.op == "mul":
-        return (_integer_constant(e.lhs) and _affine_integer(e.rhs)) or \
-            (_integer_constant(e.rhs) and _affine_integer(e.lhs))
-    if isinstance(e, P.Binary) and e.op in ("div", "mod"):
-        return _integer_constant(e.rhs) and _affine_integer(e.lhs)
-    return False
-
-
-def _integer_constant(e) -> bool:
-    return isinstance(e, P.Const) and isinstance(e.value, int) and not isinstance(e.value, bool)
+    program 418, second order)."""
+    return isinstance(e, Raw) or affine_condition(e) is not None  # Raw: our own guards
 
 
 def call(name: str, *args: P.Expr) -> P.Call:
