@@ -296,6 +296,11 @@ _EXACT_UNARY = ("fabs({0})", "(-{0})", "abs({0})", "floor({0})", "ceil({0})", "r
                 "trunc({0})")
 
 
+CONDITIONS_NOT_AFFINE = ("float({i}) > 0.5", "2.0 > 0.0", "{i} * {j} >= 1")
+"""Conditions that read no tensor and are not affine, put inside a read's guard
+(`_read`); gradients.grad_forms counts the programs that have one."""
+
+
 class _Builder:
     def __init__(self, rng: random.Random):
         self.rng, self.t, self.inputs, self.outputs, self.body = rng, {}, [], [], []
@@ -487,7 +492,7 @@ class _Builder:
                 # under the guard: merged with it, it left the read unguarded in a backward
                 # (fuzz seed 2036, program 418)
                 i, j = rng.choice(list(idx.exts) or ["0"]), rng.choice(list(idx.exts) or ["0"])
-                cond = rng.choice((f"float({i}) > 0.5", "2.0 > 0.0", f"{i} * {j} >= 1"))
+                cond = rng.choice(CONDITIONS_NOT_AFFINE).format(i=i, j=j)
                 node = Node(f"(({cond}) ? {{0}} : {zero})", (node,))
             node = Node(f"(({' && '.join(guards)}) ? {{0}} : {zero})", (node,))
         return Val(node, t.dtype, t.exact, max(t.mag, 1))

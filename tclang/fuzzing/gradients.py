@@ -80,6 +80,18 @@ def _noise(defn, sizes, outputs, seeds) -> float:
     return tolerance(defn, sizes) * max(total, 1e-300)
 
 
+def _not_affine_under_guard() -> str:
+    """A regular expression for generator._read's condition that is not affine, right
+    inside a guard's `?`."""
+    from tclang.fuzzing.generator import CONDITIONS_NOT_AFFINE
+    forms = [re.escape(c).replace(r"\{i\}", r"\w+").replace(r"\{j\}", r"\w+")
+             for c in CONDITIONS_NOT_AFFINE]
+    return r"\? \(\((" + "|".join(forms) + r")\) \?"
+
+
+_NOT_AFFINE_UNDER_GUARD = _not_affine_under_guard()
+
+
 def grad_forms(source: str, entry: str) -> list[str]:
     """The forms of `where` clause and guard the definition has, as the summary counts
     them under "grad of ...": what the gradient checks reach (issue 35 item 5)."""
@@ -96,10 +108,8 @@ def grad_forms(source: str, entry: str) -> list[str]:
         "where exists": any(s.exists for s in defn.statements),
         "a guarded read": any(isinstance(x, P.Read) and x.guard is not None
                               for s in defn.statements for x in P.walk(s.rhs)),
-        # (generator._read: a condition neither affine nor on data, inside a guard)
-        "a condition not affine under a guard": re.search(
-            r"\? \(\((float\(\w+\) > 0\.5|2\.0 > 0\.0|\w+ \* \w+ >= 1)\) \?",
-            source) is not None,
+        "a condition not affine under a guard": re.search(_NOT_AFFINE_UNDER_GUARD, source)
+        is not None,
     }
     return [f"grad of {name}" for name, found in forms.items() if found]
 

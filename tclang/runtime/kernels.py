@@ -19,7 +19,6 @@ loop IR load on the first call that needs them.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
@@ -1008,9 +1007,8 @@ def define_module(source: str, backend: str = "cpu", options: Options | None = N
     return Module(program, backend, options, tuned=tuned)
 
 
-def _expecting_compile(backend):
-    """The compiler's helpers start around the parse (compiler.expecting_compile)."""
-    if not isinstance(backend, str):
-        return contextlib.nullcontext()
+def _expecting_compile(backend: str):
+    """The compiler's helpers start around the parse (compiler.expecting_compile; the
+    compiler module loads here, not for a source a call record answers)."""
     from tclang.driver.compiler import expecting_compile
     return expecting_compile(backend)
