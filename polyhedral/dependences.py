@@ -58,6 +58,7 @@ import islpy as isl
 from polyhedral.scop import Scop
 from polyhedral.isl_callbacks import maps, sets
 from tclang import budget as compile_budget
+from tclang.lang.recurrences import recurrence_reads
 
 FLOW_OPERATIONS_PER_STATEMENT = 500_000
 """isl's exact dataflow analysis, past this many counted operations per statement of the
@@ -157,6 +158,8 @@ def compute_dependences(scop: Scop, reorder_reductions: bool = True) -> Dependen
     for own in relaxed:
         compile_budget.check()
         found["reduction"].append(_order_free_pairs(accesses, own))
+        if own in accesses.recurrent:
+            found["fences"].append(_recurrence_fence(accesses, own))
         tensor, _ = accesses.writes[own]
         for other in accesses.users[tensor]:  # pairs: many reductions of one tensor
             if other != own:
@@ -171,8 +174,9 @@ class _Accesses:
 
     Two views: the whole scop's (`writes`, `reads`: what the fences see) and what the
     dataflow analysis sees (`flow_writes`, `flow_reads`): a relaxed update's accesses to
-    its own target left out, and reads only of elements something writes (reads of the
-    inputs take part in no dependence)."""
+    its own target left out, but for its reads of earlier points (`recurrent`: a
+    recurrence, tclang/lang/recurrences.py), and reads only of elements something writes
+    (reads of the inputs take part in no dependence)."""
 
     def __init__(self, scop: Scop, relaxed: tuple[str, ...]):
         self.ctx = scop.ctx
@@ -193,6 +197,7 @@ class _Accesses:
             written[tensor] = written[tensor].union(m.range()) if tensor in written \
                 else m.range()
         self.flow_writes = {sid: w for sid, w in self.writes.items() if sid not in relaxed}
+        self.recurrent = _recurrence_reads(scop, relaxed)
         self.flow_reads: dict[str, dict[str, isl.Map]] = defaultdict(dict)
         for sid, by_tensor in self.reads.items():
             for tensor, m in by_tensor.items():
@@ -201,6 +206,8 @@ class _Accesses:
                 m = m.intersect_range(written[tensor])
                 if sid in relaxed and self.writes[sid][0] == tensor:
                     m = m.subtract_range(self.writes[sid][1].range())
+                    if sid in self.recurrent:  # a later point reads it: a true dependence
+                        m = m.union(self.recurrent[sid])
                 if not m.is_empty():
                     self.flow_reads[sid][tensor] = m
         self.users = self._users(self.writes, self.reads)
@@ -356,6 +363,29 @@ def _order_free_pairs(accesses: _Accesses, own: str) -> isl.UnionMap:
     order = accesses.order[own]
     same = target.apply_range(target.reverse())
     return isl.UnionMap.from_map(same.intersect(order.lex_lt_map(order)))
+
+
+def _recurrence_reads(scop: Scop, relaxed: tuple[str, ...]) -> dict[str, isl.Map]:
+    """A relaxed update's reads of other points of its own target (a recurrence), by
+    statement: every instance that reads such a point."""
+    found: dict[str, isl.Map] = {}
+    domains = {s.get_tuple_name(): s for s in sets(scop.domain)}
+    for st in scop.statements:
+        if st.id not in relaxed:
+            continue
+        for read in recurrence_reads(st.source):
+            m = scop.ref_reads[(st.id, read.ref)].intersect_domain(domains[st.id])
+            found[st.id] = found[st.id].union(m) if st.id in found else m
+    return found
+
+
+def _recurrence_fence(accesses: _Accesses, own: str) -> isl.UnionMap:
+    """Every update of a point before every instance of the same statement that reads
+    that point as an earlier one (a recurrence): the updates may run in any order among
+    themselves, but the point is read once all of them are done. Flow analysis would give
+    only the last update in program order."""
+    _, updates = accesses.writes[own]
+    return isl.UnionMap.from_map(updates.apply_range(accesses.recurrent[own].reverse()))
 
 
 def _fences(accesses: _Accesses, own: str, other: str) -> isl.UnionMap:

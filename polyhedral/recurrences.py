@@ -1,13 +1,15 @@
 """The exact rule of recurrences, checked on the scop with isl.
 
-A `=` statement that reads its own target at another point (tclang/lang/recurrences.py)
+A statement that reads its own target at another point (tclang/lang/recurrences.py)
 runs its points in the lexicographic order of its left-side indices, which the scop's
 `order` already says, so the dependences make every later stage keep that order along
-the loops that carry it, and only those. Here, before any of that, each such read must
-be well-defined on every point of the statement's domain where it is evaluated (under
-its guard):
+the loops that carry it, and only those (a reduction's updates of one point may run in
+any order, but all of them before a later point reads it: polyhedral/dependences.py's
+fences). Here, before any of that, each such read must be well-defined on every point of
+the statement's domain where it is evaluated (under its guard):
 
-- it reads a point this statement writes strictly earlier in that order, or, where an
+- it reads a point this statement writes strictly earlier in that order (for a
+  reduction: a point of the target before the one it reduces into), or, where an
   earlier statement wrote the tensor, a point this statement does not write at all (the
   earlier value); never a point it writes at the same time or later, whose value would
   depend on the order the loops take;
@@ -28,7 +30,7 @@ def check_recurrences(scop: Scop) -> None:
     """Raise `TCSemanticError` at the first recurrence read that is not strictly earlier
     (or that reads what nothing wrote)."""
     for position, st in enumerate(scop.statements):
-        if st.kind != "assign":
+        if st.kind not in ("assign", "reduce") or st.source.is_scatter:
             continue
         reads = recurrence_reads(st.source)
         if not reads:
@@ -43,11 +45,16 @@ def _check_read(scop: Scop, st: ScopStatement, read, first: bool) -> None:
     domain = scop.domain.extract_set(access.get_space().domain())
     writes = scop.writes.extract_map(access.get_space())
     access = access.intersect_domain(domain)
-    instances = access.apply_range(writes.reverse())  # point -> the point writing it
-    not_before = instances.intersect(isl.Map.lex_le(domain.get_space()))
+    if st.kind == "assign":
+        instances = access.apply_range(writes.reverse())  # point -> the point writing it
+        not_before = instances.intersect(isl.Map.lex_le(domain.get_space())).domain()
+    else:  # compare the point read with the point reduced into, in the target's order
+        cells = writes.intersect_domain(domain).range().get_space()
+        pairs = access.range_product(writes.intersect_domain(domain))
+        not_before = pairs.intersect_range(isl.Map.lex_ge(cells).wrap()).domain()
     target = st.source.target
     if not not_before.is_empty():
-        at = f" (at {_point_text(st, not_before.domain())})"
+        at = f" (at {_point_text(st, not_before)})"
         error = later_read_error(read, target, st.source.indices, at)
         raise TCSemanticError(error.message, read.span, scop.definition.source,
                               hint=error.hint)

@@ -158,7 +158,7 @@ class _DefinitionChecker:
         self._check_affine_ranges(op, indices, used, affine_ranges)
         self._check_equivalent(s, scope)
         dtype = self._target_dtype(s, info, rhs, op)
-        self._check_self_reads(s, rhs, indices, bool(used), info, op)
+        self._check_self_reads(s, rhs, indices, bool(used), info)
         if op != "=" and not reset and not info.written:
             self._warn(f"`{s.op}` accumulates into {target}, which no earlier statement "
                        "writes: it starts from zeros (or the caller's `out=` values)",
@@ -356,12 +356,12 @@ class _DefinitionChecker:
         return info.dtype
 
     def _check_self_reads(self, s: S.Statement, rhs: P.Expr, indices: tuple[str, ...],
-                          reduces: bool, info: TensorInfo, op: str) -> None:
+                          reduces: bool, info: TensorInfo) -> None:
         for read in P.reads_of(rhs):
             if read.tensor != info.name:
                 continue
             if reduces or R.is_recurrence_read(read, info.name, indices):
-                R.check_self_read(read, op, reduces, info.name, indices)
+                R.check_self_read(read, reduces, info.name, indices)
             if not info.written and not R.is_recurrence_read(read, info.name, indices):
                 raise error(f"{info.name} is read at the point this statement writes, "
                             "before any statement writes it", read.span,

@@ -1,14 +1,19 @@
-"""Recurrences: a `=` statement that reads its own target at another point.
+"""Recurrences: a statement that reads its own target at another point.
 
 `O(i) = (i == 0) ? X(0) : O(i - 1) + X(i)` is a scan. A statement runs its points in the
 lexicographic order of its left-side indices (the first outermost, each increasing), so
 a read of the target at a point that order reaches earlier sees the value this very
 statement wrote there (or, at a point this statement does not write, the value earlier
-statements left). Here, in the language layer, only the form is checked: `=` (a
-reduction cannot read what it reduces into), every subscript quasi-affine; whether each
-read is strictly earlier on every point where it is evaluated needs isl and is checked
-on the scop (`polyhedral/recurrences.py`). Range inference ignores these reads: they
-never grow the target (`O(i - 1)` at i == 0 must be guarded, else it is out of bounds).
+statements left). A reduction finishes each point of its target before the next one
+starts, so it may read earlier points too, and sees their reduced values: a forward
+substitution is `x(i) = b(i) / L(i, i)` then `x(i) += -L(i, k) / L(i, i) * x(k) where
+k in 0:i`, and the backward of a recurrence whose reads are not constant shifts is one
+(tclang/autodiff/scans.py). What a reduction may not read is the point it reduces into.
+Here, in the language layer, only the form is checked: every subscript quasi-affine, a
+constant shift lexicographically positive; whether each read is strictly earlier on
+every point where it is evaluated needs isl and is checked on the scop
+(`polyhedral/recurrences.py`). Range inference ignores these reads: they never grow the
+target (`O(i - 1)` at i == 0 must be guarded, else it is out of bounds).
 """
 
 from __future__ import annotations
@@ -34,23 +39,21 @@ def is_recurrence_read(read: P.Read, target: str, indices: tuple[str, ...]) -> b
 
 
 def recurrence_reads(s: P.Statement) -> list[P.Read]:
-    """The statement's reads of its own target at other points (none unless it is `=`)."""
-    if s.op != "=":
+    """The statement's reads of its own target at other points (none in a scatter, which
+    may not read its target at all: tclang/lang/scatters.py)."""
+    if s.is_scatter:
         return []
     return [r for r in P.reads_of(s.rhs) if is_recurrence_read(r, s.target, s.indices)]
 
 
-def check_self_read(read: P.Read, op: str, reduces: bool, target: str,
+def check_self_read(read: P.Read, reduces: bool, target: str,
                     indices: tuple[str, ...] = ()) -> None:
     """The language-level rules of a read of the statement's own target at another point."""
-    if reduces:
+    if reduces and not is_recurrence_read(read, target, indices):
         raise error(f"this statement reduces into {target} and also reads it; the result "
                     "would depend on the order of evaluation", read.span,
-                    hint="read the previous values from another tensor")
-    if op != "=":
-        raise error(f"this statement updates {target} and reads it at another point",
-                    read.span, hint="write a recurrence with `=`, such as "
-                                    f"`{target}(i) = i > 0 ? {target}(i - 1) + X(i) : X(i)`")
+                    hint="read the previous values from another tensor, or an earlier "
+                         f"point of {target} (a recurrence)")
     if any(a is None for a in read.affine):
         raise error(f"this statement writes {target} and reads it at a data-dependent "
                     "point; the order of the writes would decide the result", read.span,
