@@ -41,9 +41,11 @@ from dataclasses import dataclass, field, replace
 
 from tclang.lang import program as P
 from tclang.lang import sizes as Z
-from tclang.lang.affine import Affine, Div
+from tclang.lang.affine import Affine
 from tclang.autodiff import derivatives as D
 from tclang.autodiff.source_text import Raw, source
+from tclang.autodiff.source_text import affine_level as _affine_level
+from tclang.autodiff.source_text import affine_text as _affine_text
 from tclang.dtypes import DType, promote
 from tclang.autodiff import scans
 from tclang.errors import TCGradError, TCSemanticError, TCZeroGradientError
@@ -232,6 +234,11 @@ class _Builder:
         name = self.fresh(f"S{len(self.added)}")
         self.added[name] = e
         return name
+
+    def range_bounds(self, s: P.Statement, sigma: dict[str, Affine]) -> list[str]:
+        """Statement s's bounds of ranges that use other indices, solved indices
+        substituted (`_range_bounds`), as conditions (for tclang/autodiff/scans.py)."""
+        return [c for c, _ in _range_bounds(s, sigma)]
 
     # -- naming
     def fresh(self, base: str) -> str:
@@ -1209,51 +1216,6 @@ def _substitute(a: Affine, sigma: dict[str, Affine]) -> Affine:
                 inner.mod(atom.divisor)
         out = out + term.scale(coef)
     return out
-
-
-def _affine_level(a: Affine) -> int:
-    """The precedence level of the text _affine_text gives (see source_text.source)."""
-    if len(a.terms) == 1 and a.offset.constant == 0:
-        atom, coef = a.terms[0]
-        if coef == 1:
-            return 7 if isinstance(atom, str) else 5
-        return 5 if coef > 0 else 4
-    if not a.terms and a.offset.constant is not None and a.offset.constant >= 0:
-        return 7
-    return 4
-
-
-def _affine_text(a: Affine, paren: bool = False) -> str:
-    parts: list[str] = []
-    for atom, coef in sorted(a.terms, key=lambda t: t[1] < 0):
-        text = atom if isinstance(atom, str) else _div_text(atom)
-        mag = abs(coef)
-        term = text if mag == 1 else f"{mag} * {text}"
-        if not parts:
-            parts.append(term if coef > 0 else f"-{term}")
-        else:
-            parts.append(f"+ {term}" if coef > 0 else f"- {term}")
-    offset = a.offset
-    if offset.constant != 0 or not parts:
-        text = str(offset)
-        if not parts:
-            parts.append(text)
-        elif text.startswith("-"):
-            parts.append(f"- {text[1:].lstrip()}" if offset.constant is not None
-                         else f"+ ({text})")
-        else:
-            parts.append(f"+ {text}" if offset.constant is not None or
-                         "+" not in text and "-" not in text else f"+ ({text})")
-    out = " ".join(parts)
-    if paren and (len(parts) > 1 or out.startswith("-")):
-        return f"({out})"
-    return out
-
-
-def _div_text(d: Div) -> str:
-    op = "/" if d.kind == "div" else "%"
-    return f"({_affine_text(d.inner)}) {op} {d.divisor}" if len(d.inner.terms) + \
-        (d.inner.offset.constant != 0) > 1 else f"{_affine_text(d.inner)} {op} {d.divisor}"
 
 
 def _statement_texts(defn: P.Definition) -> list[str]:

@@ -15,9 +15,26 @@ recurrence reading earlier points:
     G(p) = Grev(E - 1 - p)
 
 and G is the weight the rest of the statement's gradient uses in place of dO (dX(p) gets
-G(p) * df/dX). Supported: shifts by constants, a statement over its target's whole extent
-(each left-side index from 0), the target's first statement; other recurrences are
-refused with a TCGradError (`refuse_unsupported`).
+G(p) * df/dX).
+
+A read that is not a constant shift (a forward substitution's diagonal `P(j - 1, j - 1)`,
+read by a whole column; a cell reading unit 0 of the previous step), or a recurrence in a
+sum (`x(i) +=! ... x(k)`, where each point also sums over its reduction indices), sends
+back to each point from a whole set of later ones: G(q) gets the sum over every forward
+point p' with g(p') = q of G(p') * df/dO(g(p')) at p'. Reversed, that is a sum inside the
+recurrence, which the language writes as a reduction reading earlier points of its own
+target (tclang/lang/recurrences.py):
+
+    Grev(u) +=! (p' is the first point) ? dO(E - 1 - u) : 0
+               + sum over k of (p' in the forward's domain && g_k(p') == E - 1 - u) ?
+                               Grev(E - 1 - p') * df/dO_k at p' : 0
+
+(p' in the hull of the forward's ranges), all under the disjunction of the terms' guards,
+which becomes the statement's domain (tclang/lang/guarded_sums.py),
+so isl solves the equalities and the loops visit only the forward points that read the
+point, not every pair. Supported: a statement over its target's whole extent (each
+left-side index from 0), the target's first statement, `=` or a sum; other recurrences
+are refused with a TCGradError (`refuse_unsupported`).
 """
 
 from __future__ import annotations
@@ -25,6 +42,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from tclang.autodiff import derivatives as D
+from tclang.autodiff.source_text import affine_text
 from tclang.errors import TCGradError
 from tclang.lang import program as P
 from tclang.lang import sizes as Z
@@ -57,8 +75,11 @@ def refuse_unsupported(defn: P.Definition) -> None:
         why = None
         if reads and s.target in first:
             why = "a recurrence after another statement wrote its target"
-        elif reads and any(uniform_distance(r, s.indices) is None for r in reads):
-            why = "a recurrence read that is not a constant shift of each index"
+        elif reads and s.op not in ("=", "+"):
+            why = f"a recurrence in a `{s.op}=` reduction"
+        elif reads and any(not isinstance(atom, str) for r in reads for a in r.affine
+                           for atom, _ in a.terms):
+            why = "a recurrence read with a division or remainder in its subscripts"
         elif reads and any(s.range_of(i).lo.constant != 0 for i in s.indices):
             why = "a recurrence whose left-side indices do not start at 0"
         first.add(s.target)
@@ -87,11 +108,17 @@ def reverse_scan(b, k: int, rhs: P.Expr, grad: str, version) -> P.Read:
     groups: dict[tuple, P.Read] = {}
     for r in recurrent(rhs, made):
         groups.setdefault(r.subscripts, r)
-    for read in groups.values():
-        total = D.add(total, _chain_term(b, k, rhs, read, rev, u, extents, index_text))
     ranges = {x: (Z.const(0), e) for x, e in zip(u, extents)}
-    b._emit(f"d:{rev}", tuple(u), total, index_text, ranges, frozenset(u), False,
-            comment=f"# the gradient of statement {k + 1}'s recurrence, scanned backwards")
+    comment = f"# the gradient of statement {k + 1}'s recurrence, scanned backwards"
+    if s.reduction_indices or any(uniform_distance(r, s.indices) is None
+                                  for r in groups.values()):
+        _summed_terms(b, k, rhs, total, index_text, list(groups.values()), rev, u, extents,
+                      version.dtype, comment)
+    else:
+        for read in groups.values():
+            total = D.add(total, _chain_term(b, k, rhs, read, rev, u, extents, index_text))
+        b._emit(f"d:{rev}", tuple(u), total, index_text, ranges, frozenset(u), False,
+                comment=comment)
     text: dict[str, tuple[str, int]] = {}
     g = _reversed_read(b, f"d:{rev}", list(s.indices), extents, version.dtype, s, text)
     b._emit(f"d:{fwd}", s.indices, g, text, {i: (Z.const(0), e) for i, e in
@@ -99,6 +126,70 @@ def reverse_scan(b, k: int, rhs: P.Expr, grad: str, version) -> P.Read:
             frozenset(s.indices), False)
     return P.Read(f"d:{fwd}", tuple(P.IndexValue(i) for i in s.indices),
                   tuple(Affine.index(i) for i in s.indices), None, 0, version.dtype, s.span)
+
+
+def _summed_terms(b, k: int, rhs: P.Expr, seed: P.Read, index_text: dict,
+                  reads: list[P.Read], rev: str, u: list[str], extents, dtype,
+                  comment: str) -> None:
+    """`Grev(u) +=! ...`: the gradient arriving at E - 1 - u (`seed`) plus what every
+    forward point p' that read E - 1 - u sends back (see the module docstring), p'
+    running over the forward statement's ranges under its bounds, each read's term
+    under the equalities that say it read that point. One statement, so that its own
+    gradient (the second order) is a recurrence like any other: the seed is added once,
+    at the first point of p'."""
+    s = b.defn.statements[k]
+    made = b.made[k]
+    compute = b.versions[made].dtype.compute
+    point = {i: b.fresh(f"p{d}") for d, i in enumerate(s.all_indices)}
+    ranges = {x: (Z.const(0), e) for x, e in zip(u, extents)}
+    for r in s.domain:
+        ranges[point[r.name]] = (b.size_name(r.lo), b.size_name(r.hi))
+    back = _reversed_read(b, f"d:{rev}", [point[i] for i in s.indices], extents, dtype, s,
+                          index_text)
+    bounds = b.range_bounds(s, {i: Affine.index(n) for i, n in point.items()})
+    first = " && ".join(f"{point[r.name]} == {_size(b.size_name(r.lo))}" for r in s.domain)
+    pieces, total = [first], D.select(_raw(first), seed, None, compute)
+    for read in reads:
+        try:
+            partial = D.derivative(rhs, lambda x: x.tensor == made and
+                                   x.subscripts == read.subscripts)
+        except D.NotDifferentiable as why:
+            raise b._error(k, why.reason) from None
+        if partial is None:
+            continue
+        at = " && ".join(bounds + [f"{_size(e)} - 1 - {x} == "
+                                   f"{affine_text(_rename_affine(a, point))}"
+                                   for x, e, a in zip(u, extents, read.affine)])
+        pieces.append(at)
+        total = D.add(total, D.select(_raw(at), _times(back, _renamed(partial, point)), None,
+                                      compute))
+    anywhere = " || ".join(f"({p})" for p in pieces)
+    b._emit(f"d:{rev}", tuple(u), D.select(_raw(anywhere), total, None, compute), index_text,
+            ranges, frozenset(u) | frozenset(point.values()), True, comment=comment)
+
+
+def _times(weight: P.Expr, partial: P.Expr) -> P.Expr | None:
+    """weight * partial, the product carried into each term of a sum and each guarded
+    branch, so that the read in `weight` is evaluated only where a term's guard holds: a
+    partial that is a sum of guarded terms (two reads of one point, merged) would
+    otherwise evaluate it where the forward read it at no point, where reading it may be
+    reading a later point (the second order of a sum inside a recurrence)."""
+    if isinstance(partial, P.Binary) and partial.op in ("add", "sub"):
+        left, right = _times(weight, partial.lhs), _times(weight, partial.rhs)
+        return D.add(left, right) if partial.op == "add" else D.sub(left, right)
+    if isinstance(partial, P.Unary) and partial.op == "neg":
+        return D.neg(_times(weight, partial.operand))
+    if isinstance(partial, P.Select) and _zero(partial.other):
+        return D.select(partial.cond, _times(weight, partial.then), None, partial.dtype)
+    if isinstance(partial, P.Select) and _zero(partial.then):
+        return D.select(partial.cond, None, _times(weight, partial.other), partial.dtype)
+    return D.mul(weight, partial)
+
+
+def _zero(e: P.Expr) -> bool:
+    while isinstance(e, P.Cast):
+        e = e.operand
+    return isinstance(e, P.Const) and not isinstance(e.value, bool) and e.value == 0
 
 
 def _chain_term(b, k: int, rhs: P.Expr, read: P.Read, rev: str, u: list[str], extents,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from tclang.lang import program as P
+from tclang.lang.affine import Affine, Div
 from tclang.dtypes import DType
 from tclang.lang.program_text import type_name
 
@@ -94,3 +95,48 @@ class _Printer:
     def wrap(self, e: P.Expr, level: int) -> str:
         t, own = self.text(e)
         return t if own >= level else f"({t})"
+
+
+def affine_level(a: Affine) -> int:
+    """The precedence level of the text affine_text gives (see `source`)."""
+    if len(a.terms) == 1 and a.offset.constant == 0:
+        atom, coef = a.terms[0]
+        if coef == 1:
+            return 7 if isinstance(atom, str) else 5
+        return 5 if coef > 0 else 4
+    if not a.terms and a.offset.constant is not None and a.offset.constant >= 0:
+        return 7
+    return 4
+
+
+def affine_text(a: Affine, paren: bool = False) -> str:
+    parts: list[str] = []
+    for atom, coef in sorted(a.terms, key=lambda t: t[1] < 0):
+        text = atom if isinstance(atom, str) else div_text(atom)
+        mag = abs(coef)
+        term = text if mag == 1 else f"{mag} * {text}"
+        if not parts:
+            parts.append(term if coef > 0 else f"-{term}")
+        else:
+            parts.append(f"+ {term}" if coef > 0 else f"- {term}")
+    offset = a.offset
+    if offset.constant != 0 or not parts:
+        text = str(offset)
+        if not parts:
+            parts.append(text)
+        elif text.startswith("-"):
+            parts.append(f"- {text[1:].lstrip()}" if offset.constant is not None
+                         else f"+ ({text})")
+        else:
+            parts.append(f"+ {text}" if offset.constant is not None or
+                         "+" not in text and "-" not in text else f"+ ({text})")
+    out = " ".join(parts)
+    if paren and (len(parts) > 1 or out.startswith("-")):
+        return f"({out})"
+    return out
+
+
+def div_text(d: Div) -> str:
+    op = "/" if d.kind == "div" else "%"
+    return f"({affine_text(d.inner)}) {op} {d.divisor}" if len(d.inner.terms) + \
+        (d.inner.offset.constant != 0) > 1 else f"{affine_text(d.inner)} {op} {d.divisor}"
