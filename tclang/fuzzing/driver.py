@@ -26,7 +26,13 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
-TIMEOUT_S = 120.0  # one program, every configuration
+TIMEOUT_S = 120.0  # one program, every configuration: no result by then is a hang
+HANG_PARTS = 4
+"""...or by this many times `program_seconds`, where that is longer: a program runs several
+parts (its differential run, a gradient check, a second-order check), each allowed
+`program_seconds` before it is "slow", so with `--program-seconds 60` a slow program
+passed 120 s and was reported as a hang, a crash (seed 2038, program 355: a gradgradcheck
+of a 6-statement program, 149 s beside the run's other worker and a test run)."""
 RECYCLE = 200  # programs per worker process: compiled kernels stay loaded until it exits
 PROGRAM_SECONDS = 10.0  # a program slower than this (every configuration) is a failure
 PROGRAM_MEMORY_MB = 1024.0  # and so is one that takes its worker's memory past this
@@ -145,7 +151,7 @@ def _loop(programs, seconds, seed, backends, out_dir, shrink_failures, regressio
     # (seconds or MB, program number); -1 so that the first report always wins (a worker
     # that died reports 0 s, and (0.0, None) against (0.0, 0) compared None with 0)
     slowest, heaviest = (-1.0, None), (-1.0, None)
-    idle = [Worker(env) for _ in range(max(1, jobs))]
+    idle = [Worker(env, hang_seconds(program_seconds)) for _ in range(max(1, jobs))]
     running: dict = {}  # future -> (k, worker)
 
     def more() -> bool:
@@ -303,12 +309,18 @@ def _record(report, k: int, worker: "Worker", out_dir, shrink_failures: bool,
           file=sys.stderr)
 
 
+def hang_seconds(program_seconds: float) -> float:
+    """How long a worker may take over one program before the program is a hang."""
+    return max(TIMEOUT_S, HANG_PARTS * program_seconds)
+
+
 class Worker:
     """A child process running the differential runner; restarted after it dies. `env`:
     environment variables the child sets before it runs anything (the run's shared cache
-    directory)."""
+    directory); `timeout`: seconds without a result after which the program is a hang."""
 
-    def __init__(self, env: dict | None = None):
+    def __init__(self, env: dict | None = None, timeout: float = TIMEOUT_S):
+        self.timeout = timeout
         self.process = self.conn = None
         self.served = 0
         self.env = dict(env or {})
@@ -323,13 +335,13 @@ class Worker:
                 self._start()
             try:
                 self.conn.send((program, kwargs))
-                if self.conn.poll(TIMEOUT_S):
+                if self.conn.poll(self.timeout):
                     report = self.conn.recv()
                     self.served += 1
                     if self.served % RECYCLE == 0:
                         self.close()  # a fresh process: memory stays bounded on long runs
                     return report
-                why = f"no result after {TIMEOUT_S:.0f} s (hang?)"
+                why = f"no result after {self.timeout:.0f} s (hang?)"
             except (EOFError, OSError, BrokenPipeError):
                 why = None
             self.process.join(0.5)

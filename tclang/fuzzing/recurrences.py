@@ -5,7 +5,9 @@ sum, a `tanh` cell), shifted by 1 or 2, one or two reads back, or along a diagon
 (`O(i - 1, j - 1)`, `O(i - 1, j + 1)`); a recurrence after a first statement that wrote
 the tensor (reading its value where the recurrence does not write); a recurrence into a
 temporary that a later statement consumes; a forward substitution reading the diagonal
-(a non-uniform read); an RNN-style cell. Each read is guarded so that it reads only
+(a non-uniform read); an RNN-style cell; a sum (or a max) that reads earlier points of
+its own target, the forward substitution written as one reduction, per row or not (and its
+gradient, a sum inside the reverse scan). Each read is guarded so that it reads only
 points the statement wrote earlier. Values stay bounded (`tanh`, damping, or small
 integers). Extents come from the reduction family's (up to 1025, around vector, warp and
 block sizes), so a scan loop is long and the loops beside it are vectorized and parallel.
@@ -19,7 +21,8 @@ from tclang.fuzzing.generator import (STATS, Decl, Features, GeneratedProgram, M
                                       Stmt, checked_draw)
 from tclang.fuzzing.reductions import VOLUME, _sizes
 
-KINDS = ("scan", "scan", "scan", "diagonal", "after", "consumed", "substitution", "cell")
+KINDS = ("scan", "scan", "scan", "diagonal", "after", "consumed", "substitution", "cell",
+         "summed", "summed")
 _DIMS = ("N", "M", "K")
 _IDX = ("i", "j", "k")
 
@@ -30,7 +33,7 @@ def recurrence_program(rng: random.Random) -> GeneratedProgram | None:
     kind = rng.choice(KINDS)
     dtype = rng.choices(("float", "double", "int32"), (60, 20, 20))[0]
     model = {"scan": _scan, "diagonal": _diagonal, "after": _after, "consumed": _consumed,
-             "substitution": _substitution, "cell": _cell}[kind](rng, dtype)
+             "substitution": _substitution, "cell": _cell, "summed": _summed}[kind](rng, dtype)
     STATS["attempts"] += 1
     defn = checked_draw(model, f"recurrence {kind}: ")
     if defn is None:
@@ -138,6 +141,23 @@ def _cell(rng, dtype: str) -> Model:
            "S(t - 1, H - 1) * W(h, H - 1))")
     return _model("cell", [Decl("X", dtype, ("T", "H")), Decl("W", dtype, ("H", "H"))],
                   [Stmt("S", ("t", "h"), "=", Node(rhs))], "S")
+
+
+def _summed(rng, dtype: str) -> Model:
+    """A reduction reading earlier points of its own target: O(i) is X(i) plus (or the
+    max with) a weighted, bounded term of every O(k) before it, per row or not."""
+    rows = rng.random() < 0.5
+    idx, dims, pre = (("r", "i"), ("R", "N"), "r, ") if rows else (("i",), ("N",), "")
+    earlier = f"O({pre}k)"
+    if dtype == "int32":
+        term = f"(W(i, k) % 5) * ({earlier} % 97)"
+    else:
+        term = f"0.5 * W(i, k) * tanh({earlier})" if rng.random() < 0.7 else \
+            f"W(i, k) * {earlier} / float(N)"
+    op = rng.choice(("+=!", "+=!", "max=!"))
+    rhs = f"(k == i) ? X({pre}i) : {term}"
+    return _model("summed", [Decl("X", dtype, dims), Decl("W", dtype, ("N", "N"))],
+                  [Stmt("O", idx, op, Node(rhs), (Node("k in 0:i + 1"),))])
 
 
 def _shifted(name: str, idx: tuple[str, ...], shift: dict[int, int]) -> str:

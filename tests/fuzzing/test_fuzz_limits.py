@@ -108,3 +108,17 @@ def test_ctrl_c_stops_the_run_and_prints_what_it_found(tmp_path):
     assert time.monotonic() - start < 30, out
     assert child.returncode == 130, out
     assert "interrupted:" in out and "of 500 programs ran" in out and "features:" in out, out
+
+
+def test_a_program_within_its_parts_limits_is_not_a_hang(tmp_path, capsys, monkeypatch):
+    """The hang timeout grows with `program_seconds`: a program has several parts, each
+    allowed that long, so one that only passed the fixed timeout was reported as a crash
+    ("no result after 120 s (hang?)") when it was at most slow (seed 2038, program 355,
+    under `--program-seconds 60`). Here the fixed timeout is made tiny: the program is
+    still given its parts' time."""
+    from tclang.fuzzing import driver
+    monkeypatch.setattr(driver, "TIMEOUT_S", 0.01)
+    assert driver.hang_seconds(60) == 4 * 60
+    assert run_fuzz(1, None, 0, ("cpu-auto",), tmp_path, generate=PROGRAM,
+                    program_seconds=30.0) == 0
+    assert capsys.readouterr().out.strip().endswith("1 passed, 0 failed")
