@@ -287,7 +287,8 @@ class _Builder:
         for label in current.values():
             self.versions[label].final = True
         self.final_label = current
-        self.rhs = [scans.own_reads(s, _rename_reads(s.rhs, self.seen_by[k]), self.made[k])
+        self.rhs = [scans.own_reads(s, _rename_reads(s.rhs, self.seen_by[k]), self.made[k],
+                                    self.before[k])
                     for k, s in enumerate(defn.statements)]
 
     def _activity(self) -> None:

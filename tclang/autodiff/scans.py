@@ -43,6 +43,7 @@ from dataclasses import replace
 
 from tclang.autodiff import derivatives as D
 from tclang.autodiff.source_text import affine_text
+from tclang.dtypes import DType
 from tclang.errors import TCGradError
 from tclang.lang import program as P
 from tclang.lang import sizes as Z
@@ -50,9 +51,13 @@ from tclang.lang.affine import Affine
 from tclang.lang.recurrences import recurrence_reads, uniform_distance
 
 
-def own_reads(s: P.Statement, rhs: P.Expr, made: str) -> P.Expr:
+def own_reads(s: P.Statement, rhs: P.Expr, made: str, before: str | None) -> P.Expr:
     """The statement's reads of earlier points of its target relabelled as the version it
-    writes (they read what it wrote, not the target's value before it)."""
+    writes (they read what it wrote, not the target's value before it). Where an earlier
+    statement wrote the target (`before`), a read of a point this statement does not
+    write reads that value instead: `written ? O'(q) : O(q)`, each branch a read of its
+    own version (`O(i) = X(i)` then `O(i) = O(i - 1) * 0.5 + X(i) where i in 1:N` reads
+    the first statement's O(0) at i == 1)."""
     refs = {r.ref for r in recurrence_reads(s)}
     if not refs:
         return rhs
@@ -60,34 +65,97 @@ def own_reads(s: P.Statement, rhs: P.Expr, made: str) -> P.Expr:
     def go(x: P.Expr) -> P.Expr:
         new = P.with_children(x, tuple(go(k) for k in P.children(x)))
         if isinstance(new, P.Read) and new.ref in refs:
-            new = replace(new, tensor=made)
+            mine = replace(new, tensor=made)
+            if before is None:
+                return mine
+            written = _written(s, new)
+            if written is None:
+                raise TCGradError(f"cannot differentiate `{s.text.strip()}`: tc.grad cannot "
+                                  "tell which points of this read the statement writes",
+                                  new.span, hint="write the recurrence's ranges with sizes "
+                                                 "and integers")
+            return P.Select(written, mine, new, new.dtype)
         return new
     return go(rhs)
 
 
+def _written(s: P.Statement, read: P.Read) -> P.Expr | None:
+    """Whether the point `read` reads is one statement s writes, as a typed condition on
+    the read's subscripts (its ranges, and range bounds that use other indices), or None
+    where a bound is not a polynomial in the sizes."""
+    at = dict(zip(s.indices, read.subscripts))
+    conditions = []
+    for index, sub in zip(s.indices, read.subscripts):
+        r = s.range_of(index)
+        lo, hi = _size_value(r.lo, sub.dtype), _size_value(r.hi, sub.dtype)
+        if lo is None or hi is None:
+            return None
+        if r.lo.constant != 0 or not isinstance(sub, P.IndexValue):
+            conditions.append(P.Compare("ge", sub, lo))
+        conditions.append(P.Compare("lt", sub, hi))
+    for index, lo, hi in s.affine_ranges:
+        sub = at.get(index)
+        for bound, op in ((lo, "ge"), (hi, "lt")):
+            value = _affine_value(bound, at, sub.dtype) if sub is not None else None
+            if sub is None or value is None:
+                return None
+            conditions.append(P.Compare(op, sub, value))
+    out = conditions[0]
+    for c in conditions[1:]:
+        out = P.Binary("and", out, c, DType.BOOL)
+    return out
+
+
+def _size_value(e: Z.SizeExpr, dtype: DType) -> P.Expr | None:
+    """A polynomial in the sizes as a typed integer expression (None for others)."""
+    if not isinstance(e, Z.Poly):
+        return None
+    out: P.Expr | None = None
+    for monomial, coefficient in e.terms:
+        term: P.Expr = P.Const(coefficient, dtype)
+        for name in monomial:
+            term = P.Binary("mul", term, _cast(P.SizeValue(name), dtype), dtype)
+        out = term if out is None else P.Binary("add", out, term, dtype)
+    return out if out is not None else P.Const(0, dtype)
+
+
+def _affine_value(a: Affine, at: dict[str, P.Expr], dtype: DType) -> P.Expr | None:
+    """Affine `a` in the statement's indices, each replaced by the expression `at` gives."""
+    out = _size_value(a.offset, dtype) if not a.offset.names() or \
+        isinstance(a.offset, Z.Poly) else None
+    if out is None:
+        return None
+    for atom, coefficient in a.terms:
+        if not isinstance(atom, str) or atom not in at:
+            return None
+        out = P.Binary("add", out, P.Binary("mul", P.Const(coefficient, dtype),
+                                            _cast(at[atom], dtype), dtype), dtype)
+    return out
+
+
+def _cast(e: P.Expr, dtype: DType) -> P.Expr:
+    return e if e.dtype is dtype else P.Cast(e, dtype)
+
+
 def refuse_unsupported(defn: P.Definition) -> None:
-    """The recurrences whose reverse scan is not written yet: a read that is not a
-    constant shift, a statement that does not write its target from index 0 to the
-    extent, or one that is not the target's first."""
-    first: set[str] = set()
+    """The recurrences whose reverse scan is not written yet: one in a product, max or
+    min reduction, one whose subscripts divide."""
     for s in defn.statements:
         reads = recurrence_reads(s)
-        why = None
-        if reads and s.target in first:
-            why = "a recurrence after another statement wrote its target"
-        elif reads and s.op not in ("=", "+"):
-            why = f"a recurrence in a `{s.op}=` reduction"
-        elif reads and any(not isinstance(atom, str) for r in reads for a in r.affine
-                           for atom, _ in a.terms):
-            why = "a recurrence read with a division or remainder in its subscripts"
-        elif reads and any(s.range_of(i).lo.constant != 0 for i in s.indices):
-            why = "a recurrence whose left-side indices do not start at 0"
-        first.add(s.target)
-        if why is not None:
-            raise TCGradError(
-                f"cannot differentiate `{s.text.strip()}`: tc.grad does not yet handle {why}",
-                reads[0].span, hint="write the recurrence over its target's whole extent, "
-                                    "reading shifted points such as O(i - 1)")
+        if not reads:
+            continue
+        if s.op not in ("=", "+"):
+            why, hint = f"a recurrence in a `{s.op}=` reduction", \
+                "write it as a `=` recurrence (fmax(O(i - 1), ...)), which has a gradient"
+        elif any(not isinstance(atom, str) for r in reads for a in r.affine
+                 for atom, _ in a.terms):
+            why, hint = "a recurrence read with a division or remainder in its subscripts", \
+                "read points at affine subscripts such as O(i - 1) or O(j - 1, j - 1)"
+        else:
+            continue
+        raise TCGradError(
+            f"cannot differentiate `{s.text.strip()}`: tc.grad does not yet handle {why}",
+            reads[0].span, hint=hint)
 
 
 def recurrent(rhs: P.Expr, made: str) -> list[P.Read]:
@@ -110,8 +178,10 @@ def reverse_scan(b, k: int, rhs: P.Expr, grad: str, version) -> P.Read:
         groups.setdefault(r.subscripts, r)
     ranges = {x: (Z.const(0), e) for x, e in zip(u, extents)}
     comment = f"# the gradient of statement {k + 1}'s recurrence, scanned backwards"
-    if s.reduction_indices or any(uniform_distance(r, s.indices) is None
-                                  for r in groups.values()):
+    if s.reduction_indices or s.affine_ranges or \
+            any(s.range_of(i).lo.constant != 0 for i in s.indices) or \
+            any(uniform_distance(r, s.indices) is None for r in groups.values()):
+        # (a domain other than the whole box: the forward points that read are bounded)
         _summed_terms(b, k, rhs, total, index_text, list(groups.values()), rev, u, extents,
                       version.dtype, comment)
     else:

@@ -7,7 +7,8 @@ the tensor (reading its value where the recurrence does not write); a recurrence
 temporary that a later statement consumes; a forward substitution reading the diagonal
 (a non-uniform read); an RNN-style cell; a sum (or a max) that reads earlier points of
 its own target, the forward substitution written as one reduction, per row or not (and its
-gradient, a sum inside the reverse scan). Each read is guarded so that it reads only
+gradient, a sum inside the reverse scan); a scan over a triangle read whole by a later
+statement. Each read is guarded so that it reads only
 points the statement wrote earlier. Values stay bounded (`tanh`, damping, or small
 integers). Extents come from the reduction family's (up to 1025, around vector, warp and
 block sizes), so a scan loop is long and the loops beside it are vectorized and parallel.
@@ -22,7 +23,7 @@ from tclang.fuzzing.generator import (STATS, Decl, Features, GeneratedProgram, M
 from tclang.fuzzing.reductions import VOLUME, _sizes
 
 KINDS = ("scan", "scan", "scan", "diagonal", "after", "consumed", "substitution", "cell",
-         "summed", "summed")
+         "summed", "summed", "triangle")
 _DIMS = ("N", "M", "K")
 _IDX = ("i", "j", "k")
 
@@ -33,7 +34,7 @@ def recurrence_program(rng: random.Random) -> GeneratedProgram | None:
     kind = rng.choice(KINDS)
     dtype = rng.choices(("float", "double", "int32"), (60, 20, 20))[0]
     model = {"scan": _scan, "diagonal": _diagonal, "after": _after, "consumed": _consumed,
-             "substitution": _substitution, "cell": _cell, "summed": _summed}[kind](rng, dtype)
+             "substitution": _substitution, "cell": _cell, "summed": _summed, "triangle": _triangle}[kind](rng, dtype)
     STATS["attempts"] += 1
     defn = checked_draw(model, f"recurrence {kind}: ")
     if defn is None:
@@ -141,6 +142,23 @@ def _cell(rng, dtype: str) -> Model:
            "S(t - 1, H - 1) * W(h, H - 1))")
     return _model("cell", [Decl("X", dtype, ("T", "H")), Decl("W", dtype, ("H", "H"))],
                   [Stmt("S", ("t", "h"), "=", Node(rhs))], "S")
+
+
+def _triangle(rng, dtype: str) -> Model:
+    """A scan along each row of the lower triangle (`where j in 0:i + 1`), then a statement
+    reading the whole square: the points above the diagonal are zeros no forward point
+    computed, so their gradient must go nowhere (tc.grad sent it back along the scan, from
+    points outside its domain, until the reverse scan bounded them)."""
+    value = "X(i, j)"
+    scan = Stmt("P", ("i", "j"), "=",
+                Node(f"(j >= 1) ? {_step(rng, dtype, ['P(i, j - 1)'], value)} : {value}"),
+                (Node("j in 0:i + 1"),))
+    if rng.random() < 0.5:
+        use = Stmt("O", ("i",), "+=!", Node("P(i, j)"), (Node("j in 0:N"),))
+    else:
+        use = Stmt("O", ("i", "j"), "=", Node("P(i, j) * 2" if dtype == "int32" else
+                                              "P(i, j) * 0.5 + X(i, j)"))
+    return _model("triangle", [Decl("X", dtype, ("N", "N"))], [scan, use])
 
 
 def _summed(rng, dtype: str) -> Model:

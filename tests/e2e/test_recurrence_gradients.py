@@ -39,6 +39,17 @@ SOURCES = {
     "mirror read": ("def f(double(N, N) X) -> (O) { O(i, j) = (i >= 1) ? "
                     "0.5 * O(i - 1, N - 1 - j) * X(i, j) + X(i, j) : X(i, j) }",
                     lambda n: [(n, n)]),
+    # a domain other than the whole box: only the forward points in it send anything back
+    "triangle read whole": ("def f(double(N, N) X) -> (Y) {\n"
+                            "  P(i, j) = (j == 0) ? X(i, 0) : P(i, j - 1) * 0.5 + X(i, j) "
+                            "where j in 0:i + 1\n  Y(i) +=! P(i, j) where j in 0:N\n}",
+                            lambda n: [(n, n)]),
+    "after a first write": ("def f(double(N) X) -> (O) {\n  O(i) = X(i) * X(i)\n"
+                            "  O(i) = O(i - 1) * X(i) + X(i) where i in 1:N\n}",
+                            lambda n: [(n,)]),
+    "two back after a first write": ("def f(double(R, N) X) -> (O) {\n  O(r, i) = tanh(X(r, i))\n"
+                                     "  O(r, i) = 0.5 * O(r, i - 2) * X(r, i) + O(r, i - 1) "
+                                     "where r in 0:R, i in 2:N\n}", lambda n: [(3, n)]),
 }
 TRIANGULAR = {"forward substitution", "substitution as a sum"}  # well conditioned L
 BACKENDS = ["cpu", "reference", "cuda-emulated"]
@@ -95,7 +106,8 @@ def test_gradcheck_through_torch():
 
 
 @pytest.mark.parametrize("name", ["cell reading unit 0", "forward substitution",
-                                  "substitution as a sum", "mirror read"])
+                                  "substitution as a sum", "mirror read",
+                                  "triangle read whole", "after a first write"])
 def test_second_order_of_a_sum_inside_a_recurrence(name):
     """The backward of a recurrence whose reads are not constant shifts is one statement,
     a sum reading earlier points of its own target: itself a recurrence tc.grad
@@ -159,8 +171,10 @@ def _count(L, node, ids, env) -> int:
 
 
 REFUSED = [
-    ("def f(double(N) X) -> (O) {\n  O(i) = X(i)\n  O(i) = O(i - 1) * X(i) where i in 1:N\n}",
-     3, 10, "after another statement wrote"),
+    ("def f(double(N) X) -> (O) {\n  O(i) max=! (k == i) ? X(i) : 0.5 * O(k) where i in 0:N, "
+     "k in 0:i + 1\n}", 2, 38, "in a `max=` reduction"),
+    ("def f(double(N) X) -> (O) {\n  O(i) = (i >= 2) ? O(i / 2) + X(i) : X(i)\n}", 2, 21,
+     "a division or remainder"),
 ]
 
 
