@@ -26,6 +26,7 @@ from polyhedral.isl_context import compilation_context
 from tclang.lang import program as P
 from tclang.lang import sizes as Z
 from tclang.lang.affine import Affine, Compare, Condition, Div, Logic, Truth
+from tclang.lang.recurrences import recurrence_reads
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,13 @@ class Scop:
         """The passes ask for statements by id per band member and access: a search of
         the list each time cost time quadratic in the statements."""
         return {s.id: s for s in self.statements}
+
+    @cached_property
+    def summed_recurrences(self) -> frozenset[str]:
+        """The reduction statements that read earlier points of their own target
+        (tclang/lang/recurrences.py): asked once per band by polyhedral/tiling.py."""
+        return frozenset(st.id for st in self.statements
+                         if st.kind == "reduce" and recurrence_reads(st.source))
 
     @property
     def specialized(self) -> bool:

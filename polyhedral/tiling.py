@@ -22,7 +22,6 @@ from polyhedral.scheduled import UNTILED, BandReport  # noqa: F401 - re-exported
 from polyhedral.scop import Scop
 from tclang import budget as compile_budget
 from tclang.errors import TCScheduleError
-from tclang.lang.recurrences import recurrence_reads
 from tclang.options import Options
 from tclang.target import Target
 
@@ -164,8 +163,7 @@ def _atomic(node, scop: Scop):
 def _sums_in_recurrences(node, scop: Scop) -> bool:
     """Whether a statement under `node` is a reduction that reads earlier points of its
     own target."""
-    summed = {st.id for st in scop.statements
-              if st.kind == "reduce" and recurrence_reads(st.source)}
+    summed = scop.summed_recurrences
     return bool(summed) and any(s.get_tuple_name() in summed for s in sets(node.get_domain()))
 
 
