@@ -121,8 +121,7 @@ def _size_value(e: Z.SizeExpr, dtype: DType) -> P.Expr | None:
 
 def _affine_value(a: Affine, at: dict[str, P.Expr], dtype: DType) -> P.Expr | None:
     """Affine `a` in the statement's indices, each replaced by the expression `at` gives."""
-    out = _size_value(a.offset, dtype) if not a.offset.names() or \
-        isinstance(a.offset, Z.Poly) else None
+    out = _size_value(a.offset, dtype)
     if out is None:
         return None
     for atom, coefficient in a.terms:
