@@ -219,11 +219,7 @@ def _summed_terms(b, k: int, rhs: P.Expr, seed: P.Read, index_text: dict,
     first = " && ".join(f"{point[r.name]} == {_size(b.size_name(r.lo))}" for r in s.domain)
     pieces, total = [first], D.select(_raw(first), seed, None, compute)
     for read in reads:
-        try:
-            partial = D.derivative(rhs, lambda x: x.tensor == made and
-                                   x.subscripts == read.subscripts)
-        except D.NotDifferentiable as why:
-            raise b._error(k, why.reason) from None
+        partial = _partial(b, k, rhs, read)
         if partial is None:
             continue
         at = " && ".join(bounds + [f"{_size(e)} - 1 - {x} == "
@@ -261,17 +257,22 @@ def _zero(e: P.Expr) -> bool:
     return isinstance(e, P.Const) and not isinstance(e.value, bool) and e.value == 0
 
 
+def _partial(b, k: int, rhs: P.Expr, read: P.Read) -> P.Expr | None:
+    """d rhs / d (statement k's recurrence read at `read`'s subscripts); None where zero."""
+    made = b.made[k]
+    try:
+        return D.derivative(rhs, lambda x: x.tensor == made and
+                            x.subscripts == read.subscripts)
+    except D.NotDifferentiable as why:
+        raise b._error(k, why.reason) from None
+
+
 def _chain_term(b, k: int, rhs: P.Expr, read: P.Read, rev: str, u: list[str], extents,
                 index_text: dict) -> P.Expr | None:
     """`(u - d in range) ? Grev(u - d) * df/dO(p - d)[p := E - 1 - u + d] : 0` for one
     recurrence read at shift d (its index placeholders' text added to `index_text`)."""
     s = b.defn.statements[k]
-    made = b.made[k]
-    try:
-        partial = D.derivative(rhs, lambda x: x.tensor == made and
-                               x.subscripts == read.subscripts)
-    except D.NotDifferentiable as why:
-        raise b._error(k, why.reason) from None
+    partial = _partial(b, k, rhs, read)
     if partial is None:
         return None
     shift = uniform_distance(read, s.indices)
@@ -287,7 +288,7 @@ def _chain_term(b, k: int, rhs: P.Expr, read: P.Read, rev: str, u: list[str], ex
     guard = " && ".join(f"{x} >= {d}" if d > 0 else f"{x} < {_size(e)} - {-d}"
                         for x, e, d in zip(u, extents, shift) if d)
     return D.select(_raw(guard), D.mul(earlier, partial), None,
-                    b.versions[made].dtype.compute)
+                    b.versions[b.made[k]].dtype.compute)
 
 
 def _version(b, label: str, name: str, like):
