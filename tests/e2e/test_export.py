@@ -289,3 +289,25 @@ def test_bfloat16_elements_are_passed_as_their_bits(generic, tmp_path):
         assert np.array_equal(got, module.bmm(a, b).float().numpy())
         truth = (a.double() @ b.double()).float().bfloat16().float().numpy()
         np.testing.assert_allclose(got, truth, rtol=8e-3, atol=8e-3)
+
+
+@pytest.mark.parametrize("generic", [False, True], ids=["specialized", "generic"])
+def test_exported_sum_reading_earlier_points_matches_numpy(generic, tmp_path):
+    """A reduction that reads the points of its target before the one it reduces into
+    (the forward substitution as one sum) keeps its order in the exported library, run
+    on two threads from C: each point is read only once its sum is done."""
+    source = ("def fsum(float(N, N) L, float(N) b) -> (x) {\n"
+              "    x(i) +=! (k == i) ? b(i) / L(i, i) : -L(i, k) / L(i, i) * x(k) "
+              "where k in 0:i + 1\n}")
+    module = tclang.define(source)
+    defn = module.fsum.definition
+    n = 131
+    rng = np.random.default_rng(3)
+    lower = (np.tril(rng.standard_normal((n, n))) * 0.1 + 4 * np.eye(n)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    lib = module.fsum.export(tmp_path / "lib", None if generic else {"N": n})
+    driver = build_driver(lib, defn, (lower, b), tmp_path)
+    status, message, (x,) = run_driver(driver, defn, (lower, b), tmp_path)
+    assert status == STATUS["ok"], message
+    np.testing.assert_allclose(x, np.linalg.solve(lower.astype(np.float64), b), rtol=1e-4,
+                               atol=1e-5)

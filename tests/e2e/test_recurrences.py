@@ -44,6 +44,10 @@ def fsplit(float(N, N) L, float(N) b) -> (x) {
 def rowsum(float(R, N) X, float(N, N) W) -> (O) {
     O(r, i) +=! (k == i) ? X(r, i) : 0.5 * W(i, k) * tanh(O(r, k)) where k in 0:i + 1
 }
+def upd(float(N) X) -> (O) {
+    O(i) = X(i)
+    O(i) += (i >= 1) ? O(i - 1) : 0.0
+}
 def rowmax(float(R, N) X) -> (O) {
     O(r, i) max=! (k == i) ? X(r, i) : 0.5 * O(r, k) where i in 0:N, k in 0:i + 1
 }
@@ -154,6 +158,7 @@ def test_sums_that_read_earlier_points_of_their_target(module, n):
     w = rng.uniform(-1, 1, (n, n)).astype(np.float32)
     _close(module.rowsum(x, w), _numpy_rowsum(x, w))
     _close(module.rowmax(x), _numpy_rowmax(x))
+    _close(module.upd(b), np.cumsum(b))  # `+=` over no index: each point's sum is final
 
 
 @pytest.mark.parametrize("options", [tc.Options(fusion="max"), tc.Options(vectorize=False),
@@ -255,6 +260,25 @@ ERRORS = [
     ("def f(float(N) X) -> (O) {\n  O(i) +=! X(i) * O(k) where k in 0:i + 1\n}", 2, 19,
      "at the same time or later (at i = 0, k = 0)"),
 ]
+LANGUAGE_ERRORS = [  # found by the front end, before any isl
+    ("def f(float(N) X, int32(N) I) -> (O) {\n  O(i) +=! X(k) * O(I(k)) where k in 0:i\n}",
+     2, 19, "data-dependent point"),
+    ("def f(float(N) X) -> (O) {\n  O(i) = X(i)\n  O(i) +=! X(k) * O(i) where k in 0:N\n}",
+     3, 19, "reduces into O and also reads it"),
+    ("def f(float(N) X) -> (O) {\n  O(i) = X(i)\n  O(i) += O(i + 1) * X(k) where k in 0:N\n}",
+     3, 11, "only earlier points"),
+]
+
+
+@pytest.mark.parametrize("source,line,column,words", LANGUAGE_ERRORS)
+def test_sums_reading_their_target_wrongly_are_refused(source, line, column, words):
+    """A reduction may read earlier points of its target, not a data-dependent one, not
+    the point it reduces into, not a later one: located at the read, with a hint."""
+    with pytest.raises(TCSemanticError) as info:
+        tc.define(source)
+    err = info.value
+    assert (err.line, err.column) == (line, column), str(err)
+    assert words in err.message and err.hint
 
 
 @pytest.mark.parametrize("source,line,column,words", ERRORS)
