@@ -182,10 +182,15 @@ class _Apply(torch.autograd.Function):
             _, saved = g.split(results)
             args = (*inputs, *(saved[s.name] for s in g.plan.saved), *seeds)
             by_name = dict(zip(g.wrt, _differentiate(fn.backward_function, fn, args)))
+            by_name.update(dict.fromkeys(g.plan.zero))  # (below)
         else:
             # a double backward also sends gradients to the saved values: the gradient of
             # the training forward (its outputs and saved values alike) gives theirs
             by_name = _saving_gradient(fn, inputs, results, grads)
+        # a gradient zero by construction is None, autograd's zero: where it is the
+        # gradient of a saved value (a double backward), the forward's gradient is then
+        # not asked for that value, which may be refused (a value read only in a condition
+        # and computed through int32(...): fuzz seed 2040, program 1593)
         return (None, *(by_name.get(t.name) if need else None
                         for t, need in zip(fn.definition.inputs, ctx.needs_input_grad[1:])))
 
@@ -220,7 +225,9 @@ def _saving_gradient(fn: Function, inputs, results, grads) -> dict:
         saved = [values[s.name] for s in g2.plan.saved]
     seeds = _seeds(g2, definition.outputs, results, grads)
     args = (*inputs, *saved, *seeds)
-    return dict(zip(g2.wrt, _differentiate(saving.backward_function, saving, args)))
+    by_name = dict(zip(g2.wrt, _differentiate(saving.backward_function, saving, args)))
+    by_name.update(dict.fromkeys(g2.plan.zero))
+    return by_name
 
 
 class _Refused(torch.autograd.Function):

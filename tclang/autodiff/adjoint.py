@@ -85,6 +85,9 @@ class GradientSource:
     seed_names: tuple[str, ...]
     grad_names: tuple[str, ...]
     added_sizes: dict[str, Z.SizeExpr] = field(default_factory=dict)
+    # the inputs of `wrt` whose gradient is zero by construction: no output depends on
+    # them through anything differentiable (only through a condition, or not at all)
+    zero: tuple[str, ...] = ()
 
 
 # ---- versions ------------------------------------------------------------------------------
@@ -904,9 +907,11 @@ class _Builder:
             for label in (e.target, *[r.tensor for r in P.reads_of(e.expr)]):
                 if label not in names:
                     names[label] = self.fresh(self._adjoint_base(label))
+        unused = []
         for x in self.wrt:  # an input no output depends on: its gradient is zero
             label = _adjoint_label(_label(x, None))
             if label not in self.written:
+                unused.append(x)
                 t = defn.tensor(x)
                 idx = [self.fresh(f"i{d}") for d in range(t.rank)]
                 # a half or bfloat16 zero is written as a cast: a literal 0.0 is float32,
@@ -926,7 +931,7 @@ class _Builder:
                              backward_name).text()
         return GradientSource(forward, forward_name, backward, backward_name, self.wrt,
                               tuple(saved), tuple(seeds), tuple(seed_names),
-                              tuple(grad_names[x] for x in self.wrt), added)
+                              tuple(grad_names[x] for x in self.wrt), added, tuple(unused))
 
     def _adjoint_base(self, label: str) -> str:
         if label.startswith("pad:"):

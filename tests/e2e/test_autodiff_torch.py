@@ -279,3 +279,20 @@ def test_a_double_backward_whose_first_derivative_is_constant_is_zero():
               "    O0 = ((!(beta > 0) || (alpha() > 0.0)) ? double(beta) : "
               "((!(beta() != 0) || false) ? double(beta()) : (float(beta()) * 1.5)))\n}\n")
     assert gradients.check_torch(GeneratedProgram(source, "fuzz", {}), "gradgradcheck")[0] == []
+
+
+def test_a_double_backward_through_a_value_read_only_in_a_condition():
+    """T is computed through int32(...) (no derivative: tc.grad refuses it) and read by
+    the backward only in a condition, so its gradient is zero by construction. That zero
+    came back from the backward as a tensor, so the double backward asked for the
+    gradient of the training forward with T as an output, and tc.grad refused T's
+    statement: gradgradcheck crashed (fuzz seed 2040, program 1593). A gradient zero by
+    construction is now None, autograd's zero."""
+    source = ("def f(double(N) A, double(N) B) -> (O) {\n"
+              "    T(i) = double(int32(B(i) * 4.0))\n"
+              "    O(i) = (T(i) > 0.0) ? A(i) * A(i) * B(i) : A(i) * B(i)\n}")
+    f = tct.function(source, "f")
+    torch.manual_seed(3)
+    inputs = tuple(torch.randn(7, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    assert torch.autograd.gradcheck(f, inputs, eps=1e-6, atol=1e-5, rtol=1e-4)
+    assert torch.autograd.gradgradcheck(f, inputs, eps=1e-6, atol=1e-5, rtol=1e-4)
