@@ -369,9 +369,12 @@ def _recurrence_reads(scop: Scop, relaxed: tuple[str, ...]) -> dict[str, isl.Map
     """A relaxed update's reads of other points of its own target (a recurrence), by
     statement: every instance that reads such a point."""
     found: dict[str, isl.Map] = {}
+    ids = scop.summed_recurrences.intersection(relaxed)
+    if not ids:
+        return found  # (nearly every program: no domain walked)
     domains = {s.get_tuple_name(): s for s in sets(scop.domain)}
     for st in scop.statements:
-        if st.id not in relaxed:
+        if st.id not in ids:
             continue
         for read in recurrence_reads(st.source):
             m = scop.ref_reads[(st.id, read.ref)].intersect_domain(domains[st.id])
