@@ -46,7 +46,7 @@ from tclang.autodiff import derivatives as D
 from tclang.autodiff.source_text import Raw, source
 from tclang.autodiff.source_text import affine_level as _affine_level
 from tclang.autodiff.source_text import affine_text as _affine_text
-from tclang.dtypes import DType, promote
+from tclang.dtypes import DType
 from tclang.autodiff import scans
 from tclang.errors import TCGradError, TCSemanticError, TCZeroGradientError
 from tclang.lang.passes.rewrite import rewrite_bottom_up
@@ -849,11 +849,13 @@ class _Builder:
             # a narrower tensor read in wider arithmetic (float32 A in A(i) * B(i) with
             # double B) gets a wider contribution: its gradient has A's type, as PyTorch's
             # has, so the contribution is rounded to it (the language never narrows by
-            # itself)
+            # itself). A narrower contribution (a double T read inside `float32(..)`) is
+            # widened: the first write of dT gives dT its type, and a later, wider
+            # contribution could not narrow into it (fuzz seed 2041, program 842)
             want = version.dtype.compute
             if version.dtype.is_narrow_float and expr.dtype is not version.dtype:
                 expr = P.Cast(expr, version.dtype)  # a half or bfloat16 gradient: rounded
-            elif promote(expr.dtype, want).compute != want:
+            elif expr.dtype.compute != want:
                 expr = P.Cast(expr, want)
         if target not in self.written:
             op = ("+=!" if reduces else "=")
