@@ -47,7 +47,7 @@ from tclang.dtypes import DType
 from tclang.errors import TCGradError
 from tclang.lang import program as P
 from tclang.lang import sizes as Z
-from tclang.lang.affine import Affine
+from tclang.lang.affine import Affine, Div
 from tclang.lang.recurrences import recurrence_reads, uniform_distance
 
 
@@ -146,10 +146,6 @@ def refuse_unsupported(defn: P.Definition) -> None:
         if s.op not in ("=", "+"):
             why, hint = f"a recurrence in a `{s.op}=` reduction", \
                 "write it as a `=` recurrence (fmax(O(i - 1), ...)), which has a gradient"
-        elif any(not isinstance(atom, str) for r in reads for a in r.affine
-                 for atom, _ in a.terms):
-            why, hint = "a recurrence read with a division or remainder in its subscripts", \
-                "read points at affine subscripts such as O(i - 1) or O(j - 1, j - 1)"
         else:
             continue
         raise TCGradError(
@@ -322,11 +318,15 @@ def _renamed(e: P.Expr, names: dict[str, str]) -> P.Expr:
 
 
 def _rename_affine(a: Affine, names: dict[str, str]) -> Affine:
+    """`a` with its indices renamed, inside quotients and remainders too (`p0 / 2` for
+    `i / 2`: the equality that says which point a read of O(i / 2) read)."""
     out = Affine((), a.offset)
     for atom, coef in a.terms:
-        if not isinstance(atom, str):
-            return a  # a quotient or remainder: printed from the subscripts, not this form
-        out = out + Affine.index(names.get(atom, atom)).scale(coef)
+        if isinstance(atom, str):
+            out = out + Affine.index(names.get(atom, atom)).scale(coef)
+        else:
+            inner = Div(_rename_affine(atom.inner, names), atom.divisor, atom.kind)
+            out = out + Affine(((inner, 1),), Z.const(0)).scale(coef)
     return out
 
 

@@ -8,7 +8,8 @@ temporary that a later statement consumes; a forward substitution reading the di
 (a non-uniform read); an RNN-style cell; a sum (or a max) that reads earlier points of
 its own target, the forward substitution written as one reduction, per row or not (and its
 gradient, a sum inside the reverse scan); a scan over a triangle read whole by a later
-statement. Each read is guarded so that it reads only
+statement; a read through a division or remainder (`O(i / 2)`, a heap's parent
+`O((i - 1) / 2)`, `O(i % 4)`), whose reverse scan is a sum too. Each read is guarded so that it reads only
 points the statement wrote earlier. Values stay bounded (`tanh`, damping, or small
 integers). Extents come from the reduction family's (up to 1025, around vector, warp and
 block sizes), so a scan loop is long and the loops beside it are vectorized and parallel.
@@ -23,7 +24,7 @@ from tclang.fuzzing.generator import (STATS, Decl, Features, GeneratedProgram, M
 from tclang.fuzzing.reductions import VOLUME, _sizes
 
 KINDS = ("scan", "scan", "scan", "diagonal", "after", "consumed", "substitution", "cell",
-         "summed", "summed", "triangle")
+         "summed", "summed", "triangle", "halving")
 _DIMS = ("N", "M", "K")
 _IDX = ("i", "j", "k")
 
@@ -34,7 +35,8 @@ def recurrence_program(rng: random.Random) -> GeneratedProgram | None:
     kind = rng.choice(KINDS)
     dtype = rng.choices(("float", "double", "int32"), (60, 20, 20))[0]
     model = {"scan": _scan, "diagonal": _diagonal, "after": _after, "consumed": _consumed,
-             "substitution": _substitution, "cell": _cell, "summed": _summed, "triangle": _triangle}[kind](rng, dtype)
+             "substitution": _substitution, "cell": _cell, "summed": _summed, "triangle": _triangle,
+             "halving": _halving}[kind](rng, dtype)
     STATS["attempts"] += 1
     defn = checked_draw(model, f"recurrence {kind}: ")
     if defn is None:
@@ -176,6 +178,20 @@ def _summed(rng, dtype: str) -> Model:
     rhs = f"(k == i) ? X({pre}i) : {term}"
     return _model("summed", [Decl("X", dtype, dims), Decl("W", dtype, ("N", "N"))],
                   [Stmt("O", idx, op, Node(rhs), (Node("k in 0:i + 1"),))])
+
+
+def _halving(rng, dtype: str) -> Model:
+    """A read of an earlier point through a quotient or remainder (a tree laid out in an
+    array: O(i / 2), the heap parent O((i - 1) / 2)), alone or with O(i - 1), per row or
+    not: not a constant shift, so its gradient is the reverse scan with a sum inside."""
+    rows = rng.random() < 0.4
+    idx, dims, pre = (("r", "i"), ("R", "N"), "r, ") if rows else (("i",), ("N",), "")
+    sub, guard = rng.choice((("i / 2", "i >= 1"), ("(i - 1) / 2", "i >= 1"),
+                             ("i / 3", "i >= 1"), ("i % 4", "i >= 4")))
+    reads = [f"O({pre}{sub})"] + ([f"O({pre}i - 1)"] if rng.random() < 0.4 else [])
+    value = f"X({pre}i)"
+    rhs = f"({guard}) ? {_step(rng, dtype, reads, value)} : {value}"
+    return _model("halving", [Decl("X", dtype, dims)], [Stmt("O", idx, "=", Node(rhs))])
 
 
 def _shifted(name: str, idx: tuple[str, ...], shift: dict[int, int]) -> str:

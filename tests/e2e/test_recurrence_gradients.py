@@ -50,6 +50,12 @@ SOURCES = {
     "two back after a first write": ("def f(double(R, N) X) -> (O) {\n  O(r, i) = tanh(X(r, i))\n"
                                      "  O(r, i) = 0.5 * O(r, i - 2) * X(r, i) + O(r, i - 1) "
                                      "where r in 0:R, i in 2:N\n}", lambda n: [(3, n)]),
+    # reads through a quotient or remainder (a tree in an array): a sum in the reverse scan
+    "heap parent": ("def f(double(R, N) X) -> (O) { O(r, i) = (i >= 1) ? "
+                    "0.5 * tanh(O(r, (i - 1) / 2)) + X(r, i) : X(r, i) }", lambda n: [(3, n)]),
+    "half and remainder": ("def f(double(N) X) -> (O) { O(i) = (i >= 4) ? 0.5 * O(i / 2) * "
+                           "X(i) + 0.25 * O(i % 4) + 0.3 * O(i - 1) : X(i) }",
+                           lambda n: [(n,)]),
 }
 TRIANGULAR = {"forward substitution", "substitution as a sum"}  # well conditioned L
 BACKENDS = ["cpu", "reference", "cuda-emulated"]
@@ -107,7 +113,8 @@ def test_gradcheck_through_torch():
 
 @pytest.mark.parametrize("name", ["cell reading unit 0", "forward substitution",
                                   "substitution as a sum", "mirror read",
-                                  "triangle read whole", "after a first write"])
+                                  "triangle read whole", "after a first write",
+                                  "heap parent", "half and remainder"])
 def test_second_order_of_a_sum_inside_a_recurrence(name):
     """The backward of a recurrence whose reads are not constant shifts is one statement,
     a sum reading earlier points of its own target: itself a recurrence tc.grad
@@ -173,8 +180,6 @@ def _count(L, node, ids, env) -> int:
 REFUSED = [
     ("def f(double(N) X) -> (O) {\n  O(i) max=! (k == i) ? X(i) : 0.5 * O(k) where i in 0:N, "
      "k in 0:i + 1\n}", 2, 38, "in a `max=` reduction"),
-    ("def f(double(N) X) -> (O) {\n  O(i) = (i >= 2) ? O(i / 2) + X(i) : X(i)\n}", 2, 21,
-     "a division or remainder"),
 ]
 
 

@@ -51,6 +51,10 @@ def upd(float(N) X) -> (O) {
 def rowmax(float(R, N) X) -> (O) {
     O(r, i) max=! (k == i) ? X(r, i) : 0.5 * O(r, k) where i in 0:N, k in 0:i + 1
 }
+def heap(float(R, N) X) -> (O) {
+    O(r, i) = (i >= 1) ? 0.5 * O(r, (i - 1) / 2) + X(r, i) : X(r, i)
+}
+def halve(float(N) X) -> (O) { O(i) = (i >= 4) ? fmax(O(i / 2), O(i % 4)) + X(i) : X(i) }
 def rnn(float(T, H) X, float(H, H) W) -> (S) {
     S(t, h) = (t == 0) ? tanh(X(0, h))
         : tanh(X(t, h) + S(t - 1, 0) * W(h, 0) + S(t - 1, H - 1) * W(h, H - 1))
@@ -159,6 +163,29 @@ def test_sums_that_read_earlier_points_of_their_target(module, n):
     _close(module.rowsum(x, w), _numpy_rowsum(x, w))
     _close(module.rowmax(x), _numpy_rowmax(x))
     _close(module.upd(b), np.cumsum(b))  # `+=` over no index: each point's sum is final
+
+
+def _numpy_heap(x):
+    o = x.astype(np.float64).copy()
+    for i in range(1, x.shape[1]):
+        o[:, i] = 0.5 * o[:, (i - 1) // 2] + x[:, i]
+    return o
+
+
+def _numpy_halve(x):
+    o = x.astype(np.float64).copy()
+    for i in range(4, len(x)):
+        o[i] = max(o[i // 2], o[i % 4]) + x[i]
+    return o
+
+
+@pytest.mark.parametrize("n", EXTENTS)
+def test_reads_through_a_quotient_or_remainder(module, n):
+    """A tree laid out in an array: each point reads its parent O((i - 1) / 2), or O(i / 2)
+    and O(i % 4), points written earlier (isl checks it with the division's existential)."""
+    x = np.random.default_rng(n + 4).standard_normal((3, n)).astype(np.float32)
+    _close(module.heap(x), _numpy_heap(x))
+    _close(module.halve(x[0]), _numpy_halve(x[0]))
 
 
 @pytest.mark.parametrize("options", [tc.Options(fusion="max"), tc.Options(vectorize=False),
