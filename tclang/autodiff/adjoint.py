@@ -463,6 +463,9 @@ class _Builder:
         hit = D.compare("eq", self._candidate(k, rhs), result)
         ties = f"ties:{made}"
         t = version.dtype.compute if version.dtype.is_float else DType.FLOAT32
+        share = D.div(g, _read(ties, s.indices, t, s.span))
+        if ties in self.versions:  # counted already (by a recurrence's reverse scan)
+            return D.select(hit, share, None, t)
         self.versions[ties] = _Version(ties, f"ties_{s.target}", None, t, version.extent)
         ranges = {r.name: (r.lo, r.hi) for r in s.domain}
         count = _guarded([c for c, _ in _range_bounds(s, {})],
@@ -475,7 +478,6 @@ class _Builder:
             # count's text its sum would be over nothing (fuzz seed 2028, program 1276)
             lo, hi = ranges.pop(i)
             count = D.mul(count, Raw(f"{type_name(t)}({hi - lo})", 7, t))
-        share = D.div(g, _read(ties, s.indices, t, s.span))
         if old is not None:
             kept = D.compare("eq", _read(old, s.indices, self.versions[old].dtype, s.span),
                              result)
@@ -994,6 +996,12 @@ class _Builder:
                 # no where at all over no index (`O max= e`: an empty clause did not
                 # parse; fuzz seed 2035, program 575)
                 clause = f" where {where}" if where else ""
+                if scans.recurrence_reads(s):
+                    # a max=! reading earlier points of its own target: the candidates
+                    # can only follow it (they read what it wrote), then the max of the
+                    # saved candidates is the result, so that the backward's ties are
+                    # exact (it differs from the first max by a rounding at most)
+                    lines.append("    " + text)
                 lines.append(f"    {candidates[k]}({every}) = {value}{clause}")
                 lines.append(f"    {target} {s.op}={bang} {candidates[k]}({every}){clause}")
             else:

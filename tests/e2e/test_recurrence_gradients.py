@@ -56,6 +56,14 @@ SOURCES = {
     "half and remainder": ("def f(double(N) X) -> (O) { O(i) = (i >= 4) ? 0.5 * O(i / 2) * "
                            "X(i) + 0.25 * O(i % 4) + 0.3 * O(i - 1) : X(i) }",
                            lambda n: [(n,)]),
+    # a max or min reading earlier points of its own target: the later points' gradient
+    # reaches the candidates that won (the training forward saves them)
+    "max reading earlier maxima": ("def f(double(N) X) -> (O) {\n  O(i) max=! (k == i) ? X(i) : "
+                                   "0.5 * O(k) + 0.1 where i in 0:N, k in 0:i + 1\n}",
+                                   lambda n: [(n,)]),
+    "row min with tanh": ("def f(double(R, N) X, double(N, N) W) -> (O) {\n  O(r, i) min=! "
+                          "(k == i) ? X(r, i) : W(i, k) * tanh(O(r, k)) where k in 0:i + 1\n}",
+                          lambda n: [(3, n), (n, n)]),
 }
 TRIANGULAR = {"forward substitution", "substitution as a sum"}  # well conditioned L
 BACKENDS = ["cpu", "reference", "cuda-emulated"]
@@ -114,7 +122,8 @@ def test_gradcheck_through_torch():
 @pytest.mark.parametrize("name", ["cell reading unit 0", "forward substitution",
                                   "substitution as a sum", "mirror read",
                                   "triangle read whole", "after a first write",
-                                  "heap parent", "half and remainder"])
+                                  "heap parent", "half and remainder",
+                                  "max reading earlier maxima", "row min with tanh"])
 def test_second_order_of_a_sum_inside_a_recurrence(name):
     """The backward of a recurrence whose reads are not constant shifts is one statement,
     a sum reading earlier points of its own target: itself a recurrence tc.grad
@@ -178,8 +187,10 @@ def _count(L, node, ids, env) -> int:
 
 
 REFUSED = [
-    ("def f(double(N) X) -> (O) {\n  O(i) max=! (k == i) ? X(i) : 0.5 * O(k) where i in 0:N, "
-     "k in 0:i + 1\n}", 2, 38, "in a `max=` reduction"),
+    ("def f(double(N) X) -> (O) {\n  O(i) *=! (k == i) ? X(i) : 0.5 * O(k) where i in 0:N, "
+     "k in 0:i + 1\n}", 2, 36, "in a `*=` reduction"),
+    ("def f(double(N) X) -> (O) {\n  O(i) = X(i)\n  O(i) max= (k < i) ? 0.5 * O(k) : X(i) "
+     "where i in 0:N, k in 0:i\n}", 3, 29, "`max=` reduction onto a value written before"),
 ]
 
 
