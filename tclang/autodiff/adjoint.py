@@ -378,10 +378,13 @@ class _Builder:
         elif self._scales(k):
             weight = self._scaled(k, rhs, g, grad)
             routed = True
+        elif s.op == "*" and not s.is_scatter and (s.reset or self._whole(k)):
+            weight = self._product(k, rhs, g, old=None if s.reset else self.before[k])
+            routed = not s.reset
         else:
-            what = {"*": "a product reduction (write exp of a sum of logs)",
-                    "max": "max= without reset", "min": "min= without reset"}.get(s.op, s.op)
-            if s.op in ("max", "min"):
+            what = {"*": "*= without reset", "max": "max= without reset",
+                    "min": "min= without reset"}.get(s.op, s.op)
+            if s.op in ("max", "min", "*"):
                 what += (" onto part of a value written before, or onto none (it starts "
                          "from zeros),")
             raise self._error(k, f"{what} has no gradient rule")
@@ -435,6 +438,66 @@ class _Builder:
                 self._emit(_adjoint_label(old), s.indices, inside, {},
                            {r.name: (r.lo, r.hi) for r in s.domain}, frozenset(), False)
         return D.mul(g, _read(old, s.indices, version.dtype, s.span))
+
+    def _product(self, k: int, rhs: P.Expr, g: P.Read, old: str | None) -> P.Expr:
+        """`T(I) *=! e(I, R)`: the gradient reaching factor e(I, R) is dT times the product
+        of the other factors. Not T / e, which is 0 / 0 where a factor is zero: two
+        statements count the zero factors and multiply the others,
+            zeros_T(I) +=! e == 0 ? 1 : 0      nonzero_T(I) *=! e == 0 ? 1 : e
+        and the weight is `zeros == 0 ? nonzero / e : (zeros == 1 && e == 0 ? nonzero :
+        0)` (PyTorch's prod backward decides the same three cases). Linear in the
+        reduction, exact where factors vanish, and made of a product reduction again, so
+        the second order takes the same rule. `old`: `T(I) *= e` onto a value written
+        before over the whole of it (_whole), one more factor that starts both."""
+        s = self.defn.statements[k]
+        made = self.made[k]
+        version = self.versions[made]
+        t = version.dtype.compute
+        factor = self._candidate(k, rhs)
+        points = {i: (s.range_of(i).lo, s.range_of(i).hi) for i in s.indices}
+        ranges = {r.name: (r.lo, r.hi) for r in s.domain}
+        bounds = [c for c, _ in _range_bounds(s, {})]
+        zeros, rest = f"zeros:{made}", f"nonzero:{made}"
+        for label, name in ((zeros, "zeros"), (rest, "nonzero")):
+            self.versions[label] = _Version(label, f"{name}_{s.target}", None, t,
+                                            version.extent)
+        one, none = D.const(1, t), D.const(0, t)
+
+        def counted(x: P.Expr) -> tuple[P.Expr, P.Expr]:
+            vanishes = D.compare("eq", x, D.const(0, x.dtype))
+            return (D.select(vanishes, one, none, t),
+                    D.select(vanishes, one, x if x.dtype is t else P.Cast(x, t), t))
+
+        comment = f"# the zero factors of statement {k + 1}'s product, and the others'"
+        op = "+=!"
+        if old is not None:
+            before = _read(old, s.indices, self.versions[old].dtype, s.span)
+            first_zero, first_rest = counted(before)
+            self.emitted.append(_Emitted(zeros, s.indices, first_zero, {}, points,
+                                         frozenset(points), False, op="=", comment=comment))
+            self.emitted.append(_Emitted(rest, s.indices, first_rest, {}, points,
+                                         frozenset(points), False, op="="))
+            op, comment = "+=", ""
+        zero, other = counted(factor)
+        if bounds:  # outside a range bounded by other indices: no factor
+            guard = Raw(" && ".join(bounds), 2 if len(bounds) > 1 else 3)
+            zero, other = D.select(guard, zero, None, t), D.select(guard, other, one, t)
+        self.emitted.append(_Emitted(zeros, s.indices, zero, {}, ranges, frozenset(ranges),
+                                     True, op=op, comment=comment))
+        self.emitted.append(_Emitted(rest, s.indices, other, {}, ranges, frozenset(ranges),
+                                     True, op="*=!" if old is None else "*="))
+        count = _read(zeros, s.indices, t, s.span)
+        others = _read(rest, s.indices, t, s.span)
+
+        def weight(x: P.Expr) -> P.Expr:
+            alone = D.select(D.compare("eq", count, D.const(1, t)), others, None, t)
+            return D.mul(g, D.select(D.compare("eq", count, none), D.div(others, x),
+                                     D.select(D.compare("eq", x, D.const(0, x.dtype)),
+                                              alone, None, t), t))
+        if old is not None and old in self.active:  # the old value's share
+            self._emit(_adjoint_label(old), s.indices, weight(before), {}, points,
+                       frozenset(), False)
+        return weight(factor)
 
     def _whole(self, k: int) -> bool:
         """Whether max=/min= statement k (no `!`) goes onto a value written before over
@@ -874,7 +937,8 @@ class _Builder:
         needed: list[str] = []
         for e in self.emitted:
             for r in P.reads_of(e.expr):
-                if not r.tensor.startswith(("d:", "ties:", "seed:", "pad:")) and \
+                if not r.tensor.startswith(("d:", "ties:", "seed:", "pad:", "zeros:",
+                                            "nonzero:")) and \
                         r.tensor not in needed:
                     needed.append(r.tensor)
         names: dict[str, str] = {}
@@ -942,6 +1006,8 @@ class _Builder:
             return f"{self._adjoint_base(label.split(':', 1)[1].rsplit(':', 1)[0])}pad"
         if label.startswith("ties:"):
             return f"ties_{self.versions[label[5:]].tensor}"
+        if label.startswith(("zeros:", "nonzero:")):  # a product's counts (_product)
+            return self.versions[label].tensor
         v = self.versions[label[2:]]
         return f"d{v.tensor}" if v.final else f"d{v.tensor}{self._write_number(v)}"
 

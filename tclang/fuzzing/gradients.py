@@ -3,8 +3,8 @@
 
 Each program is made float64 first (its float types, and where that alone does not
 check, its float literals: tests/e2e/test_autodiff.py does the same); a program without
-a gradient (tc.grad raises TCGradError: integer outputs from floats, floor, `*=!`, ...)
-is counted, not failed. For each input x that the gradient covers, the directional
+a gradient (tc.grad raises TCGradError: integer outputs from floats, floor, `*=` onto
+part of a value, ...) is counted, not failed. For each input x that the gradient covers, the directional
 derivative of F(x) = <w, f(x)> (w random) along a random v by central differences must
 equal <grad_x F, v>.
 

@@ -20,7 +20,6 @@ from tests.corpus import CASES, as_numpy
 
 # programs with no gradient, and why (each must be refused with a TCGradError)
 NOT_DIFFERENTIABLE = {
-    "reduction_ops": "a product reduction (*=!)",
     "int32_ops": "integer inputs only",
     "int64_ops": "integer inputs only",
     "small_ints": "integer inputs only",
@@ -30,7 +29,6 @@ NOT_DIFFERENTIABLE = {
     "bfloat16_mixed": "an integer output computed from a float input",
     "builtins_unary": "trunc/floor/round of an input",
     "comparisons_logic": "bool outputs computed from float inputs",
-    "reduce_into_existing": "a product reduction without reset (*=)",
 }
 
 
