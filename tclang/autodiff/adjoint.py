@@ -458,6 +458,7 @@ class _Builder:
         ranges = {r.name: (r.lo, r.hi) for r in s.domain}
         bounds = [c for c, _ in _range_bounds(s, {})]
         zeros, rest = f"zeros:{made}", f"nonzero:{made}"
+        counted_already = zeros in self.versions  # (by a recurrence's reverse scan)
         for label, name in ((zeros, "zeros"), (rest, "nonzero")):
             self.versions[label] = _Version(label, f"{name}_{s.target}", None, t,
                                             version.extent)
@@ -470,7 +471,9 @@ class _Builder:
 
         comment = f"# the zero factors of statement {k + 1}'s product, and the others'"
         op = "+=!"
-        if old is not None:
+        if counted_already:
+            pass
+        elif old is not None:
             before = _read(old, s.indices, self.versions[old].dtype, s.span)
             first_zero, first_rest = counted(before)
             self.emitted.append(_Emitted(zeros, s.indices, first_zero, {}, points,
@@ -482,10 +485,12 @@ class _Builder:
         if bounds:  # outside a range bounded by other indices: no factor
             guard = Raw(" && ".join(bounds), 2 if len(bounds) > 1 else 3)
             zero, other = D.select(guard, zero, None, t), D.select(guard, other, one, t)
-        self.emitted.append(_Emitted(zeros, s.indices, zero, {}, ranges, frozenset(ranges),
-                                     True, op=op, comment=comment))
-        self.emitted.append(_Emitted(rest, s.indices, other, {}, ranges, frozenset(ranges),
-                                     True, op="*=!" if old is None else "*="))
+        if not counted_already:
+            self.emitted.append(_Emitted(zeros, s.indices, zero, {}, ranges,
+                                         frozenset(ranges), True, op=op, comment=comment))
+            self.emitted.append(_Emitted(rest, s.indices, other, {}, ranges,
+                                         frozenset(ranges), True,
+                                         op="*=!" if old is None else "*="))
         count = _read(zeros, s.indices, t, s.span)
         others = _read(rest, s.indices, t, s.span)
 

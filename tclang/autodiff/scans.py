@@ -137,18 +137,14 @@ def _cast(e: P.Expr, dtype: DType) -> P.Expr:
 
 
 def refuse_unsupported(defn: P.Definition) -> None:
-    """The recurrences whose reverse scan is not written yet: one in a product reduction
-    (which has no gradient rule at all), one in a max= or min= without reset (onto a value
-    written before, a candidate the reverse scan would have to route to)."""
+    """The recurrences whose reverse scan is not written yet: one in a max=, min= or *=
+    without reset (onto a value written before, a candidate or factor the reverse scan
+    would have to route to as well)."""
     for s in defn.statements:
         reads = recurrence_reads(s)
         if not reads:
             continue
-        if s.op == "*":
-            why, hint = "a recurrence in a `*=` reduction", \
-                "a product reduction has no gradient rule: write it as exp of a `+=!` sum " \
-                "of logs, which has one"
-        elif s.op in ("max", "min") and not s.reset:
+        if s.op in ("max", "min", "*") and not s.reset:
             why, hint = f"a recurrence in a `{s.op}=` reduction onto a value written before", \
                 f"write `{s.op}=!` (from the identity), or fmax/fmin in a `=` recurrence, " \
                 "which have gradients"
@@ -222,6 +218,8 @@ def _summed_terms(b, k: int, rhs: P.Expr, seed: P.Read, index_text: dict,
     pieces, total = [first], D.select(_raw(first), seed, None, compute)
     if s.op in ("max", "min"):  # a later point's gradient reaches the candidates that won
         back = _renamed(b._ties(k, rhs, back), point)
+    elif s.op == "*":  # ... or each factor, times the product of the others
+        back = _renamed(b._product(k, rhs, back, None), point)
     for read in reads:
         partial = _partial(b, k, rhs, read)
         if partial is None:

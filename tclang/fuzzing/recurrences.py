@@ -5,14 +5,15 @@ sum, a `tanh` cell), shifted by 1 or 2, one or two reads back, or along a diagon
 (`O(i - 1, j - 1)`, `O(i - 1, j + 1)`); a recurrence after a first statement that wrote
 the tensor (reading its value where the recurrence does not write); a recurrence into a
 temporary that a later statement consumes; a forward substitution reading the diagonal
-(a non-uniform read); an RNN-style cell; a sum (or a max) that reads earlier points of
-its own target, the forward substitution written as one reduction, per row or not (and its
-gradient, a sum inside the reverse scan); a scan over a triangle read whole by a later
-statement; a read through a division or remainder (`O(i / 2)`, a heap's parent
-`O((i - 1) / 2)`, `O(i % 4)`), whose reverse scan is a sum too. Each read is guarded so that it reads only
-points the statement wrote earlier. Values stay bounded (`tanh`, damping, or small
-integers). Extents come from the reduction family's (up to 1025, around vector, warp and
-block sizes), so a scan loop is long and the loops beside it are vectorized and parallel.
+(a non-uniform read); an RNN-style cell; a sum, a max or a product that reads earlier
+points of its own target, the forward substitution written as one reduction, per row or
+not (and its gradient, a sum inside the reverse scan); a scan over a triangle read whole
+by a later statement; a read through a division or remainder (`O(i / 2)`, a heap's
+parent `O((i - 1) / 2)`, `O(i % 4)`), whose reverse scan is a sum too. Each read is
+guarded so that it reads only points the statement wrote earlier. Values stay bounded
+(`tanh`, damping, factors near 1, or small integers). Extents come from the reduction
+family's (up to 1025, around vector, warp and block sizes), so a scan loop is long and
+the loops beside it are vectorized and parallel.
 """
 
 from __future__ import annotations
@@ -174,7 +175,12 @@ def _summed(rng, dtype: str) -> Model:
     else:
         term = f"0.5 * W(i, k) * tanh({earlier})" if rng.random() < 0.7 else \
             f"W(i, k) * {earlier} / float(N)"
-    op = rng.choice(("+=!", "+=!", "max=!"))
+    op = rng.choice(("+=!", "+=!", "max=!", "*=!"))
+    if op == "*=!":  # factors near 1 (a product of N of them stays bounded)
+        if dtype == "int32":
+            op = "+=!"
+        else:
+            term = f"1.0 + 0.25 * W(i, k) * tanh({earlier}) / float(N)"
     rhs = f"(k == i) ? X({pre}i) : {term}"
     return _model("summed", [Decl("X", dtype, dims), Decl("W", dtype, ("N", "N"))],
                   [Stmt("O", idx, op, Node(rhs), (Node("k in 0:i + 1"),))])

@@ -61,6 +61,9 @@ SOURCES = {
     "max reading earlier maxima": ("def f(double(N) X) -> (O) {\n  O(i) max=! (k == i) ? X(i) : "
                                    "0.5 * O(k) + 0.1 where i in 0:N, k in 0:i + 1\n}",
                                    lambda n: [(n,)]),
+    "product of earlier points": ("def f(double(N) X) -> (O) {\n  O(i) *=! (k == i) ? X(i) : "
+                                  "0.5 + 0.25 * tanh(O(k)) where i in 0:N, k in 0:i + 1\n}",
+                                  lambda n: [(n,)]),
     "row min with tanh": ("def f(double(R, N) X, double(N, N) W) -> (O) {\n  O(r, i) min=! "
                           "(k == i) ? X(r, i) : W(i, k) * tanh(O(r, k)) where k in 0:i + 1\n}",
                           lambda n: [(3, n), (n, n)]),
@@ -123,7 +126,8 @@ def test_gradcheck_through_torch():
                                   "substitution as a sum", "mirror read",
                                   "triangle read whole", "after a first write",
                                   "heap parent", "half and remainder",
-                                  "max reading earlier maxima", "row min with tanh"])
+                                  "max reading earlier maxima", "row min with tanh",
+                                  "product of earlier points"])
 def test_second_order_of_a_sum_inside_a_recurrence(name):
     """The backward of a recurrence whose reads are not constant shifts is one statement,
     a sum reading earlier points of its own target: itself a recurrence tc.grad
@@ -187,8 +191,8 @@ def _count(L, node, ids, env) -> int:
 
 
 REFUSED = [
-    ("def f(double(N) X) -> (O) {\n  O(i) *=! (k == i) ? X(i) : 0.5 * O(k) where i in 0:N, "
-     "k in 0:i + 1\n}", 2, 36, "in a `*=` reduction"),
+    ("def f(double(N) X) -> (O) {\n  O(i) = X(i)\n  O(i) *= (k < i) ? 0.5 + O(k) : X(i) "
+     "where i in 0:N, k in 0:i\n}", 3, 27, "`*=` reduction onto a value written before"),
     ("def f(double(N) X) -> (O) {\n  O(i) = X(i)\n  O(i) max= (k < i) ? 0.5 * O(k) : X(i) "
      "where i in 0:N, k in 0:i\n}", 3, 29, "`max=` reduction onto a value written before"),
 ]

@@ -54,6 +54,9 @@ def rowmax(float(R, N) X) -> (O) {
 def heap(float(R, N) X) -> (O) {
     O(r, i) = (i >= 1) ? 0.5 * O(r, (i - 1) / 2) + X(r, i) : X(r, i)
 }
+def prodrec(float(N) X) -> (O) {
+    O(i) *=! (k == i) ? X(i) : 1.0 + 0.25 * tanh(O(k)) where i in 0:N, k in 0:i + 1
+}
 def halve(float(N) X) -> (O) { O(i) = (i >= 4) ? fmax(O(i / 2), O(i % 4)) + X(i) : X(i) }
 def rnn(float(T, H) X, float(H, H) W) -> (S) {
     S(t, h) = (t == 0) ? tanh(X(0, h))
@@ -177,6 +180,19 @@ def _numpy_halve(x):
     for i in range(4, len(x)):
         o[i] = max(o[i // 2], o[i % 4]) + x[i]
     return o
+
+
+def _numpy_prodrec(x):
+    o = x.astype(np.float64).copy()
+    for i in range(len(x)):
+        o[i] = x[i] * np.prod(1 + 0.25 * np.tanh(o[:i]))
+    return o
+
+
+@pytest.mark.parametrize("n", EXTENTS)
+def test_a_product_reading_earlier_points_of_its_target(module, n):
+    x = np.random.default_rng(n + 5).uniform(0.5, 1.5, n).astype(np.float32)
+    _close(module.prodrec(x), _numpy_prodrec(x))
 
 
 @pytest.mark.parametrize("n", EXTENTS)
