@@ -161,13 +161,17 @@ def build(defn: P.Definition, wrt: tuple[str, ...] | None) -> GradientSource:
         raise err.with_source(defn.source) from None
 
 
-def _range_bounds(s: P.Statement, sigma: dict[str, Affine]) -> list[tuple[str, str]]:
+def _range_bounds(s: P.Statement, sigma: dict[str, Affine],
+                  of: tuple[str, ...] | None = None) -> list[tuple[str, str]]:
     """The bounds of statement s's `where j in lo:hi` ranges that use other indices, as
     (condition, its negation) texts with solved indices substituted (`sigma`): the
     backward runs over the hull of such a range (its domain) under these conditions, as
-    the forward does (range inference adds them to the statement's condition)."""
+    the forward does (range inference adds them to the statement's condition). `of`:
+    only the ranges of these indices."""
     out = []
     for name, lo, hi in s.affine_ranges:
+        if of is not None and name not in of:
+            continue
         index = _affine_text(_substitute(Affine.index(name), sigma))
         if lo.terms:
             bound = _affine_text(_substitute(lo, sigma))
@@ -372,15 +376,20 @@ class _Builder:
             routed = True
         elif s.op in ("max", "min") and s.reset:
             weight = self._ties(k, rhs, g)
-        elif s.op in ("max", "min") and self._whole(k):
-            weight = self._ties(k, rhs, g, old=self.before[k])
+        elif s.op in ("max", "min") and (self._onto(k) or self._from_zeros(k)):
+            self._pass_outside(k, grad)
+            weight = self._ties(k, rhs, g, old=self.before[k], from_zeros=self._from_zeros(k))
             routed = True
         elif self._scales(k):
             weight = self._scaled(k, rhs, g, grad)
             routed = True
-        elif s.op == "*" and not s.is_scatter and (s.reset or self._whole(k)):
+        elif s.op == "*" and not s.is_scatter and (s.reset or self._onto(k)):
+            if not s.reset:
+                self._pass_outside(k, grad)
             weight = self._product(k, rhs, g, old=None if s.reset else self.before[k])
             routed = not s.reset
+        elif s.op == "*" and self._from_zeros(k):
+            weight, routed = None, True  # a product from zero is zero: no gradient
         else:
             what = {"*": "*= without reset", "max": "max= without reset",
                     "min": "min= without reset"}.get(s.op, s.op)
@@ -448,7 +457,7 @@ class _Builder:
         0)` (PyTorch's prod backward decides the same three cases). Linear in the
         reduction, exact where factors vanish, and made of a product reduction again, so
         the second order takes the same rule. `old`: `T(I) *= e` onto a value written
-        before over the whole of it (_whole), one more factor that starts both."""
+        before over the whole of it (_onto), one more factor that starts both."""
         s = self.defn.statements[k]
         made = self.made[k]
         version = self.versions[made]
@@ -504,26 +513,40 @@ class _Builder:
                        frozenset(), False)
         return weight(factor)
 
-    def _whole(self, k: int) -> bool:
-        """Whether max=/min= statement k (no `!`) goes onto a value written before over
-        the whole of it (its indices cover the old value's extent, no range bounded by
-        other indices): then that value is one more candidate at each point (_ties)."""
+    def _onto(self, k: int) -> bool:
+        """Whether max=/min=/*= statement k (no `!`) goes onto a value written before, over
+        all of it or a box of it (no left-side index bounded by another): that value is
+        one more candidate or factor at each point the statement writes (_ties,
+        _product), and its gradient passes through elsewhere (_pass_outside)."""
         s = self.defn.statements[k]
         before = self.before[k]
-        if before is None or s.is_scatter or s.affine_ranges:
+        if before is None or s.is_scatter:
             return False
-        extent = self.versions[before].extent
-        return len(s.indices) == len(extent) and all(
-            r.lo.constant == 0 and (r.hi - e).constant == 0
-            for r, e in zip((s.range_of(i) for i in s.indices), extent))
+        return len(s.indices) == len(self.versions[before].extent) and \
+            not any(n in s.indices for n, _, _ in s.affine_ranges)
 
-    def _ties(self, k: int, rhs: P.Expr, g: P.Read, old: str | None = None) -> P.Expr:
+    def _from_zeros(self, k: int) -> bool:
+        """Whether max=/min=/*= statement k (no `!`) is the first write of its target: it
+        starts from zeros (the checker warns), a constant candidate or factor 0."""
+        s = self.defn.statements[k]
+        return not s.reset and not s.is_scatter and self.before[k] is None and \
+            not any(n in s.indices for n, _, _ in s.affine_ranges)
+
+    def _pass_outside(self, k: int, grad: str) -> None:
+        """dOld = dT where statement k does not write (_onto over part of the value)."""
+        before = self.before[k]
+        if before is not None and before in self.active:
+            self._pass_through(k, before, grad, overwrites=True)
+
+    def _ties(self, k: int, rhs: P.Expr, g: P.Read, old: str | None = None,
+              from_zeros: bool = False) -> P.Expr:
         """max=!/min=!: how many candidates equal the result (a statement), and the weight
         that routes dT to each of them. `old`: max=/min= without reset onto that value
-        (written before, over the statement's whole domain: _whole), which is one more
-        candidate: it starts the count and gets its share of dT."""
+        (written before, at every point the statement writes: _onto), which is one more
+        candidate: it starts the count and gets its share of dT. `from_zeros`: onto
+        nothing, the constant 0 is that candidate, and its share goes nowhere."""
         s = self.defn.statements[k]
-        if not s.reduction_indices and old is None:
+        if not s.reduction_indices and old is None and not from_zeros:
             return g  # one candidate at each point: the result is that candidate
         made = self.made[k]
         version = self.versions[made]
@@ -546,9 +569,10 @@ class _Builder:
             # count's text its sum would be over nothing (fuzz seed 2028, program 1276)
             lo, hi = ranges.pop(i)
             count = D.mul(count, Raw(f"{type_name(t)}({hi - lo})", 7, t))
-        if old is not None:
-            kept = D.compare("eq", _read(old, s.indices, self.versions[old].dtype, s.span),
-                             result)
+        if old is not None or from_zeros:
+            start = D.const(0, version.dtype) if old is None else \
+                _read(old, s.indices, self.versions[old].dtype, s.span)
+            kept = D.compare("eq", start, result)
             points = {i: ranges[i] for i in s.indices}
             self.emitted.append(_Emitted(
                 ties, s.indices, D.select(kept, D.const(1, t), None, t), {}, points,
@@ -667,8 +691,10 @@ class _Builder:
             outside = " || ".join(
                 [f"{n} < {s.range_of(i).lo} || {n} >= {s.range_of(i).hi}"
                  for n, i in zip(names, s.indices)] +
+                # (the points it writes: a range of a reduction index bounds no point;
+                # `k >= i0` in this text made the backward not check)
                 [negated for _, negated in _range_bounds(
-                    s, {i: Affine.index(n) for n, i in zip(names, s.indices)})])
+                    s, {i: Affine.index(n) for n, i in zip(names, s.indices)}, s.indices)])
             expr = D.select(Raw(outside, 1), expr, None, old.dtype.compute)
         self._emit(_adjoint_label(before), tuple(names), expr, {},
                    {n: (Z.const(0), e) for n, e in zip(names, old.extent)},

@@ -104,9 +104,27 @@ def _op(rng) -> str:
 
 
 def _statements(rng, target: str, lhs: tuple[str, ...], op: str, rhs: str,
-                where: tuple[str, ...], dtype: str) -> list[Stmt]:
-    """The reduction, preceded by its initialization when the operator does not reset."""
+                where: tuple[str, ...], dtype: str, inputs: list | None = None) -> list[Stmt]:
+    """The reduction, preceded by its initialization when the operator does not reset;
+    or, given the template's `inputs`, sometimes onto a value an earlier statement wrote
+    from a new input Y, over part of it (its first left-side index from 1), with or
+    without reset: the value's gradient passes through where the reduction does not
+    write, and without reset it is one more candidate where it does (a reset reduction
+    there with a range bounded by another index gave a backward that did not check)."""
     body = []
+    extent = {w.split()[0]: w.split(" in ")[1].split(":") for w in where}
+    if inputs is not None and lhs and all(i in extent and extent[i][0] == "0" and
+                                          extent[i][1].isidentifier() for i in lhs) and \
+            rng.random() < 0.25:
+        inputs.append(_decl(dtype, "Y", tuple(extent[i][1] for i in lhs)))
+        body.append(Stmt(target, lhs, "=", Node(f"Y({', '.join(lhs)})"),
+                         tuple(Node(f"{i} in 0:{extent[i][1]}") for i in lhs)))
+        first = lhs[0]
+        where = tuple(f"{first} in 1:{extent[first][1]}" if w.split()[0] == first else w
+                      for w in where)
+        op = rng.choice((op, op.rstrip("!")))
+        body.append(Stmt(target, lhs, op, Node(rhs), tuple(Node(w) for w in where)))
+        return body
     if op == "+=":
         zero = {"int32": "0", "double": "double(0.0)"}.get(dtype, "0.0")
         ranges = tuple(w for w in where if w.split()[0] in lhs)
@@ -141,7 +159,8 @@ def _triangular(rng, dtype: str) -> Model:
     inputs = [_decl(dtype, "S", (("B",) if batch else ()) + ("T", "T"))]
     if "X(j)" in value:
         inputs.append(_decl(dtype, "X", ("T",)))
-    return _model("tri", inputs, ["Z"], _statements(rng, "Z", lhs, op, rhs, where, dtype))
+    return _model("tri", inputs, ["Z"], _statements(rng, "Z", lhs, op, rhs, where, dtype,
+                                                      inputs))
 
 
 def _guarded(rng, dtype: str) -> Model:
@@ -165,7 +184,8 @@ def _guarded(rng, dtype: str) -> Model:
         where = ("r in 0:R", f"j in 0:N + {2 * pad}")
         inputs = [_decl(dtype, "S", ("R", "N"))]
         lhs = rng.choice((("r",), ()))
-    return _model("pad", inputs, ["Z"], _statements(rng, "Z", lhs, op, rhs, where, dtype))
+    return _model("pad", inputs, ["Z"], _statements(rng, "Z", lhs, op, rhs, where, dtype,
+                                                      inputs))
 
 
 def _masked(rng, dtype: str) -> Model:
@@ -191,7 +211,8 @@ def _masked(rng, dtype: str) -> Model:
     else:
         rhs = f"({cond}) ? {value} : {_identity(op, dtype)}"
     lhs = rng.choice((("i",), ("i",), ()))
-    return _model("masked", inputs, ["Z"], _statements(rng, "Z", lhs, op, rhs, where, dtype))
+    return _model("masked", inputs, ["Z"], _statements(rng, "Z", lhs, op, rhs, where, dtype,
+                                                      inputs))
 
 
 def _prefix(rng, dtype: str) -> Model:
@@ -204,7 +225,8 @@ def _prefix(rng, dtype: str) -> Model:
     where = (("r in 0:R",) if rows else ()) + ("i in 0:N", "k in 0:N")
     lhs = (("r",) if rows else ()) + ("i",)
     inputs = [_decl(dtype, "X", ("R", "N") if rows else ("N",))]
-    return _model("prefix", inputs, ["Z"], _statements(rng, "Z", lhs, op, rhs, where, dtype))
+    return _model("prefix", inputs, ["Z"], _statements(rng, "Z", lhs, op, rhs, where, dtype,
+                                                      inputs))
 
 
 def _softmax(rng, dtype: str) -> Model:
@@ -238,7 +260,8 @@ def _ranged(rng, dtype: str) -> Model:
         return _model("ranged", inputs, ["Z"], body)
     op = _op(rng)
     lhs = pre + rng.choice((("i",), ("i",), ()))
-    return _model("ranged", inputs, ["Z"], _statements(rng, "Z", lhs, op, value, where, dtype))
+    return _model("ranged", inputs, ["Z"], _statements(rng, "Z", lhs, op, value, where, dtype,
+                                                      inputs))
 
 
 def _permuted(rng, dtype: str) -> Model:

@@ -1,8 +1,11 @@
-"""Issue 35 item 5: the gradient of a product reduction (`*=!`, and `*=` onto a value
-written before). The weight of each factor is the product of the others, counted so that
-a zero factor is exact (no 0 / 0): checked against central differences on every backend,
-against the exclusive products where factors are exactly zero, and through `tclang.torch`
-with gradcheck and gradgradcheck (the backward is a product again)."""
+"""Issue 35 item 5: gradients of reductions the forward accepts beyond `+=!`: a product
+(`*=!`, and `*=` onto a value written before), and max=/min=/*= without reset onto part
+of a value or onto nothing (from zeros). A product's factor gets the product of the
+others, counted so that a zero factor is exact (no 0 / 0); a max onto a value makes that
+value one more candidate where the reduction writes and passes its gradient through
+elsewhere. Checked against central differences on every backend, against the exclusive
+products where factors are exactly zero, and through `tclang.torch` with gradcheck and
+gradgradcheck (the backward is a product again)."""
 
 from __future__ import annotations
 
@@ -20,6 +23,22 @@ SOURCES = {
                      "  O(i) *= X(i, k) * 2.0\n}", lambda n: [(n, 5), (n,)]),
     "two indices": ("def f(double(N, K) X, double(K) W) -> (O) {\n  O(i) *=! 1.0 + X(i, k) * "
                     "W(l) where l in 0:K\n}", lambda n: [(n, 3), (3,)]),
+    # onto part of a value (its first index from 1), with or without reset
+    "sum onto part, triangle": ("def f(double(N, K) X, double(N) Y) -> (O) {\n  O(i) = Y(i)\n"
+                                "  O(i) +=! X(i, k) * 2.0 where i in 1:N, k in 0:i\n}",
+                                lambda n: [(n, n), (n,)]),
+    "max onto part": ("def f(double(N, K) X, double(N) Y) -> (O) {\n  O(i) = Y(i)\n"
+                      "  O(i) max= X(i, k) where i in 1:N\n}", lambda n: [(n, 3), (n,)]),
+    "min onto part, triangle": ("def f(double(N, K) X, double(N) Y) -> (O) {\n  O(i) = Y(i)\n"
+                                "  O(i) min= X(i, k) * 2.0 where i in 1:N, k in 0:i\n}",
+                                lambda n: [(n, n), (n,)]),
+    "product onto part": ("def f(double(N, K) X, double(N) Y) -> (O) {\n  O(i) = Y(i)\n"
+                          "  O(i) *= X(i, k) where i in 1:N\n}", lambda n: [(n, 3), (n,)]),
+    # onto nothing: from zeros (the checker warns), 0 is one more candidate
+    "max from zeros": ("def f(double(N, K) X) -> (O) {\n  O(i) max= X(i, k)\n}",
+                       lambda n: [(n, 3)]),
+    "min from zeros": ("def f(double(N, K) X) -> (O) {\n  O(i) min= tanh(X(i, k))\n}",
+                       lambda n: [(n, 3)]),
 }
 BACKENDS = ["cpu", "reference", "cuda-emulated"]
 
@@ -33,6 +52,8 @@ def test_gradients_match_central_differences(backend, name):
     for n in ([1, 7] if backend == "cuda-emulated" else [1, 2, 7, 13]):
         rng = np.random.default_rng(n)
         inputs = [rng.uniform(0.5, 1.5, s) * rng.choice([-1, 1], s) for s in shapes(n)]
+        if name.endswith("from zeros"):  # rows all below 0, all above, and mixed
+            inputs[0][::3] = -np.abs(inputs[0][::3])
         weights = rng.uniform(-1, 1, kernel(*inputs).shape)
         grads = g(*inputs, weights)
         grads = grads if isinstance(grads, tuple) else (grads,)
@@ -56,6 +77,16 @@ def _exclusive_products(x):
     return out
 
 
+def test_a_product_from_zeros_has_a_zero_gradient():
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tc.TCWarning)
+        g = tc.grad(tc.define("def f(double(N, K) X, double(N) Y) -> (O, P) {\n"
+                              "  O(i) *= X(i, k)\n  P(i) = Y(i) * 2.0\n}").f)
+    dx, dy = g(np.ones((3, 2)), np.ones(3), np.ones(3), np.ones(3))
+    assert not dx.any() and (dy == 2).all()
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_zero_factors_get_the_product_of_the_others(backend):
     """One zero in a row: its factor gets the product of the rest, the others 0; two zeros:
@@ -72,7 +103,8 @@ def test_zero_factors_get_the_product_of_the_others(backend):
 def test_second_order_through_torch():
     torch = pytest.importorskip("torch")
     import tclang.torch as tct
-    for name in ("row product", "triangle of a function", "onto a value"):
+    for name in ("row product", "triangle of a function", "onto a value", "product onto part",
+                 "sum onto part, triangle", "max onto part"):
         source, shapes = SOURCES[name]
         f = tct.function(source, "f")
         torch.manual_seed(3)
