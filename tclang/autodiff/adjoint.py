@@ -539,12 +539,14 @@ class _Builder:
             self._pass_through(k, before, grad, overwrites=True)
 
     def _ties(self, k: int, rhs: P.Expr, g: P.Read, old: str | None = None,
-              from_zeros: bool = False) -> P.Expr:
+              from_zeros: bool = False, share_old: bool = True) -> P.Expr:
         """max=!/min=!: how many candidates equal the result (a statement), and the weight
         that routes dT to each of them. `old`: max=/min= without reset onto that value
         (written before, at every point the statement writes: _onto), which is one more
-        candidate: it starts the count and gets its share of dT. `from_zeros`: onto
-        nothing, the constant 0 is that candidate, and its share goes nowhere."""
+        candidate: it starts the count and gets its share of dT (`share_old`: not from a
+        recurrence's reverse scan, whose `g` is no gradient of the result). `from_zeros`:
+        onto nothing, the constant 0 is that candidate, and its share goes nowhere. The
+        count is emitted once, by whichever asks first."""
         s = self.defn.statements[k]
         if not s.reduction_indices and old is None and not from_zeros:
             return g  # one candidate at each point: the result is that candidate
@@ -555,13 +557,31 @@ class _Builder:
         ties = f"ties:{made}"
         t = version.dtype.compute if version.dtype.is_float else DType.FLOAT32
         share = D.div(g, _read(ties, s.indices, t, s.span))
-        if ties in self.versions:  # counted already (by a recurrence's reverse scan)
-            return D.select(hit, share, None, t)
-        self.versions[ties] = _Version(ties, f"ties_{s.target}", None, t, version.extent)
         ranges = {r.name: (r.lo, r.hi) for r in s.domain}
+        points = {i: ranges[i] for i in s.indices}
+        start = None
+        if old is not None or from_zeros:
+            before = D.const(0, version.dtype) if old is None else \
+                _read(old, s.indices, self.versions[old].dtype, s.span)
+            start = D.compare("eq", before, result)
+        if ties not in self.versions:
+            self.versions[ties] = _Version(ties, f"ties_{s.target}", None, t,
+                                           version.extent)
+            self._count_ties(k, ties, hit, start, t, ranges, points)
+        if old is not None and old in self.active and share_old:  # the old value's share
+            self._emit(_adjoint_label(old), s.indices, D.select(start, share, None, t),
+                       {}, points, frozenset(), False)
+        return D.select(hit, share, None, t)
+
+    def _count_ties(self, k: int, ties: str, hit: P.Expr, start: P.Expr | None, t: DType,
+                    ranges: dict, points: dict) -> None:
+        """`ties_T(I) +=! hit ? 1 : 0` over statement k's domain; `start`: the value before
+        (or 0) is one more candidate, which begins the count."""
+        s = self.defn.statements[k]
         count = _guarded([c for c, _ in _range_bounds(s, {})],
                          D.select(hit, D.const(1, t), None, t))
         mentioned = _mentions(count, {})
+        ranges = dict(ranges)
         for i in [i for i in s.reduction_indices if i not in mentioned]:
             # a reduction index the candidates do not use (`where exists C(l)`): each of
             # its points is a candidate, so the count is times its extent, as the weight's
@@ -569,27 +589,19 @@ class _Builder:
             # count's text its sum would be over nothing (fuzz seed 2028, program 1276)
             lo, hi = ranges.pop(i)
             count = D.mul(count, Raw(f"{type_name(t)}({hi - lo})", 7, t))
-        if old is not None or from_zeros:
-            start = D.const(0, version.dtype) if old is None else \
-                _read(old, s.indices, self.versions[old].dtype, s.span)
-            kept = D.compare("eq", start, result)
-            points = {i: ranges[i] for i in s.indices}
+        if start is not None:
             self.emitted.append(_Emitted(
-                ties, s.indices, D.select(kept, D.const(1, t), None, t), {}, points,
+                ties, s.indices, D.select(start, D.const(1, t), None, t), {}, points,
                 frozenset(), False, op="=",
                 comment=f"# how many candidates (and the value before) tie for the {s.op} "
                         f"of statement {k + 1}"))
             self.emitted.append(_Emitted(ties, s.indices, count, {}, ranges, frozenset(),
                                          bool(s.reduction_indices), op="+="))
-            if old in self.active:  # the old value's share
-                self._emit(_adjoint_label(old), s.indices, D.select(kept, share, None, t),
-                           {}, points, frozenset(), False)
-            return D.select(hit, share, None, t)
+            return
         self.emitted.append(_Emitted(
             ties, s.indices, count, {}, ranges, frozenset(),
             bool(s.reduction_indices), op="+=!" if s.reduction_indices else "=",
             comment=f"# how many candidates tie for the {s.op} of statement {k + 1}"))
-        return D.select(hit, share, None, t)
 
     def _reset_scatter(self, k: int) -> bool:
         """Whether scatter k is a `!` form: the checker writes it as the reset of the whole
