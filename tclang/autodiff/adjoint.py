@@ -155,7 +155,6 @@ class _Emitted:
 
 def build(defn: P.Definition, wrt: tuple[str, ...] | None) -> GradientSource:
     try:
-        scans.refuse_unsupported(defn)
         return _Builder(defn, wrt).run()
     except TCGradError as err:
         raise err.with_source(defn.source) from None
@@ -399,7 +398,19 @@ class _Builder:
             raise self._error(k, f"{what} has no gradient rule")
         before = self.before[k]
         if before is not None and before in self.active and not routed:
-            self._pass_through(k, before, grad)
+            if s.op == "+" and not s.reset and scans.recurrent(rhs, made):
+                # `O(i) += .. O(k) ..` onto a value: where the statement writes, the value
+                # before gets the whole gradient of the point (the scan's), not only what
+                # arrived from later statements (dO alone was wrong by 0.07-0.9; found by
+                # its test); elsewhere dO, which the scan does not reach where the
+                # statement has no point at all
+                self._pass_through(k, before, grad, overwrites=True)
+                inside = _guarded([c for c, _ in _range_bounds(s, {}, s.indices)], g)
+                self._emit(_adjoint_label(before), s.indices, inside, {},
+                           {i: (s.range_of(i).lo, s.range_of(i).hi) for i in s.indices},
+                           frozenset(), False)
+            else:
+                self._pass_through(k, before, grad)
         groups: dict[tuple, P.Read] = {}
         for r in _value_reads(rhs):
             if r.tensor in self.active and self.versions[r.tensor].dtype.is_float and \
@@ -448,7 +459,8 @@ class _Builder:
                            {r.name: (r.lo, r.hi) for r in s.domain}, frozenset(), False)
         return D.mul(g, _read(old, s.indices, version.dtype, s.span))
 
-    def _product(self, k: int, rhs: P.Expr, g: P.Read, old: str | None) -> P.Expr:
+    def _product(self, k: int, rhs: P.Expr, g: P.Read, old: str | None,
+                 share_old: bool = True) -> P.Expr:
         """`T(I) *=! e(I, R)`: the gradient reaching factor e(I, R) is dT times the product
         of the other factors. Not T / e, which is 0 / 0 where a factor is zero: two
         statements count the zero factors and multiply the others,
@@ -457,7 +469,8 @@ class _Builder:
         0)` (PyTorch's prod backward decides the same three cases). Linear in the
         reduction, exact where factors vanish, and made of a product reduction again, so
         the second order takes the same rule. `old`: `T(I) *= e` onto a value written
-        before over the whole of it (_onto), one more factor that starts both."""
+        before (_onto), one more factor that starts both, and gets its share unless
+        `share_old` is False (a recurrence's reverse scan, whose `g` is not dT)."""
         s = self.defn.statements[k]
         made = self.made[k]
         version = self.versions[made]
@@ -508,7 +521,8 @@ class _Builder:
             return D.mul(g, D.select(D.compare("eq", count, none), D.div(others, x),
                                      D.select(D.compare("eq", x, D.const(0, x.dtype)),
                                               alone, None, t), t))
-        if old is not None and old in self.active:  # the old value's share
+        if old is not None and old in self.active and share_old:  # the old value's share
+            before = _read(old, s.indices, self.versions[old].dtype, s.span)
             self._emit(_adjoint_label(old), s.indices, weight(before), {}, points,
                        frozenset(), False)
         return weight(factor)
@@ -1037,7 +1051,7 @@ class _Builder:
         forward_name = defn.name if not any(not s.is_output for s in saved) else \
             self.fresh(f"{defn.name}_saving")
         backward_name = self.fresh(f"{defn.name}_grad")
-        forward = self._forward_text(forward_name, saved, copies, candidates)
+        forward = self._forward_text(forward_name, saved, copies, candidates, names)
         backward = _Backward(self, names, saved, seeds, seed_names, grad_names, added,
                              backward_name).text()
         return GradientSource(forward, forward_name, backward, backward_name, self.wrt,
@@ -1080,7 +1094,7 @@ class _Builder:
         return writers.index(v.writer) + 1
 
     def _forward_text(self, name: str, saved: list[Saved], copies: dict,
-                      candidates: dict) -> str:
+                      candidates: dict, names: dict) -> str:
         defn = self.defn
         extra = [s.name for s in saved if not s.is_output]
         if not extra:
@@ -1109,10 +1123,23 @@ class _Builder:
                     # a max=! reading earlier points of its own target: the candidates
                     # can only follow it (they read what it wrote), then the max of the
                     # saved candidates is the result, so that the backward's ties are
-                    # exact (it differs from the first max by a rounding at most)
+                    # exact (it differs from the first max by a rounding at most); without
+                    # `!`, of the value before (its saved copy, or 0) and the candidates
                     lines.append("    " + text)
-                lines.append(f"    {candidates[k]}({every}) = {value}{clause}")
-                lines.append(f"    {target} {s.op}={bang} {candidates[k]}({every}){clause}")
+                    lines.append(f"    {candidates[k]}({every}) = {value}{clause}")
+                    if s.op != "*":  # (a product's zeros are the same in both)
+                        if not s.reset:
+                            before = self.before[k]
+                            start = f"{type_name(dtype)}(0)" if before is None else \
+                                f"{names[before]}({', '.join(s.indices)})"
+                            box = ", ".join(_range_text(s, i) for i in s.indices)
+                            lines.append(f"    {target} = {start}" +
+                                         (f" where {box}" if box else ""))
+                        lines.append(f"    {target} {s.op}={bang} "
+                                     f"{candidates[k]}({every}){clause}")
+                else:
+                    lines.append(f"    {candidates[k]}({every}) = {value}{clause}")
+                    lines.append(f"    {target} {s.op}={bang} {candidates[k]}({every}){clause}")
             else:
                 if text:  # (a scatter's reset shares its statement's text)
                     lines.append("    " + text)

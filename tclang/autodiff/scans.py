@@ -32,9 +32,12 @@ target (tclang/lang/recurrences.py):
 (p' in the hull of the forward's ranges), all under the disjunction of the terms' guards,
 which becomes the statement's domain (tclang/lang/guarded_sums.py),
 so isl solves the equalities and the loops visit only the forward points that read the
-point, not every pair. Supported: a statement over its target's whole extent (each
-left-side index from 0), the target's first statement, `=` or a sum; other recurrences
-are refused with a TCGradError (`refuse_unsupported`).
+point, not every pair. Every recurrence the language accepts takes this form where it
+is not `=`/`+` over the whole box with constant shifts: a range from 1, a triangle, a
+statement after a first write of its target (`own_reads`), a max, min or product (each
+later point's gradient routed to the candidates that won, or weighed by the product of
+the other factors, as the statement's own gradient is: adjoint._ties, _product), with or
+without reset onto a value written before.
 """
 
 from __future__ import annotations
@@ -94,6 +97,8 @@ def _written(s: P.Statement, read: P.Read) -> P.Expr | None:
             conditions.append(P.Compare("ge", sub, lo))
         conditions.append(P.Compare("lt", sub, hi))
     for index, lo, hi in s.affine_ranges:
+        if index not in s.indices:  # a reduction index's range: every point is written
+            continue
         sub = at.get(index)
         for bound, op in ((lo, "ge"), (hi, "lt")):
             value = _affine_value(bound, at, sub.dtype) if sub is not None else None
@@ -136,25 +141,6 @@ def _cast(e: P.Expr, dtype: DType) -> P.Expr:
     return e if e.dtype is dtype else P.Cast(e, dtype)
 
 
-def refuse_unsupported(defn: P.Definition) -> None:
-    """The recurrences whose reverse scan is not written yet: one in a max=, min= or *=
-    without reset (onto a value written before, a candidate or factor the reverse scan
-    would have to route to as well)."""
-    for s in defn.statements:
-        reads = recurrence_reads(s)
-        if not reads:
-            continue
-        if s.op in ("max", "min", "*") and not s.reset:
-            why, hint = f"a recurrence in a `{s.op}=` reduction onto a value written before", \
-                f"write `{s.op}=!` (from the identity), or fmax/fmin in a `=` recurrence, " \
-                "which have gradients"
-        else:
-            continue
-        raise TCGradError(
-            f"cannot differentiate `{s.text.strip()}`: tc.grad does not yet handle {why}",
-            reads[0].span, hint=hint)
-
-
 def recurrent(rhs: P.Expr, made: str) -> list[P.Read]:
     return [r for r in P.reads_of(rhs) if r.tensor == made]
 
@@ -175,7 +161,7 @@ def reverse_scan(b, k: int, rhs: P.Expr, grad: str, version) -> P.Read:
         groups.setdefault(r.subscripts, r)
     ranges = {x: (Z.const(0), e) for x, e in zip(u, extents)}
     comment = f"# the gradient of statement {k + 1}'s recurrence, scanned backwards"
-    if s.reduction_indices or s.affine_ranges or \
+    if s.reduction_indices or s.affine_ranges or s.op not in ("=", "+") or \
             any(s.range_of(i).lo.constant != 0 for i in s.indices) or \
             any(uniform_distance(r, s.indices) is None for r in groups.values()):
         # (a domain other than the whole box: the forward points that read are bounded)
@@ -216,10 +202,18 @@ def _summed_terms(b, k: int, rhs: P.Expr, seed: P.Read, index_text: dict,
     bounds = b.range_bounds(s, {i: Affine.index(n) for i, n in point.items()})
     first = " && ".join(f"{point[r.name]} == {_size(b.size_name(r.lo))}" for r in s.domain)
     pieces, total = [first], D.select(_raw(first), seed, None, compute)
+    old = None if s.reset else b.before[k]  # a value before: one more candidate or factor
     if s.op in ("max", "min"):  # a later point's gradient reaches the candidates that won
-        back = _renamed(b._ties(k, rhs, back), point)
+        back = _renamed(b._ties(k, rhs, back, old=old, from_zeros=b._from_zeros(k),
+                                share_old=False), point)
+    elif s.op == "*" and b._from_zeros(k):
+        back = None  # a product from zeros is 0: nothing goes back along it
+    elif s.op == "*" and b._scales(k):  # `O(i) *= e` onto a value, no reduction index
+        back = _renamed(D.mul(back, P.Read(old, tuple(P.IndexValue(i) for i in s.indices),
+                                           tuple(Affine.index(i) for i in s.indices), None, 0,
+                                           b.versions[old].dtype, s.span)), point)
     elif s.op == "*":  # ... or each factor, times the product of the others
-        back = _renamed(b._product(k, rhs, back, None), point)
+        back = _renamed(b._product(k, rhs, back, old, share_old=False), point)
     for read in reads:
         partial = _partial(b, k, rhs, read)
         if partial is None:
@@ -228,8 +222,9 @@ def _summed_terms(b, k: int, rhs: P.Expr, seed: P.Read, index_text: dict,
                                    f"{affine_text(_rename_affine(a, point))}"
                                    for x, e, a in zip(u, extents, read.affine)])
         pieces.append(at)
-        total = D.add(total, D.select(_raw(at), _times(back, _renamed(partial, point)), None,
-                                      compute))
+        if back is not None:
+            total = D.add(total, D.select(_raw(at), _times(back, _renamed(partial, point)),
+                                          None, compute))
     anywhere = " || ".join(f"({p})" for p in pieces)
     b._emit(f"d:{rev}", tuple(u), D.select(_raw(anywhere), total, None, compute), index_text,
             ranges, frozenset(u) | frozenset(point.values()), True, comment=comment)

@@ -3,7 +3,8 @@
 Scans along one axis of a 1-3 dimensional tensor (a sum, a running max or min, a damped
 sum, a `tanh` cell), shifted by 1 or 2, one or two reads back, or along a diagonal
 (`O(i - 1, j - 1)`, `O(i - 1, j + 1)`); a recurrence after a first statement that wrote
-the tensor (reading its value where the recurrence does not write); a recurrence into a
+the tensor (reading its value where the recurrence does not write), with `=` or onto it
+with `+=`, `max=`, `min=` or `*=`; a recurrence into a
 temporary that a later statement consumes; a forward substitution reading the diagonal
 (a non-uniform read); an RNN-style cell; a sum, a max or a product that reads earlier
 points of its own target, the forward substitution written as one reduction, per row or
@@ -106,8 +107,15 @@ def _after(rng, dtype: str) -> Model:
     value = f"X({', '.join(idx)})"
     first = Stmt("O", idx, "=", Node(value if dtype == "int32" else f"{value} * 0.5"))
     read = _shifted("O", idx, {len(idx) - 1: -start})
-    second = Stmt("O", idx, "=", Node(_step(rng, dtype, [read], value)),
-                  (Node(f"i in {start}:N"),))
+    # onto the first value without reset too: a sum, a max or a product with it, whose
+    # reverse scan gives the value before the whole gradient where it writes
+    op = rng.choice(("=", "=", "+=", "max=", "min=") + (("*=",) if dtype != "int32" else ()))
+    step = _step(rng, dtype, [read], value)
+    if op == "*=":
+        step = f"0.5 + 0.25 * tanh({read})"
+    elif op == "+=" and dtype != "int32":
+        step = f"0.5 * tanh({step})"
+    second = Stmt("O", idx, op, Node(step), (Node(f"i in {start}:N"),))
     return _model("after", [Decl("X", dtype, dims)], [first, second])
 
 
