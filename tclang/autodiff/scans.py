@@ -208,11 +208,8 @@ def _summed_terms(b, k: int, rhs: P.Expr, seed: P.Read, index_text: dict,
                                 share_old=False), point)
     elif s.op == "*" and b._from_zeros(k):
         back = None  # a product from zeros is 0: nothing goes back along it
-    elif s.op == "*" and b._scales(k):  # `O(i) *= e` onto a value, no reduction index
-        back = _renamed(D.mul(back, P.Read(old, tuple(P.IndexValue(i) for i in s.indices),
-                                           tuple(Affine.index(i) for i in s.indices), None, 0,
-                                           b.versions[old].dtype, s.span)), point)
-    elif s.op == "*":  # ... or each factor, times the product of the others
+    elif s.op == "*":  # ... or each factor, times the product of the others (the value
+        # before one of them: `O(i) *= e` onto it, with or without a reduction index)
         back = _renamed(b._product(k, rhs, back, old, share_old=False), point)
     for read in reads:
         partial = _partial(b, k, rhs, read)
