@@ -536,15 +536,15 @@ class _Builder:
         before = self.before[k]
         if before is None or s.is_scatter:
             return False
-        return len(s.indices) == len(self.versions[before].extent) and \
-            not any(n in s.indices for n, _, _ in s.affine_ranges)
+        # (the language refuses a range bounded by another index on a reduction's
+        # left-side index, so the points it writes are a box)
+        return len(s.indices) == len(self.versions[before].extent)
 
     def _from_zeros(self, k: int) -> bool:
         """Whether max=/min=/*= statement k (no `!`) is the first write of its target: it
         starts from zeros (the checker warns), a constant candidate or factor 0."""
         s = self.defn.statements[k]
-        return not s.reset and not s.is_scatter and self.before[k] is None and \
-            not any(n in s.indices for n, _, _ in s.affine_ranges)
+        return not s.reset and not s.is_scatter and self.before[k] is None
 
     def _pass_outside(self, k: int, grad: str) -> None:
         """dOld = dT where statement k does not write (_onto over part of the value)."""
